@@ -1,0 +1,62 @@
+# reduce — build, test, demo, bench.
+#
+# `make test` works on a fresh Debian machine: it installs Debian's PyTorch,
+# numpy and pytest through apt-get when they are missing (as root, or through
+# sudo), then runs the Go tests with the race detector, the Python tests and a
+# short fuzz run.
+
+GO      ?= go
+# The Python that has torch: Debian's, unless the caller names another.
+PYTHON  ?= /usr/bin/python3
+BIN     := bin/reduce
+FUZZTIME ?= 5s
+APT_PACKAGES := python3-torch python3-numpy python3-pytest
+
+export REDUCE_PYTHON := $(PYTHON)
+
+.PHONY: all build test test-go test-python fuzz-short fuzz bench demo deps vet clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/reduce
+
+# deps installs what the tests need when it is missing: Go modules through the
+# module proxy, Debian packages through apt-get.
+deps:
+	$(GO) mod download
+	@if ! $(PYTHON) -c 'import torch, numpy, pytest' >/dev/null 2>&1; then \
+		echo "installing $(APT_PACKAGES) (torch, numpy or pytest missing for $(PYTHON))"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $(APT_PACKAGES); \
+	fi
+	@$(PYTHON) -c 'import torch, numpy, pytest; print("python:", "$(PYTHON)", "torch", torch.__version__, "numpy", numpy.__version__)'
+
+vet:
+	$(GO) vet ./...
+
+# REDUCE_REQUIRE_TORCH turns the torch-dependent tests' skips into failures:
+# under make test, a missing torch is a broken setup, not a reason to pass.
+test: deps vet test-go test-python fuzz-short
+
+test-go:
+	REDUCE_REQUIRE_TORCH=1 $(GO) test -race -count=1 ./...
+
+test-python:
+	$(PYTHON) -m pytest -q -p no:cacheprovider replay/python
+
+fuzz-short:
+	$(GO) test -run='^$$' -fuzz='^FuzzRead$$' -fuzztime=$(FUZZTIME) ./fixtures
+
+fuzz:
+	$(MAKE) fuzz-short FUZZTIME=2m
+
+bench: build
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1x ./...
+
+demo: build
+	$(BIN) inspect fixtures/examples/four_class_targets.bin
+
+clean:
+	rm -rf bin

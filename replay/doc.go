@@ -1,0 +1,13 @@
+// Package replay runs one candidate batch in one fresh process and says what
+// happened: a verdict with a failure signature.
+//
+// It owns the backends (go: the reduce binary re-executed as a worker; torch:
+// a Python interpreter with the embedded reduce_batch.py; exec: the user's
+// command), their timeouts, process groups and bounded output capture, the
+// parsing of a replay's output into a Signature, and matching signatures.
+//
+// A replay never runs in the reducer's own process: after a CUDA device
+// assert the context is unusable, and a crash must not take the reducer
+// with it. Nothing here decides which candidate to try next; that is
+// shrink's job.
+package replay

@@ -1,0 +1,705 @@
+"""Tests of reduce_batch.py: run with `/usr/bin/python3 -m pytest replay/python -q`."""
+
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import zlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import reduce_batch as rb  # noqa: E402
+
+DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+          torch.float16, torch.bfloat16, torch.float32, torch.float64]
+BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+PINNED = {"recorded_at": "2025-01-02T03:04:05Z", "host": "test", "torch": "x", "python": "y",
+          "device": "cpu"}
+
+
+def itemsize(dtype):
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def dname(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def random_storage(dtype, n, seed=0):
+    """n random elements of dtype; floats include NaN, infinities and -0.0."""
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (n,), generator=g).bool()
+    if dtype.is_floating_point:
+        x = (torch.randn(n, generator=g, dtype=torch.float64) * 100).to(dtype)
+        special = torch.tensor([float("nan"), float("inf"), float("-inf"), -0.0], dtype=dtype)
+        k = min(n, 4)
+        x[:k] = special[:k]
+        return x[torch.randperm(n, generator=g)]
+    info = torch.iinfo(dtype)
+    lo, hi = max(info.min, -(2 ** 62)), min(info.max, 2 ** 62)
+    return torch.randint(lo, hi, (n,), generator=g, dtype=torch.int64).to(dtype)
+
+
+def bits(t):
+    """The bit patterns of t's elements (makes NaN compare equal to itself)."""
+    t = t.contiguous()
+    if t.dtype == torch.bool:
+        return t.view(torch.uint8)
+    return t.view(BITS[t.element_size()])
+
+
+def values_equal(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b))
+
+
+def storage_bytes(t):
+    """All bytes of t's storage."""
+    n = rb._storage_nbytes(t)
+    whole = torch.as_strided(t.detach(), (n // t.element_size(),), (1,), 0)
+    return bytes(bits(whole).numpy().tobytes())
+
+
+def base(dtype, n, seed=0):
+    return random_storage(dtype, n, seed)
+
+
+def A(dtype):
+    return 4096 // itemsize(dtype)
+
+
+# Each layout: dtype -> a tensor view.
+LAYOUTS = {
+    "contiguous": lambda dt: base(dt, 20).view(4, 5),
+    "channels_last": lambda dt: base(dt, 120).view(2, 3, 4, 5).contiguous(memory_format=torch.channels_last),
+    "channels_last_sliced": lambda dt: base(dt, 240).view(2, 3, 8, 5).contiguous(
+        memory_format=torch.channels_last)[:, :, 2:6],
+    "transposed": lambda dt: base(dt, 20).view(5, 4).t(),
+    "permuted_3d": lambda dt: base(dt, 24).view(2, 3, 4).permute(2, 0, 1),
+    "strided_slice": lambda dt: base(dt, 24).view(4, 6)[:, ::2],
+    "expanded": lambda dt: base(dt, 4).view(1, 4).expand(3, 4),
+    "expanded_inner": lambda dt: base(dt, 4).view(4, 1).expand(4, 5),
+    "overlapping": lambda dt: torch.as_strided(base(dt, 8), (3, 3), (1, 1), 2),
+    "offset_small": lambda dt: base(dt, 64)[3:13],
+    "offset_below_A": lambda dt: base(dt, A(dt) + 8)[A(dt) - 1:A(dt) + 3],
+    "offset_at_A": lambda dt: base(dt, A(dt) + 8)[A(dt):A(dt) + 3],
+    "offset_large": lambda dt: base(dt, 3 * A(dt) + 64)[2 * A(dt) + 37:2 * A(dt) + 47],
+    "offset_large_2d": lambda dt: base(dt, 6 * A(dt) + 64).view(-1, 8)[(5 * A(dt)) // 8 + 1:, 1:7:2].t(),
+    "scalar": lambda dt: base(dt, 1).view(()),
+    "scalar_view": lambda dt: base(dt, 16)[7],
+    "empty": lambda dt: base(dt, 1)[:0].view(0, 3),
+    "empty_offset": lambda dt: base(dt, 10)[5:5],
+    "empty_offset_large": lambda dt: base(dt, 3 * A(dt) + 2)[3 * A(dt):3 * A(dt)],
+    "empty_past_storage": lambda dt: torch.as_strided(base(dt, 2), (0, 3), (3, 1), 5),
+}
+
+
+def expected_offset(r, dt):
+    a = A(dt)
+    return (r, 0) if r < a else (a + r % a, r - (a + r % a))
+
+
+def check_same(orig, got, dt):
+    assert got.dtype == orig.dtype
+    assert got.shape == orig.shape
+    assert got.stride() == orig.stride()
+    want_off, start = expected_offset(orig.storage_offset(), dt)
+    assert got.storage_offset() == want_off
+    assert values_equal(orig, got)
+    assert got.is_contiguous() == orig.is_contiguous()
+    if orig.dim() == 4:
+        assert got.is_contiguous(memory_format=torch.channels_last) == orig.is_contiguous(
+            memory_format=torch.channels_last)
+    # The saved storage is the prefix [start, last reached] of the original storage.
+    got_storage = storage_bytes(got)
+    orig_storage = storage_bytes(orig)
+    k = itemsize(dt)
+    want = orig_storage[start * k:start * k + len(got_storage)]
+    if len(want) < len(got_storage):  # an empty view past the end of its storage: zero-filled
+        want = want + bytes(len(got_storage) - len(want))
+    assert got_storage == want
+    if orig.numel():
+        last = want_off + sum((n - 1) * s for n, s in zip(orig.shape, orig.stride()))
+        assert len(got_storage) == (last + 1) * k  # exactly the span, no more
+    else:
+        assert len(got_storage) == want_off * k
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_round_trip(tmp_path, dtype, layout):
+    t = LAYOUTS[layout](dtype)
+    path = tmp_path / "t.bin"
+    rb.save(path, {"x": t}, batch_dims={"x": None}, provenance=False)
+    b = rb.load(path)
+    got = b.tensors["x"]
+    check_same(t, got, dtype)
+    entry = b.manifest["tensors"][0]
+    r = t.storage_offset()
+    off, start = expected_offset(r, dtype)
+    assert entry["offset"] == off
+    if r >= A(dtype):
+        assert entry["recorded_offset"] == r
+        assert b.recorded_offsets == {"x": r}
+    else:
+        assert "recorded_offset" not in entry
+        assert b.recorded_offsets == {}
+
+
+def test_layouts_really_are_what_they_say():
+    dt = torch.float32
+    assert LAYOUTS["contiguous"](dt).is_contiguous()
+    cl = LAYOUTS["channels_last"](dt)
+    assert cl.is_contiguous(memory_format=torch.channels_last) and not cl.is_contiguous()
+    assert not LAYOUTS["transposed"](dt).is_contiguous()
+    assert LAYOUTS["expanded"](dt).stride() == (0, 1)
+    assert LAYOUTS["offset_large"](dt).storage_offset() > 4096 // 4
+    assert LAYOUTS["offset_small"](dt).storage_offset() == 3
+    assert LAYOUTS["scalar"](dt).dim() == 0
+    assert LAYOUTS["empty"](dt).numel() == 0
+    assert LAYOUTS["empty_offset_large"](dt).storage_offset() == 3 * 1024
+
+
+def test_all_layouts_in_one_file(tmp_path):
+    ts = {}
+    for i, dt in enumerate(DTYPES):
+        for name in sorted(LAYOUTS):
+            ts["%s_%s" % (dname(dt), name)] = LAYOUTS[name](dt)
+    path = tmp_path / "all.bin"
+    rb.save(path, ts, batch_dims={k: None for k in ts}, provenance=False)
+    b = rb.load(path)
+    assert list(b.tensors) == list(ts)
+    for k, t in ts.items():
+        check_same(t, b.tensors[k], t.dtype)
+    # payloads in tensor order, 64-aligned, no gaps beyond padding
+    prev = 0
+    for e in b.manifest["tensors"]:
+        assert e["payload"]["offset"] % 64 == 0
+        assert e["payload"]["offset"] == (prev + 63) // 64 * 64
+        prev = e["payload"]["offset"] + e["payload"]["length"]
+
+
+def test_round_trip_without_numpy(tmp_path, monkeypatch):
+    t = LAYOUTS["offset_large_2d"](torch.bfloat16)
+    rb.save(tmp_path / "a.bin", {"x": t}, provenance=False)
+    monkeypatch.setitem(sys.modules, "numpy", None)
+    rb.save(tmp_path / "b.bin", {"x": t}, provenance=False)
+    assert (tmp_path / "a.bin").read_bytes() == (tmp_path / "b.bin").read_bytes()
+
+
+def test_requires_grad_and_batch_metadata(tmp_path):
+    x = torch.randn(3, 4, requires_grad=True)
+    w = torch.rand(4)
+    y = torch.tensor([0, 2, 4])
+    path = tmp_path / "b.bin"
+    rb.save(path, {"input": x, "target": y, "weight": w}, batch_dims={"weight": None},
+            op="cross_entropy", attrs={"ignore_index": -100, "reduction": "mean"},
+            sample_ids=[173, "img-2", 5], error="IndexError: Target 4 is out of bounds.",
+            meta={"run": 7})
+    b = rb.load(path)
+    assert b.samples == 3
+    assert b.sample_ids == ["173", "img-2", "5"]
+    assert b.op == "cross_entropy"
+    assert b.attrs == {"ignore_index": -100, "reduction": "mean"}
+    assert b.error == {"text": "IndexError: Target 4 is out of bounds.", "exception": "IndexError",
+                       "exit_status": None}
+    assert b.batch_dims == {"input": 0, "target": 0, "weight": None}
+    assert b.meta["run"] == "7"
+    assert list(b.tensors) == ["input", "target", "weight"]
+    assert torch.equal(b.tensors["input"], x.detach())
+    assert not b.tensors["input"].requires_grad
+
+
+def test_batch_dim_not_zero(tmp_path):
+    ids = torch.arange(12 * 5).view(12, 5)  # 12 samples of 5 tokens
+    idx = ids.t()  # [5, 12]: the batch axis is 1
+    rb.save(tmp_path / "b.bin", {"input": idx, "weight": torch.randn(60, 3)},
+            batch_dims={"input": 1, "weight": None}, provenance=False)
+    b = rb.load(tmp_path / "b.bin")
+    assert b.samples == 12 and b.batch_dims == {"input": 1, "weight": None}
+    with pytest.raises(ValueError, match="samples"):
+        rb.save(tmp_path / "c.bin", {"input": idx, "weight": torch.randn(60, 3)}, provenance=False)
+    with pytest.raises(ValueError, match="batch_dims"):
+        rb.save(tmp_path / "c.bin", {"input": idx}, batch_dims={"input": 2}, provenance=False)
+    with pytest.raises(ValueError, match="no tensor named"):
+        rb.save(tmp_path / "c.bin", {"input": idx}, batch_dims={"inptu": 1}, provenance=False)
+    with pytest.raises(ValueError, match="sample_ids"):
+        rb.save(tmp_path / "c.bin", {"input": idx}, batch_dims={"input": 1}, sample_ids=["a"],
+                provenance=False)
+    assert not (tmp_path / "c.bin").exists()
+
+
+def test_save_rejects_bad_input(tmp_path):
+    p = tmp_path / "x.bin"
+    with pytest.raises(TypeError, match="'x'"):
+        rb.save(p, {"x": [1, 2]})
+    with pytest.raises(TypeError, match="dtype"):
+        rb.save(p, {"x": torch.zeros(2, dtype=torch.complex64)})
+    with pytest.raises(TypeError, match="layout"):
+        rb.save(p, {"x": torch.eye(2).to_sparse()})
+    with pytest.raises(ValueError):
+        rb.save(p, {"": torch.zeros(2)})
+    with pytest.raises(ValueError):
+        rb.save(p, {})
+    with pytest.raises(ValueError):
+        rb.save(p, {"x": torch.zeros(2)}, attrs={"eps": float("nan")})
+    with pytest.raises(ValueError):
+        rb.save(p, {"x": torch.zeros(2)}, compression="lz4")
+    assert not p.exists()
+    assert os.listdir(tmp_path) == []  # no temporary files left behind
+
+
+# ---------------------------------------------------------------------------------------------
+# Byte layout
+
+
+def test_bytes_follow_format_md(tmp_path):
+    """A file written by save(), compared with one assembled by hand from docs/FORMAT.md."""
+    x = torch.arange(12, dtype=torch.float32).view(3, 4)
+    y = torch.tensor([0, 2, 4])
+    path = tmp_path / "crash.bin"
+    rb.save(path, {"input": x, "target": y}, op="cross_entropy",
+            attrs={"reduction": "mean", "ignore_index": -100}, sample_ids=["img-0", "img-1", "img-2"],
+            error={"text": "IndexError: Target 4 is out of bounds.", "exception": "IndexError", "exit_status": 1},
+            meta={"torch": "1.13.1", "device": "cpu"}, provenance=False)
+    p_in = x.numpy().tobytes()
+    p_tg = y.numpy().astype("<i8").tobytes()
+    manifest = (
+        '{"attrs":{"ignore_index":-100,"reduction":"mean"},'
+        '"error":{"exception":"IndexError","exit_status":1,"text":"IndexError: Target 4 is out of bounds."},'
+        '"meta":{"device":"cpu","torch":"1.13.1"},'
+        '"op":"cross_entropy",'
+        '"sample_ids":["img-0","img-1","img-2"],'
+        '"samples":3,'
+        '"tensors":['
+        '{"batch_dim":0,"dtype":"float32","name":"input","offset":0,'
+        '"payload":{"compression":"none","crc32":%d,"length":48,"offset":0},'
+        '"shape":[3,4],"storage_elements":12,"strides":[4,1]},'
+        '{"batch_dim":0,"dtype":"int64","name":"target","offset":0,'
+        '"payload":{"compression":"none","crc32":%d,"length":24,"offset":64},'
+        '"shape":[3],"storage_elements":3,"strides":[1]}'
+        ']}' % (zlib.crc32(p_in), zlib.crc32(p_tg))).encode()
+    header = b"RDCBATCH" + struct.pack("<IIQII", 1, 0, len(manifest), zlib.crc32(manifest), 0)
+    assert len(header) == 32
+    P = (32 + len(manifest) + 63) // 64 * 64
+    want = header + manifest + bytes(P - 32 - len(manifest)) + p_in + bytes(16) + p_tg
+    got = path.read_bytes()
+    assert got == want
+
+
+def test_manifest_json_like_go():
+    # Checked against Go 1.26's json.Marshal of the same map.
+    got = rb.encode_manifest({"a": "<&>\u2028\u2029\u00e9\x01\b\f\n\r\t\"\\\x7f/", "B": [1, True, None]})
+    assert got == b'{"B":[1,true,null],"a":"\\u003c\\u0026\\u003e\\u2028\\u2029\xc3\xa9\\u0001\\b\\f\\n\\r\\t\\"\\\\\x7f/"}'
+    # key order is code point order, which is Go's UTF-8 byte order
+    assert rb.encode_manifest({"\U0001f600": 1, "\uffff": 2, "z": 3, "Z": 4}) == \
+        '{"Z":4,"z":3,"\uffff":2,"\U0001f600":1}'.encode("utf-8")
+    with pytest.raises(ValueError):
+        rb.encode_manifest({"a": float("inf")})
+
+
+def test_lone_surrogates_become_replacement_chars(tmp_path):
+    bad = b"caf\xe9".decode("utf-8", "surrogateescape")
+    rb.save(tmp_path / "s.bin", {"x": torch.zeros(1)}, error="OSError: " + bad, provenance=False)
+    assert rb.load(tmp_path / "s.bin").error["text"] == "OSError: caf\ufffd"
+
+
+def test_determinism(tmp_path):
+    def write(p):
+        g = torch.Generator().manual_seed(3)
+        rb.save(p, {"input": torch.randn(8, 5, generator=g).t(), "target": torch.randint(0, 5, (8,), generator=g)},
+                batch_dims={"input": 1}, op="cross_entropy", attrs={"reduction": "mean", "ignore_index": -100},
+                sample_ids=["s%d" % i for i in range(8)], error=IndexError("Target 7 is out of bounds."),
+                meta=dict(PINNED, git=None))
+
+    write(tmp_path / "a.bin")
+    write(tmp_path / "b.bin")
+    a = (tmp_path / "a.bin").read_bytes()
+    assert a == (tmp_path / "b.bin").read_bytes()
+    # a different process (another hash seed) writes the same bytes
+    script = tmp_path / "w.py"
+    script.write_text(
+        "import sys, pathlib, torch\nsys.path.insert(0, %r)\nimport reduce_batch as rb\n"
+        "g = torch.Generator().manual_seed(3)\n"
+        "rb.save(sys.argv[1], {'input': torch.randn(8, 5, generator=g).t(), "
+        "'target': torch.randint(0, 5, (8,), generator=g)}, batch_dims={'input': 1}, op='cross_entropy', "
+        "attrs={'ignore_index': -100, 'reduction': 'mean'}, sample_ids=['s%%d' %% i for i in range(8)], "
+        "error=IndexError('Target 7 is out of bounds.'), meta=dict(%r, git=None))\n" % (HERE, PINNED))
+    env = dict(os.environ, PYTHONHASHSEED="12345")
+    subprocess.run([sys.executable, str(script), str(tmp_path / "c.bin")], check=True, env=env)
+    assert a == (tmp_path / "c.bin").read_bytes()
+
+
+def test_provenance(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rb.save("p.bin", {"x": torch.zeros(2)})
+    meta = rb.load("p.bin").meta
+    assert meta["torch"] == str(torch.__version__)
+    assert meta["python"] == "%d.%d.%d" % sys.version_info[:3]
+    assert meta["device"] == "cpu"
+    assert meta["host"]
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", meta["recorded_at"])
+    assert ("cuda" in meta) == bool(torch.version.cuda)
+    assert "git" not in meta  # tmp_path is not a git work tree
+    rb.save("q.bin", {"x": torch.zeros(2)}, meta={"host": "pinned", "torch": None})
+    meta = rb.load("q.bin").meta
+    assert meta["host"] == "pinned" and "torch" not in meta
+    rb.save("r.bin", {"x": torch.zeros(2)}, provenance=False)
+    assert rb.load("r.bin").meta == {}
+    assert "meta" not in rb.load("r.bin").manifest
+
+
+def test_git_revision(tmp_path, monkeypatch):
+    if subprocess.run(["git", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("no git")
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "commit", "-q", "--allow-empty", "-m", "x"], check=True, env=env)
+    rev = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
+    monkeypatch.chdir(tmp_path)
+    rb.save("p.bin", {"x": torch.zeros(2)})
+    assert rb.load("p.bin").meta["git"] == rev
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad files
+
+
+@pytest.fixture
+def good(tmp_path):
+    path = tmp_path / "good.bin"
+    rb.save(path, {"input": torch.randn(3, 4), "target": torch.tensor([0, 2, 4]),
+                   "flag": torch.tensor([True, False, True])},
+            sample_ids=["a", "b", "c"], op="cross_entropy", provenance=False)
+    return path
+
+
+def parts(path):
+    data = path.read_bytes()
+    mlen = struct.unpack_from("<Q", data, 16)[0]
+    manifest = json.loads(data[32:32 + mlen])
+    P = (32 + mlen + 63) // 64 * 64
+    return data, manifest, data[P:]
+
+
+def rewrite(src, dst, mutate=None, payloads=None):
+    """Write dst from src with the manifest changed by mutate (its checksum kept right)."""
+    _, m, area = parts(src)
+    if mutate:
+        mutate(m)
+    mb = json.dumps(m, sort_keys=True, separators=(",", ":")).encode() if not isinstance(m, bytes) else m
+    if payloads is not None:
+        area = payloads(bytearray(area))
+    header = b"RDCBATCH" + struct.pack("<IIQII", 1, 0, len(mb), zlib.crc32(mb), 0)
+    P = (32 + len(mb) + 63) // 64 * 64
+    dst.write_bytes(header + mb + bytes(P - 32 - len(mb)) + bytes(area))
+    return dst
+
+
+def raises(path, *fragments):
+    with pytest.raises(ValueError) as info:
+        rb.load(path)
+    msg = str(info.value)
+    assert msg.startswith(str(path) + ": "), msg
+    for f in fragments:
+        assert f in msg, msg
+    assert isinstance(info.value, rb.BatchFileError)
+    msg = msg[len(str(path)) + 2:]
+    for f in fragments:
+        assert f in msg, msg
+    return msg
+
+
+def test_good_file_loads(good):
+    b = rb.load(good)
+    assert b.samples == 3 and list(b.tensors) == ["input", "target", "flag"]
+    assert rewrite(good, good.parent / "same.bin").read_bytes() == good.read_bytes()
+
+
+def test_truncated(good, tmp_path):
+    data = good.read_bytes()
+    _, m, _ = parts(good)
+    for n in [0, 4, 8, 20, 31, 32, 40, 100, len(data) - 200, len(data) - 24, len(data) - 1]:
+        p = tmp_path / ("trunc%d.bin" % n)
+        p.write_bytes(data[:n])
+        msg = raises(p)
+        assert "truncated" in msg or "outside the file" in msg, msg
+
+
+def test_bad_magic(good, tmp_path):
+    data = bytearray(good.read_bytes())
+    data[0:8] = b"PK\x03\x04zipx"
+    p = tmp_path / "m.bin"
+    p.write_bytes(bytes(data))
+    raises(p, "magic")
+    p.write_bytes(b"hello")
+    raises(p, "magic")
+
+
+@pytest.mark.parametrize("field,pos,value", [("version", 8, 2), ("flags", 12, 1), ("reserved", 28, 7)])
+def test_bad_header_words(good, tmp_path, field, pos, value):
+    data = bytearray(good.read_bytes())
+    struct.pack_into("<I", data, pos, value)
+    p = tmp_path / "h.bin"
+    p.write_bytes(bytes(data))
+    raises(p, field)
+
+
+def test_manifest_too_long(good, tmp_path):
+    data = bytearray(good.read_bytes())
+    struct.pack_into("<Q", data, 16, (64 << 20) + 1)
+    p = tmp_path / "h.bin"
+    p.write_bytes(bytes(data))
+    raises(p, "manifest_length")
+
+
+def test_bad_manifest_checksum(good, tmp_path):
+    data = bytearray(good.read_bytes())
+    data[40] ^= 0x01
+    p = tmp_path / "c.bin"
+    p.write_bytes(bytes(data))
+    raises(p, "manifest_crc32")
+
+
+def test_bad_payload_checksum(good, tmp_path):
+    data, m, area = parts(good)
+    data = bytearray(data)
+    e = [e for e in m["tensors"] if e["name"] == "target"][0]
+    data[len(data) - len(area) + e["payload"]["offset"] + 5] ^= 0x80  # inside the target payload
+    p = tmp_path / "c.bin"
+    p.write_bytes(bytes(data))
+    raises(p, "tensor 'target'", "checksum")
+
+
+def test_trailing_bytes(good, tmp_path):
+    p = tmp_path / "t.bin"
+    p.write_bytes(good.read_bytes() + b"\0")
+    raises(p, "trailing")
+
+
+def set_tensor(name, key, value):
+    def mutate(m):
+        for e in m["tensors"]:
+            if e["name"] == name:
+                if value is KeyError:
+                    del e[key]
+                else:
+                    e[key] = value
+    return mutate
+
+
+def set_payload(name, key, value):
+    def mutate(m):
+        for e in m["tensors"]:
+            if e["name"] == name:
+                e["payload"][key] = value
+    return mutate
+
+
+@pytest.mark.parametrize("mutate,fragments", [
+    (lambda m: m.update(samples=4), ["sample_ids", "3 ids for 4 samples"]),
+    (lambda m: (m.update(samples=4), m.pop("sample_ids")), ["tensor 'input'", "batch_dim", "4 samples"]),
+    (lambda m: m.update(sample_ids=["a"]), ["sample_ids"]),
+    (lambda m: m.update(samples=-1), ["samples"]),
+    (lambda m: m.update(samples=3.0), ["samples"]),
+    (lambda m: m.pop("tensors"), ["tensors"]),
+    (lambda m: m.update(meta={"a": 1}), ["meta"]),
+    (set_tensor("input", "colour", 1), ["tensor 'input'", "unknown keys colour"]),
+    (set_tensor("input", "name", "target"), ["tensor 'target'", "duplicate"]),
+    (set_tensor("input", "name", ""), ["tensors[0]", "name"]),
+    (set_tensor("input", "dtype", "float8"), ["tensor 'input'", "dtype"]),
+    (set_tensor("input", "dtype", KeyError), ["tensor 'input'", "dtype"]),
+    (set_tensor("input", "shape", [3, -4]), ["tensor 'input'", "shape"]),
+    (set_tensor("input", "shape", [3, 4, 1]), ["tensor 'input'", "strides"]),
+    (set_tensor("input", "strides", [4, 2]), ["tensor 'input'", "outside"]),
+    (set_tensor("input", "strides", [4, -1]), ["tensor 'input'", "strides"]),
+    (set_tensor("input", "offset", 1), ["tensor 'input'", "outside"]),
+    (set_tensor("input", "shape", [3, 2 ** 62]), ["tensor 'input'"]),
+    (set_tensor("input", "batch_dim", 2), ["tensor 'input'", "batch_dim"]),
+    (set_tensor("input", "batch_dim", 1), ["tensor 'input'", "batch_dim"]),
+    (set_tensor("input", "storage_elements", 11), ["tensor 'input'"]),
+    (set_payload("target", "color", 1), ["tensor 'target'", "payload", "unknown keys"]),
+    (set_payload("target", "compression", "lz4"), ["tensor 'target'", "compression"]),
+    (set_payload("target", "offset", 0), ["tensor 'target'", "overlaps"]),
+    (set_payload("target", "offset", 65), ["tensor 'target'", "multiple of 64"]),
+    (set_payload("flag", "offset", 1 << 20), ["tensor 'flag'", "outside the file"]),
+    (set_payload("target", "length", 23), ["tensor 'target'", "payload"]),
+    (set_payload("target", "crc32", 1 << 32), ["tensor 'target'", "crc32"]),
+])
+def test_bad_manifest(good, tmp_path, mutate, fragments):
+    p = rewrite(good, tmp_path / "bad.bin", mutate)
+    raises(p, *fragments)
+
+
+def test_malformed_json(good, tmp_path):
+    for text in [b"{not json", b"[1,2]", b'{"samples":NaN,"tensors":[]}', b"\xff{}"]:
+        p = tmp_path / "j.bin"
+        header = b"RDCBATCH" + struct.pack("<IIQII", 1, 0, len(text), zlib.crc32(text), 0)
+        p.write_bytes(header + text + bytes((-(32 + len(text))) % 64))
+        raises(p, "manifest")
+
+
+def test_bad_bool(good, tmp_path):
+    _, m, area = parts(good)
+    e = [e for e in m["tensors"] if e["name"] == "flag"][0]
+    off = e["payload"]["offset"]
+
+    def payloads(a):
+        a[off] = 2
+        return a
+
+    p = rewrite(good, tmp_path / "bool.bin", set_payload("flag", "crc32", zlib.crc32(b"\x02\x00\x01")),
+                payloads)
+    raises(p, "tensor 'flag'", "bool")
+
+
+def test_size_limit(good):
+    with pytest.raises(ValueError, match="size limit"):
+        rb.load(good, max_size=40)
+    rb.load(good, max_size=48 + 24 + 3)
+
+
+def test_zstd_without_module(good, tmp_path, monkeypatch):
+    p = rewrite(good, tmp_path / "z.bin", set_payload("target", "compression", "zstd"))
+    monkeypatch.setitem(sys.modules, "zstandard", None)
+    msg = raises(p, "tensor 'target'", "zstandard")
+    assert "reduce convert" in msg
+
+
+def test_zstd(tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    t = LAYOUTS["offset_large_2d"](torch.float16)
+    p = tmp_path / "z.bin"
+    rb.save(p, {"x": t, "e": torch.zeros(0)}, batch_dims={"x": None, "e": None}, compression="zstd", provenance=False)
+    b = rb.load(p)
+    check_same(t, b.tensors["x"], torch.float16)
+    assert b.manifest["tensors"][0]["payload"]["compression"] == "zstd"
+    # a frame that does not declare its size is refused
+    raw = bytes(range(256)) * 4
+    frame = zstandard.ZstdCompressor(write_content_size=False).compress(raw)
+    rb.save(p, {"x": torch.frombuffer(bytearray(raw), dtype=torch.uint8)}, provenance=False)
+    q = rewrite(p, tmp_path / "y.bin",
+                lambda m: m["tensors"][0]["payload"].update(compression="zstd", length=len(frame),
+                                                            crc32=zlib.crc32(frame)),
+                lambda a: bytearray(frame))
+    raises(q, "tensor 'x'", "decompressed size")
+    frame = zstandard.ZstdCompressor().compress(raw) + b"junk"
+    q = rewrite(p, tmp_path / "y.bin",
+                lambda m: m["tensors"][0]["payload"].update(compression="zstd", length=len(frame),
+                                                            crc32=zlib.crc32(frame)),
+                lambda a: bytearray(frame))
+    raises(q, "tensor 'x'", "after the zstd frame")
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors and record_on_failure
+
+
+def test_error_forms(tmp_path):
+    p = tmp_path / "e.bin"
+    x = {"x": torch.zeros(2)}
+    rb.save(p, x, error=RuntimeError("CUDA error: device-side assert triggered\nCUDA kernel errors might be "
+                                     "asynchronously reported"), provenance=False)
+    assert rb.load(p).error == {"text": "RuntimeError: CUDA error: device-side assert triggered",
+                                "exception": "RuntimeError", "exit_status": 1}
+    rb.save(p, x, error=AssertionError(), provenance=False)
+    assert rb.load(p).error["text"] == "AssertionError"
+    rb.save(p, x, error="torch.cuda.OutOfMemoryError: CUDA out of memory.", provenance=False)
+    assert rb.load(p).error["exception"] == "OutOfMemoryError"
+    rb.save(p, x, error="Assertion `t >= 0 && t < n_classes` failed.", provenance=False)
+    assert rb.load(p).error == {"text": "Assertion `t >= 0 && t < n_classes` failed.", "exception": "",
+                                "exit_status": None}
+    assert "exception" not in rb.load(p).manifest["error"]
+    rb.save(p, x, error={"text": "boom", "exit_status": 134}, provenance=False)
+    assert rb.load(p).error == {"text": "boom", "exception": "", "exit_status": 134}
+    with pytest.raises(ValueError):
+        rb.save(p, x, error={"txt": "boom"})
+
+
+def test_record_on_failure_saves_and_reraises(tmp_path):
+    p = tmp_path / "crash.bin"
+    x, y = torch.randn(3, 4), torch.tensor([0, 2, 4])
+    with pytest.raises(IndexError) as info:
+        with rb.record_on_failure(p, {"input": x, "target": y}, op="cross_entropy",
+                                  attrs={"ignore_index": -100, "reduction": "mean"},
+                                  sample_ids=["a", "b", "c"]) as rec:
+            F.cross_entropy(x, y)
+    assert rec.saved
+    b = rb.load(p)
+    assert b.error["text"] == "IndexError: " + str(info.value)
+    assert b.error["text"] == "IndexError: Target 4 is out of bounds."
+    assert b.error["exception"] == "IndexError"
+    assert torch.equal(b.tensors["target"], y) and torch.equal(b.tensors["input"], x)
+    assert b.meta["device"] == "cpu"
+
+
+def test_record_on_failure_same_exception_object(tmp_path):
+    err = ValueError("bad sample")
+    with pytest.raises(ValueError) as info:
+        with rb.record_on_failure(tmp_path / "c.bin", lambda: {"x": torch.ones(2)}):
+            raise err
+    assert info.value is err
+    assert rb.load(tmp_path / "c.bin").error["text"] == "ValueError: bad sample"
+
+
+def test_record_on_failure_no_exception(tmp_path):
+    calls = []
+
+    def tensors():
+        calls.append(1)
+        return {"x": torch.ones(2)}
+
+    with rb.record_on_failure(tmp_path / "c.bin", tensors) as rec:
+        pass
+    assert not rec.saved and not calls and not (tmp_path / "c.bin").exists()
+
+
+def test_record_on_failure_save_fails(tmp_path, capsys):
+    def broken():
+        raise OSError("disk on fire")
+
+    err = KeyError("k")
+    with pytest.raises(KeyError) as info:
+        with rb.record_on_failure(tmp_path / "c.bin", broken) as rec:
+            raise err
+    assert info.value is err and not rec.saved
+    assert "disk on fire" in capsys.readouterr().err
+    with pytest.raises(KeyError):
+        with rb.record_on_failure(tmp_path / "nodir" / "c.bin", {"x": torch.ones(2)}):
+            raise err
+    assert "could not save" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
+def test_record_on_failure_device_error_reads_only_cpu(tmp_path, capsys):
+    # A tensor on another device (meta stands in for a dead GPU) is not touched after a
+    # device error; the original error propagates.
+    dead = torch.empty(3, device="meta")
+    with pytest.raises(RuntimeError, match="device-side assert"):
+        with rb.record_on_failure(tmp_path / "c.bin", {"x": dead}):
+            raise RuntimeError("CUDA error: device-side assert triggered")
+    err = capsys.readouterr().err
+    assert "CPU copy" in err and "'x'" in err
+    assert not (tmp_path / "c.bin").exists()
+
+
+def test_record_on_failure_ignores_keyboard_interrupt(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        with rb.record_on_failure(tmp_path / "c.bin", {"x": torch.ones(2)}):
+            raise KeyboardInterrupt
+    assert not (tmp_path / "c.bin").exists()
+
+
+def test_info_command(good, capsys):
+    assert rb.main(["info", str(good)]) == 0
+    assert json.loads(capsys.readouterr().out)["samples"] == 3
+    assert rb.main(["nope"]) == 2

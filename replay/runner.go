@@ -1,0 +1,622 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// HarnessExitCode is the exit status a reduce worker (the go worker, the
+// torch worker) uses to say the harness itself failed: it could not load
+// the candidate, import torch, or find the op, so the candidate was never
+// run. The Runner reports such a run as Result.Harness; it is never taken as
+// a reproduction (nor as a non-reproduction: the candidate is unknown).
+//
+// 86 is free in every convention a replayed program may follow: Python
+// exits 1 on an uncaught exception and 2 on bad usage (and 120 when it
+// cannot flush at exit); pytest uses 0-5; sysexits.h 64-78; shells 126
+// (not executable), 127 (not found) and 128+n (killed by signal n); Go 1
+// and 2; exit(-1) gives 255. PyTorch, CUDA and ROCm do not exit with a code
+// of their own: their fatal errors are exceptions (exit 1) or signals
+// (SIGABRT, SIGSEGV).
+const HarnessExitCode = 86
+
+// Defaults of the Runner's options, used where an option is zero.
+const (
+	DefaultTimeout      = 60 * time.Second
+	DefaultGrace        = 2 * time.Second
+	DefaultCaptureLimit = 1 << 20
+	DefaultWaitDelay    = 1 * time.Second
+)
+
+// RunDirEnv names the variable that gives a child its per-run directory
+// (see Command.TempDir); RunDirArg in Command.Args or Command.Dir is
+// replaced by the directory's path.
+const (
+	RunDirEnv = "REDUCE_RUN_DIR"
+	RunDirArg = "{rundir}"
+)
+
+// killWait is how long Run waits for a process to die after SIGKILL before
+// it gives up on it (a process in uninterruptible sleep in a GPU driver
+// cannot be killed until the driver lets it go). A variable for tests.
+var killWait = 10 * time.Second
+
+// Command is one process to run.
+type Command struct {
+	// Path is the program: a path, or a name looked up in $PATH.
+	Path string
+	// Args are the arguments after the program name (argv[1:]). Every
+	// RunDirArg in them is replaced by the per-run directory's path.
+	Args []string
+	// Env is set over the Runner's environment (Runner.Environ or the
+	// reducer's own, less the variables FilterEnv drops): an entry here wins
+	// over an inherited one with the same key, and over the per-run
+	// directory's REDUCE_RUN_DIR and TMPDIR. Build it from DeviceEnv,
+	// PythonEnv and the backend's own variables.
+	Env []string
+	// Dir is the working directory; "" is the reducer's. RunDirArg in it is
+	// replaced by the per-run directory's path, so Dir: RunDirArg runs the
+	// child inside it (a core file or a stray output lands there and is
+	// removed with it).
+	Dir string
+	// Stdin is what the child reads on its standard input; nil gives it
+	// /dev/null. A child that exits without reading it all is fine.
+	Stdin []byte
+	// Timeout overrides Runner.Timeout for this command when non-zero
+	// (negative: no timeout).
+	Timeout time.Duration
+	// TempDir asks for a fresh per-run directory, created before the child
+	// starts and removed, with whatever the child left in it, after the
+	// child and its process group are dead: also when it timed out, was
+	// cancelled or crashed. Its path is given to the child as
+	// $REDUCE_RUN_DIR and as $TMPDIR (so the child's own temporary files
+	// go there too), and replaces RunDirArg in Args and Dir.
+	TempDir bool
+	// Files are written into the per-run directory before the child starts
+	// (name to content; names are plain file names, no separators). Files
+	// implies TempDir. This is how a candidate batch reaches a worker:
+	// Files: {"candidate.bin": b}, Args: {..., "{rundir}/candidate.bin"}.
+	Files map[string][]byte
+	// Foreign marks a program that is not one of reduce's workers (the exec
+	// backend's user command): its exit status 86 is its own, and
+	// Result.Harness is never set.
+	Foreign bool
+}
+
+// Result is what happened to one Command.
+//
+// For the conversion to the signature parser's ExitInfo: the process exited
+// normally iff Signal == 0 && ExitCode >= 0 (ExitCode is its status); it was
+// killed by a signal iff Signal != 0 (ExitCode is then -1, CoreDump says
+// whether a core was dumped); TimedOut and Canceled say that the Runner
+// itself interrupted it (first SIGINT, then SIGKILL), so Signal is then
+// typically SIGINT or SIGKILL (or the exit status of the child's SIGINT
+// handler) and says nothing about the candidate; Harness says the worker
+// never ran the candidate. Err != nil with Started false means the child
+// never ran: nothing else is meaningful.
+type Result struct {
+	// ExitCode is the exit status; -1 when killed by a signal or never
+	// started.
+	ExitCode int
+	// Signal is the signal that killed the process, 0 if none.
+	Signal syscall.Signal
+	// CoreDump reports that the signal dumped a core.
+	CoreDump bool
+	// TimedOut reports that the timeout expired and the Runner interrupted
+	// the process.
+	TimedOut bool
+	// Canceled reports that the context was done before the process exited
+	// (the Runner interrupted it) or before it could start. The outcome says
+	// nothing about the candidate.
+	Canceled bool
+	// Harness reports that a worker exited with HarnessExitCode: it could
+	// not run the candidate at all. Never set for a Foreign command, nor
+	// when the Runner interrupted the process.
+	Harness bool
+	// Started reports that the process was started (PID is valid).
+	Started bool
+	// PID is the process's id, which is also its process group's.
+	PID int
+	// Stdout and Stderr are the bounded captures of the two streams: all of
+	// a stream up to Runner.CaptureLimit bytes; beyond that its first and
+	// last halves around a line "... [N bytes elided] ...", N the number of
+	// bytes dropped. nil when the stream was empty.
+	Stdout, Stderr []byte
+	// StdoutBytes and StderrBytes count every byte the streams carried.
+	StdoutBytes, StderrBytes int64
+	// Truncated reports that either stream was cut.
+	Truncated bool
+	// Duration runs from the start until the process exited.
+	Duration time.Duration
+	// Err is the Runner's own failure: the program could not be started,
+	// the per-run directory could not be made or removed, the process could
+	// not be killed (stuck in the kernel), or the context was done before
+	// the start. nil for any outcome of the child itself, crashes included.
+	Err error
+}
+
+// Runner runs each Command in a fresh process of its own process group,
+// with a timeout, bounded output capture and cleanup of every process and
+// file the run left. A Runner's options must not change while it runs; one
+// Runner may run any number of commands at once. The zero Runner uses the
+// defaults.
+type Runner struct {
+	// Timeout bounds a run: 0 means DefaultTimeout (60 s), negative means
+	// none (the context still applies). A hang is a common outcome of a
+	// broken candidate; a zero Runner must not wait for it forever.
+	Timeout time.Duration
+	// Grace is the time between SIGINT and SIGKILL when the Runner
+	// interrupts a run (timeout or context done): long enough for a Python
+	// worker to print the KeyboardInterrupt traceback that says where it
+	// hung. 0 means DefaultGrace (2 s); negative means SIGKILL at once.
+	Grace time.Duration
+	// CaptureLimit bounds the kept output of each stream, in bytes: 0 means
+	// DefaultCaptureLimit (1 MiB); negative keeps nothing (bytes are still
+	// counted).
+	CaptureLimit int
+	// WaitDelay bounds how long Run keeps reading the child's output after
+	// the child exited and its process group was killed; it matters only
+	// when a process outside the group (one that called setsid) still holds
+	// the pipes. 0 or negative means DefaultWaitDelay (1 s): the child's
+	// last output may still be in the pipe, so there is always some wait.
+	WaitDelay time.Duration
+	// TempRoot is where per-run directories and TempFile's files are made;
+	// "" means os.TempDir().
+	TempRoot string
+	// Environ is the base environment of every run; nil means the
+	// reducer's (os.Environ()). FilterEnv is applied to it.
+	Environ []string
+}
+
+func (r *Runner) timeout(c *Command) time.Duration {
+	t := r.Timeout
+	if c.Timeout != 0 {
+		t = c.Timeout
+	}
+	switch {
+	case t == 0:
+		return DefaultTimeout
+	case t < 0:
+		return 0
+	}
+	return t
+}
+
+func (r *Runner) grace() time.Duration {
+	switch {
+	case r.Grace == 0:
+		return DefaultGrace
+	case r.Grace < 0:
+		return 0
+	}
+	return r.Grace
+}
+
+func (r *Runner) captureLimit() int {
+	if r.CaptureLimit == 0 {
+		return DefaultCaptureLimit
+	}
+	return r.CaptureLimit
+}
+
+func (r *Runner) waitDelay() time.Duration {
+	if r.WaitDelay <= 0 {
+		return DefaultWaitDelay
+	}
+	return r.WaitDelay
+}
+
+func (r *Runner) tempRoot() string {
+	if r.TempRoot != "" {
+		return r.TempRoot
+	}
+	return os.TempDir()
+}
+
+// TempFile writes data to a new file in TempRoot, its name made from
+// pattern as os.CreateTemp makes it, and returns its path and a cleanup
+// that removes it (safe to call more than once). Call cleanup after Run
+// returns: Run returns only once the child's process group is dead. Prefer
+// Command.Files, which Run itself cleans up.
+func (r *Runner) TempFile(pattern string, data []byte) (path string, cleanup func(), err error) {
+	f, err := os.CreateTemp(r.tempRoot(), pattern)
+	if err != nil {
+		return "", nil, fmt.Errorf("replay: temporary file: %w", err)
+	}
+	path = f.Name()
+	cleanup = func() { os.Remove(path) }
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("replay: temporary file: %w", err)
+	}
+	return path, cleanup, nil
+}
+
+// makeRunDir creates the per-run directory and writes c.Files into it.
+func (r *Runner) makeRunDir(c *Command) (string, error) {
+	dir, err := os.MkdirTemp(r.tempRoot(), "reduce-run-*")
+	if err != nil {
+		return "", fmt.Errorf("replay: per-run directory: %w", err)
+	}
+	for name, data := range c.Files {
+		if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
+			removeAll(dir)
+			return "", fmt.Errorf("replay: Command.Files: %q is not a plain file name", name)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			removeAll(dir)
+			return "", fmt.Errorf("replay: per-run directory: %w", err)
+		}
+	}
+	return dir, nil
+}
+
+// removeAll removes dir and everything in it, also what a child made
+// unwritable (a directory chmod 0 cannot be emptied until it is chmod'ed
+// back).
+func removeAll(dir string) error {
+	err := os.RemoveAll(dir)
+	if err == nil {
+		return nil
+	}
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if d != nil && d.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("replay: removing per-run directory: %w", err)
+	}
+	return nil
+}
+
+// readBufs holds the buffers the output readers copy through.
+var readBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// stream reads one of the child's output pipes into a capture until EOF,
+// or until stop makes it give up.
+type stream struct {
+	f    *os.File
+	c    *capture
+	done chan struct{}
+}
+
+func startStream(f *os.File, limit int) *stream {
+	s := &stream{f: f, c: newCapture(limit), done: make(chan struct{})}
+	go s.read()
+	return s
+}
+
+func (s *stream) read() {
+	defer close(s.done)
+	defer s.f.Close()
+	bp := readBufs.Get().(*[]byte)
+	defer readBufs.Put(bp)
+	buf := *bp
+	for {
+		n, err := s.f.Read(buf)
+		s.c.Write(buf[:n])
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.drain(buf)
+		}
+		return
+	}
+}
+
+// drain reads, without blocking, what is already in the pipe when stop set
+// the deadline: the last words of a child whose pipe an escaped process
+// still holds. At most 1 MiB, so that a process flooding the pipe cannot
+// keep it going.
+func (s *stream) drain(buf []byte) {
+	rc, err := s.f.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Control(func(fd uintptr) {
+		for left := 1 << 20; left > 0; {
+			n, err := syscall.Read(int(fd), buf[:min(len(buf), left)])
+			if n <= 0 || err != nil {
+				return
+			}
+			s.c.Write(buf[:n])
+			left -= n
+		}
+	})
+}
+
+// stop makes read return: after what is in the pipe now, even if some
+// process still holds the write end.
+func (s *stream) stop() { s.f.SetReadDeadline(time.Now()) }
+
+// waitExited blocks until the process pid has exited, without reaping it:
+// while it is a zombie its pid, which is also its process group's id,
+// cannot be reused, so the group can be signalled safely.
+func waitExited(pid int) error {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		return err
+	}
+}
+
+// signalGroup sends sig to the process group pgid and to its leader (which
+// may have left the group).
+func signalGroup(pgid int, sig syscall.Signal) {
+	syscall.Kill(-pgid, sig)
+	syscall.Kill(pgid, sig)
+}
+
+// Run runs c in a new process and reports what happened. It returns only
+// when the process is dead and reaped, every process left in its process
+// group has been sent SIGKILL, its output is read and its per-run
+// directory removed. The exception is a process that SIGKILL does not end
+// within 10 s (stuck in a driver): Result.Err says so, and the cleanup
+// finishes in the background once it dies.
+//
+// The process is the leader of a new process group and gets SIGKILL if the
+// reducer dies (Linux's parent-death signal; its own children do not). On
+// timeout or when ctx is done, the group gets SIGINT, then after
+// Runner.Grace SIGKILL. Once the leader has exited, and before it is
+// reaped (so that its pid, the group's id, cannot have been reused), the
+// group gets SIGKILL again: no child it forked outlives it or keeps its
+// output pipes open. A descendant that left the group (setsid, setpgid) is
+// out of reach: Run stops reading the pipes it holds after
+// Runner.WaitDelay and leaves it running.
+func (r *Runner) Run(ctx context.Context, c Command) (res Result) {
+	res.ExitCode = -1
+	if err := ctx.Err(); err != nil {
+		res.Canceled = true
+		res.Err = err
+		return res
+	}
+
+	var dir string
+	if c.TempDir || len(c.Files) > 0 {
+		var err error
+		if dir, err = r.makeRunDir(&c); err != nil {
+			res.Err = err
+			return res
+		}
+	}
+	cleanupDir := func() error {
+		if dir == "" {
+			return nil
+		}
+		return removeAll(dir)
+	}
+	abandoned := false
+	defer func() {
+		if abandoned {
+			return // the background reaper cleans up
+		}
+		if err := cleanupDir(); err != nil {
+			res.Err = errors.Join(res.Err, err)
+		}
+	}()
+
+	cmd := r.command(&c, dir)
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		res.Err = fmt.Errorf("replay: pipe: %w", err)
+		return res
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		res.Err = fmt.Errorf("replay: pipe: %w", err)
+		return res
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	var inR, inW *os.File
+	if c.Stdin != nil {
+		if inR, inW, err = os.Pipe(); err != nil {
+			outR.Close()
+			outW.Close()
+			errR.Close()
+			errW.Close()
+			res.Err = fmt.Errorf("replay: pipe: %w", err)
+			return res
+		}
+		cmd.Stdin = inR
+	}
+
+	// The child is started, and waited for, on one locked OS thread: Linux
+	// sends the parent-death signal when the thread that forked the child
+	// exits, and a Go thread may exit while the child runs unless it is
+	// held like this. The thread is blocked in waitid meanwhile anyway.
+	start := time.Now()
+	started := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		waitExited(cmd.Process.Pid)
+		close(exited)
+	}()
+	err = <-started
+	// The child has its copies of the pipes' ends now; the reducer keeps
+	// only its own, so that EOF comes when the child's side is gone.
+	outW.Close()
+	errW.Close()
+	if inR != nil {
+		inR.Close()
+	}
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		if inW != nil {
+			inW.Close()
+		}
+		res.Err = fmt.Errorf("replay: start %s: %w", c.Path, err)
+		return res
+	}
+	res.Started = true
+	pid := cmd.Process.Pid
+	res.PID = pid
+
+	limit := r.captureLimit()
+	stdout := startStream(outR, limit)
+	stderr := startStream(errR, limit)
+	stdinDone := make(chan struct{})
+	if inW != nil {
+		go func() {
+			defer close(stdinDone)
+			inW.Write(c.Stdin) // EPIPE when the child did not read it all: fine
+			inW.Close()
+		}()
+	} else {
+		close(stdinDone)
+	}
+
+	var timeoutC <-chan time.Time
+	if d := r.timeout(&c); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeoutC = t.C
+	}
+	interrupted := false
+	select {
+	case <-exited:
+	case <-timeoutC:
+		res.TimedOut, interrupted = true, true
+	case <-ctx.Done():
+		res.Canceled, interrupted = true, true
+	}
+	if interrupted {
+		if g := r.grace(); g > 0 {
+			signalGroup(pid, syscall.SIGINT)
+			var cancelC <-chan struct{}
+			if res.TimedOut {
+				cancelC = ctx.Done() // cancelled during the grace: no more of it
+			}
+			t := time.NewTimer(g)
+			select {
+			case <-exited:
+			case <-t.C:
+			case <-cancelC:
+			}
+			t.Stop()
+		}
+		select {
+		case <-exited:
+		default:
+			signalGroup(pid, syscall.SIGKILL)
+			t := time.NewTimer(killWait)
+			select {
+			case <-exited:
+			case <-t.C:
+				abandoned = true
+			}
+			t.Stop()
+		}
+	}
+	res.Duration = time.Since(start)
+
+	stopAll := func() {
+		stdout.stop()
+		stderr.stop()
+		if inW != nil {
+			inW.SetWriteDeadline(time.Now())
+		}
+	}
+	collect := func() {
+		<-stdout.done
+		<-stderr.done
+		<-stdinDone
+		res.Stdout, res.StdoutBytes = stdout.c.Bytes(), stdout.c.total
+		res.Stderr, res.StderrBytes = stderr.c.Bytes(), stderr.c.total
+		res.Truncated = stdout.c.truncated() || stderr.c.truncated()
+	}
+
+	if abandoned {
+		stopAll()
+		collect()
+		res.Err = fmt.Errorf("replay: %s (pid %d) did not exit within %v of SIGKILL; abandoned", c.Path, pid, killWait)
+		go func() {
+			<-exited
+			signalGroup(pid, syscall.SIGKILL)
+			cmd.Wait()
+			cleanupDir()
+		}()
+		return res
+	}
+
+	// The leader is a zombie: kill what is left of its group before
+	// reaping it, then read the pipes to EOF (which comes as soon as the
+	// killed processes are gone), for at most WaitDelay.
+	signalGroup(pid, syscall.SIGKILL)
+	werr := cmd.Wait()
+	t := time.AfterFunc(r.waitDelay(), stopAll)
+	collect()
+	t.Stop()
+
+	if cmd.ProcessState == nil {
+		res.Err = fmt.Errorf("replay: wait %s: %w", c.Path, werr)
+		return res
+	}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+		switch {
+		case ws.Exited():
+			res.ExitCode = ws.ExitStatus()
+		case ws.Signaled():
+			res.Signal = ws.Signal()
+			res.CoreDump = ws.CoreDump()
+		}
+	} else {
+		res.ExitCode = cmd.ProcessState.ExitCode()
+	}
+	res.Harness = !c.Foreign && !interrupted && res.Signal == 0 && res.ExitCode == HarnessExitCode
+	return res
+}
+
+// command builds the exec.Cmd of c; dir is the per-run directory or "".
+func (r *Runner) command(c *Command, dir string) *exec.Cmd {
+	expand := func(s string) string {
+		if dir == "" {
+			return s
+		}
+		return strings.ReplaceAll(s, RunDirArg, dir)
+	}
+	args := make([]string, len(c.Args))
+	for i, a := range c.Args {
+		args[i] = expand(a)
+	}
+	cmd := exec.Command(c.Path, args...)
+	cmd.Dir = expand(c.Dir)
+	var runDir []string
+	if dir != "" {
+		runDir = []string{RunDirEnv + "=" + dir, "TMPDIR=" + dir}
+	}
+	cmd.Env = MergeEnv(r.environ(), runDir, c.Env)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return cmd
+}

@@ -1,0 +1,479 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+)
+
+// Signature identifies a failure well enough to tell whether a replay
+// reproduced the recorded one or slipped onto a different bug. Parse builds
+// it from a replay's stderr and exit status with the volatile parts (thread
+// and block ids, paths, line numbers, addresses, pids, rank prefixes, sizes,
+// generated Inductor names) normalized away.
+//
+// Fields:
+//
+//   - Family is one of the Family* constants (a plain string so that it
+//     round-trips through JSON and flags without conversions).
+//   - Backend is "cuda", "hip", "cpu", "triton" (Inductor/Triton generated
+//     kernels) or "", derived from markers in the text (see Parse). It is
+//     informational: no match level compares it, so a CUDA and a HIP build
+//     of the same assert match.
+//   - Kernel is the device kernel's function name for device asserts
+//     (nll_loss_forward_reduce_cuda_kernel_2d), the torch.nn.functional
+//     function for CPU exceptions raised inside it (cross_entropy), the op
+//     of a device mismatch (addmm), the autograd Function of a NaN anomaly
+//     (MulBackward0), or "" when unknown.
+//   - Expression is the part that says which check failed: the assert's
+//     source expression for device asserts, "<ExceptionClass>: <message with
+//     every integer replaced by N>" for host exceptions, a canonical text for
+//     the CUDA error families, "killed by SIGSEGV" for signals.
+//   - Exception is the exception class as printed (RuntimeError,
+//     torch.AcceleratorError, torch.cuda.OutOfMemoryError, c10::Error) or the
+//     signal name for signal families. Informational: not compared, since
+//     the class of one failure changes between releases.
+//
+// In JSON, empty fields other than family are left out.
+type Signature struct {
+	Family     string `json:"family"`
+	Backend    string `json:"backend,omitempty"`
+	Kernel     string `json:"kernel,omitempty"`
+	Expression string `json:"expression,omitempty"`
+	Exception  string `json:"exception,omitempty"`
+}
+
+// Failure families. Family is a plain string field; these are its values.
+const (
+	// FamilyDeviceAssert: a kernel assert fired on the device
+	// (CUDA_KERNEL_ASSERT, HIP "Device-side assertion", Triton/Inductor
+	// bounds asserts, THC "cuda runtime error (59)").
+	FamilyDeviceAssert = "device_assert"
+	// FamilyIllegalAddress: CUDA error 700, "an illegal memory access was
+	// encountered".
+	FamilyIllegalAddress = "illegal_address"
+	// FamilyLaunchFailure: CUDA error 719 / HIP "unspecified launch failure"
+	// with no assert line to say more.
+	FamilyLaunchFailure = "launch_failure"
+	// FamilyMisaligned: CUDA error 716, "misaligned address".
+	FamilyMisaligned = "misaligned"
+	// FamilyROCmMemFault: the ROCm runtime's "Memory access fault by GPU
+	// node-N ... Reason: ..." (the process then aborts).
+	FamilyROCmMemFault = "rocm_memfault"
+	// FamilyOOM: device ("CUDA out of memory", torch.cuda.OutOfMemoryError,
+	// torch.OutOfMemoryError) or host (DefaultCPUAllocator, std::bad_alloc,
+	// MemoryError) allocation failure; Expression tells the two apart.
+	FamilyOOM = "oom"
+	// FamilyHostCheck: an exception raised on the host: shape, dtype and
+	// bounds checks of CPU kernels (see Parse for why CPU bounds errors are
+	// here and not under device_assert), and every exception that no other
+	// family claims. Expression carries "<class>: <normalized message>".
+	FamilyHostCheck = "host_check"
+	// FamilyNaNAnomaly: autograd anomaly mode, "Function 'MulBackward0'
+	// returned nan values in its 0th output."
+	FamilyNaNAnomaly = "nan_anomaly"
+	// FamilyDeviceMismatch: "Expected all tensors to be on the same device".
+	FamilyDeviceMismatch = "device_mismatch"
+	// FamilyAbortSignal: killed by SIGABRT with nothing more specific in the
+	// text (an uncaught C++ exception of unknown meaning, os.abort()).
+	FamilyAbortSignal = "abort_signal"
+	// FamilyCrashSignal: killed by SIGSEGV, SIGBUS, SIGFPE, SIGILL or SIGTRAP.
+	FamilyCrashSignal = "crash_signal"
+	// FamilyTimeout: the runner killed the replay at its deadline.
+	FamilyTimeout = "timeout"
+	// FamilyPass: exit status 0.
+	FamilyPass = "pass"
+	// FamilyInfra: the replay could not be judged: the harness failed, the
+	// environment is broken (import errors, no GPU, no kernel image for the
+	// device), or the process was killed from outside (SIGKILL, SIGTERM, ...).
+	FamilyInfra = "infra"
+)
+
+// Backends, the values of Signature.Backend besides "".
+const (
+	BackendCUDA   = "cuda"
+	BackendHIP    = "hip"
+	BackendCPU    = "cpu"
+	BackendTriton = "triton"
+)
+
+// Families returns every family, failing ones first.
+func Families() []string {
+	return []string{
+		FamilyDeviceAssert, FamilyIllegalAddress, FamilyLaunchFailure, FamilyMisaligned,
+		FamilyROCmMemFault, FamilyOOM, FamilyHostCheck, FamilyNaNAnomaly, FamilyDeviceMismatch,
+		FamilyAbortSignal, FamilyCrashSignal, FamilyTimeout, FamilyPass, FamilyInfra,
+	}
+}
+
+// Failing reports whether s is a failure that can stand for a reproduction:
+// any non-empty family except pass, timeout and infra. A timeout is not
+// counted because a slow candidate is no evidence of the bug; infra is not a
+// verdict on the candidate at all.
+func Failing(s Signature) bool {
+	switch s.Family {
+	case "", FamilyPass, FamilyTimeout, FamilyInfra:
+		return false
+	}
+	return true
+}
+
+// String renders s on one line:
+// "family(backend) kernel: expression [exception]", leaving out empty parts.
+func (s Signature) String() string {
+	var b strings.Builder
+	b.WriteString(s.Family)
+	if b.Len() == 0 {
+		b.WriteString("unknown")
+	}
+	if s.Backend != "" {
+		b.WriteString("(" + s.Backend + ")")
+	}
+	if s.Kernel != "" {
+		b.WriteString(" " + s.Kernel)
+		if s.Expression != "" {
+			b.WriteString(":")
+		}
+	}
+	if s.Expression != "" {
+		b.WriteString(" " + s.Expression)
+	}
+	if s.Exception != "" {
+		b.WriteString(" [" + s.Exception + "]")
+	}
+	return b.String()
+}
+
+// MatchLevel says how closely a replay's signature must agree with the
+// recorded one to count as a reproduction.
+type MatchLevel string
+
+const (
+	// MatchStrict (the default): same family, same kernel and same
+	// expression. A kernel left empty on either side (an MSVC build prints
+	// no function name; a CPU exception may show no torch frame; old Triton
+	// prints "unknown") matches any kernel; an empty expression in the
+	// recorded signature matches any expression (the recording said only
+	// "device-side assert triggered"), but an empty expression in the
+	// candidate does not match a recorded one. Kernel names are compared
+	// after folding known aliases (THC-era names onto ATen ones,
+	// indexSelectSmallIndex onto indexSelectLargeIndex: which of the two
+	// runs depends on the number of indices, so removing samples can switch
+	// it).
+	MatchStrict MatchLevel = "strict"
+	// MatchFamily: same family.
+	MatchFamily MatchLevel = "family"
+	// MatchAny: the candidate is Failing (any family except pass, timeout
+	// and infra), whatever the recorded failure was.
+	MatchAny MatchLevel = "any"
+)
+
+// MatchLevels lists the valid levels, the default first.
+func MatchLevels() []MatchLevel { return []MatchLevel{MatchStrict, MatchFamily, MatchAny} }
+
+// String returns the flag spelling of l.
+func (l MatchLevel) String() string { return string(l) }
+
+// ErrMatchLevel is wrapped by ParseMatchLevel's errors.
+var ErrMatchLevel = errors.New("invalid match level")
+
+// ParseMatchLevel parses a --match flag value: "strict", "family" or "any"
+// (case-insensitive, surrounding space ignored); "" means strict.
+func ParseMatchLevel(s string) (MatchLevel, error) {
+	v := strings.ToLower(strings.TrimSpace(s))
+	if v == "" {
+		return MatchStrict, nil
+	}
+	for _, l := range MatchLevels() {
+		if v == string(l) {
+			return l, nil
+		}
+	}
+	return "", fmt.Errorf("%w %q: valid levels are strict (the default), family and any", ErrMatchLevel, s)
+}
+
+// Matches reports whether s, a replay's signature, reproduces want, the
+// recorded one, at level. When want itself is not Failing (a recorded
+// timeout, pass or infra) every level asks for the same family, so that a
+// recorded hang is reduced to candidates that hang. An unknown level is
+// treated as MatchStrict.
+//
+// The backend and the exception class are never compared: the same assert
+// from a CUDA and a HIP build, or raised as RuntimeError before 2.8 and as
+// torch.AcceleratorError after, is the same failure.
+func (s Signature) Matches(want Signature, level MatchLevel) bool {
+	if !Failing(want) {
+		return s.Family == want.Family
+	}
+	switch level {
+	case MatchAny:
+		return Failing(s)
+	case MatchFamily:
+		return s.Family == want.Family
+	}
+	if s.Family != want.Family {
+		return false
+	}
+	if s.Kernel != "" && want.Kernel != "" && canonicalKernel(s.Kernel) != canonicalKernel(want.Kernel) {
+		return false
+	}
+	return want.Expression == "" || s.Expression == want.Expression
+}
+
+// kernelAliases folds kernel names that stand for one check. THC-era
+// (PyTorch <= 1.4) THCUNN kernels fold onto their ATen successors.
+var kernelAliases = map[string]string{
+	"indexSelectSmallIndex":                             "indexSelectLargeIndex",
+	"cunn_ClassNLLCriterion_updateOutput_kernel":        "nll_loss_forward_reduce_cuda_kernel_2d",
+	"cunn_SpatialClassNLLCriterion_updateOutput_kernel": "nll_loss2d_forward_kernel",
+}
+
+func canonicalKernel(k string) string {
+	if a, ok := kernelAliases[k]; ok {
+		return a
+	}
+	return k
+}
+
+// ExitInfo is how a replay process ended, as the runner saw it.
+//
+//   - Code is the exit status. Go's (*os.ProcessState).ExitCode() gives -1
+//     for a process killed by a signal; Python's subprocess gives -N; a shell
+//     wrapper gives 128+N. All three are understood when Signal is 0 (a Code
+//     of -1 alone means "unknown" and is infra).
+//   - Signal is the number of the signal that killed the process, 0 if it
+//     exited (syscall.WaitStatus.Signal()).
+//   - TimedOut is set when the runner killed it at its deadline.
+//   - Harness is set when the worker reported a harness failure (its
+//     reserved exit code, HarnessExitCode): the replay did not run the
+//     candidate.
+//   - Canceled is set when the runner interrupted the process for a reason
+//     of its own (its context was done): the outcome says nothing about the
+//     candidate.
+//
+// From the Runner's Result: ExitInfo{Code: r.ExitCode, Signal:
+// int(r.Signal), TimedOut: r.TimedOut, Harness: r.Harness, Canceled:
+// r.Canceled}.
+type ExitInfo struct {
+	Code     int  `json:"code"`
+	Signal   int  `json:"signal,omitempty"`
+	TimedOut bool `json:"timed_out,omitempty"`
+	Harness  bool `json:"harness,omitempty"`
+	Canceled bool `json:"canceled,omitempty"`
+}
+
+// signal returns the signal that ended the process, or 0.
+func (e ExitInfo) signal() int {
+	switch {
+	case e.Signal > 0:
+		return e.Signal
+	case e.Code < -1 && e.Code >= -64:
+		return -e.Code
+	case e.Code > 128 && e.Code <= 128+64:
+		return e.Code - 128
+	}
+	return 0
+}
+
+var signalNames = map[int]string{
+	int(syscall.SIGHUP): "SIGHUP", int(syscall.SIGINT): "SIGINT", int(syscall.SIGQUIT): "SIGQUIT",
+	int(syscall.SIGILL): "SIGILL", int(syscall.SIGTRAP): "SIGTRAP", int(syscall.SIGABRT): "SIGABRT",
+	int(syscall.SIGBUS): "SIGBUS", int(syscall.SIGFPE): "SIGFPE", int(syscall.SIGKILL): "SIGKILL",
+	int(syscall.SIGSEGV): "SIGSEGV", int(syscall.SIGPIPE): "SIGPIPE", int(syscall.SIGALRM): "SIGALRM",
+	int(syscall.SIGTERM): "SIGTERM",
+}
+
+func signalName(n int) string {
+	if s, ok := signalNames[n]; ok {
+		return s
+	}
+	return fmt.Sprintf("signal %d", n)
+}
+
+// signalNumber maps "SIGSEGV" (or "SEGV") to its number, or 0.
+func signalNumber(name string) int {
+	name = strings.ToUpper(name)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	for n, s := range signalNames {
+		if s == name {
+			return n
+		}
+	}
+	return 0
+}
+
+func isCrashSignal(n int) bool {
+	switch syscall.Signal(n) {
+	case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL, syscall.SIGTRAP:
+		return true
+	}
+	return false
+}
+
+// deviceSide reports whether family is a failure of the device itself: one
+// that leaves the context broken, so that a crash at teardown is its
+// consequence rather than another bug.
+func deviceSide(family string) bool {
+	switch family {
+	case FamilyDeviceAssert, FamilyIllegalAddress, FamilyLaunchFailure, FamilyMisaligned, FamilyROCmMemFault:
+		return true
+	}
+	return false
+}
+
+// Parse builds the signature of one replay from its stderr and how it ended.
+//
+// Exit status first:
+//
+//   - TimedOut → timeout; Harness or Canceled → infra (whatever the text
+//     says).
+//   - Code 0 and no signal → pass. The exit status is the authority on
+//     whether the run failed; the text only says how. A run that exits 0 is
+//     a pass even when it printed garbage, warnings or a traceback it
+//     recovered from (a Dynamo fallback, a retried DataLoader worker).
+//   - SIGKILL → infra: as in Go's internal/fuzz, a SIGKILL is not taken for
+//     a crash of the candidate. It comes from outside: the kernel's OOM
+//     killer, a person, a scheduler. (A runner's own deadline kill is
+//     reported as TimedOut.) Other signals that come from outside (SIGTERM,
+//     SIGINT, SIGHUP, SIGQUIT, SIGPIPE, ...) → infra as well.
+//   - SIGABRT → the family the text shows when it shows something specific
+//     (a CUDA assert or error carried by "terminate called after throwing an
+//     instance of 'c10::Error'", a ROCm memory fault, an OOM): the abort is
+//     how the C++ runtime reports it. Otherwise abort_signal, with the C++
+//     exception class and its normalized what() message when printed.
+//   - SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP → crash_signal, unless the
+//     text shows a device-side failure first (device_assert,
+//     illegal_address, launch_failure, misaligned, rocm_memfault): a broken
+//     CUDA context often crashes at teardown.
+//   - Any other non-zero exit → the family the text shows; with nothing
+//     recognizable, host_check with Expression "exit status N" (a user
+//     command may signal its failure by exit status alone).
+//
+// A torchrun or torch.multiprocessing parent that reports a child killed by
+// a signal ("Signal 11 (SIGSEGV) received by PID ...", "process 0 terminated
+// with signal SIGSEGV") is treated as killed by that signal when its text
+// shows nothing more specific.
+//
+// Then the text, line by line after stripping ANSI colours, carriage returns
+// and rank prefixes ([rank3]:, [default0]:, "0: ", "[1,0]<stderr>:"):
+//
+//   - The FIRST device assert line gives kernel and expression (the first
+//     failing thread; thousands may follow): CUDA
+//     "<path>:<line>: <kernel>: block: [x,y,z], thread: [x,y,z] Assertion
+//     `<expr>` failed." (MSVC builds print no kernel), HIP "<path>:<line>:
+//     <kernel>: Device-side assertion `<expr>' failed.", Triton
+//     "unknown:0: unknown: block: ..." or a torchinductor_<user>/... path.
+//     Kernel names lose return types, template and parameter lists, "[with
+//     ...]" and namespaces (THC printed "void
+//     cunn_ClassNLLCriterion_updateOutput_kernel(Dtype *, ...) [with Dtype =
+//     float]"); Inductor names lose their trailing "_<n>"; "unknown" is "".
+//     Expressions keep their numbers (they are source text, and a bound like
+//     the 32000 of "0 <= tmp4 < 32000" is a shared dimension that does not
+//     change when samples are removed) but generated tmpN names become tmp.
+//   - Otherwise the exception of the LAST Python traceback (a launcher's
+//     wrapper, torchrun's ChildFailedError or torch.multiprocessing's
+//     ProcessExitedException / ProcessRaisedException, is passed over for
+//     the traceback before it, or for the child's traceback nested in its
+//     message) and the what() of "terminate called after throwing an
+//     instance of 'X'" are classified (a specific family from either beats
+//     host_check from the other, the traceback first); with neither, the
+//     last bare "SomethingError: message" line is. A message is classified
+//     by its class and first line: device-side assert triggered /
+//     cuda runtime error (59) / Triton Error → device_assert; CUDA/HIP
+//     errors 700, 719, 716 → illegal_address, launch_failure, misaligned;
+//     out of memory texts and classes → oom; "returned nan values" →
+//     nan_anomaly; "Expected all tensors to be on the same device" →
+//     device_mismatch; ModuleNotFoundError, ImportError, SyntaxError,
+//     KeyboardInterrupt, "no CUDA GPUs are available", "no kernel image is
+//     available", "Torch not compiled with CUDA enabled" and the like →
+//     infra; anything else → host_check.
+//   - With no exception at all, the first line anywhere that carries one of
+//     those markers (a ROCm "Memory access fault by GPU node-N", a CUDA
+//     error in a log line; never a "...Warning:" line) decides, when it
+//     shows a family other than host_check.
+//
+// CPU exceptions and host_check. PyTorch's CPU kernels check bounds on the
+// host and raise (IndexError: Target 4 is out of bounds.; index out of range
+// in self; index 9 is out of bounds for dimension 1 with size 4; Class values
+// must be smaller than num_classes.; all elements of input should be between
+// 0 and 1). They are the CPU counterparts of the device asserts, but they
+// are exceptions raised by a host-side check, recoverable, with no device
+// context to break, so they are host_check — as are the shape and dtype
+// checks (Expected input batch_size (3) to match target batch_size (2).).
+// Calling them device_assert would make a CPU run look like a GPU one; the
+// link between the two is Class, which maps both the CUDA assert and the
+// CPU message of one op to one class id (nll_loss.target_bounds). The
+// strict key of a host_check is its Expression, "<class>: <message>" with
+// every integer replaced by N (targets, indices and sizes all change when
+// samples are removed), so "Target 4" and "Target 7" match while the
+// IndexError of x[idx] and the RuntimeError of gather, whose messages are
+// otherwise the same, do not. Kernel is the torch.nn.functional (or
+// torch.functional) function of the innermost traceback frame when that
+// frame is one, else "".
+//
+// Backend: triton when the text shows Triton or Inductor (Triton Error,
+// torchinductor_ paths, triton_ kernels, "unknown:0: unknown:" asserts); hip
+// for HIP markers (HIP error, .hip paths, Device-side assertion, Memory
+// access fault by GPU, AMD_SERIALIZE_KERNEL); cuda for CUDA markers (CUDA
+// error, .cu paths, cuda runtime error, CUDA out of memory, cuda:N devices,
+// wrapper_CUDA_ methods); otherwise cpu for host_check, nan_anomaly,
+// device_mismatch and a host OOM, and "" for the rest (pass, timeout, infra,
+// bare signals, a device OOM of another accelerator). A host check
+// raised for CUDA tensors prints no CUDA marker and so reads as cpu: the
+// backend is best effort, and no match level compares it.
+//
+// Parse never fails and is deterministic; input beyond 2 MiB is read as its
+// first and last MiB.
+func Parse(stderr []byte, exit ExitInfo) Signature {
+	if exit.TimedOut {
+		return Signature{Family: FamilyTimeout}
+	}
+	if exit.Harness {
+		return Signature{Family: FamilyInfra, Expression: "harness failure"}
+	}
+	if exit.Canceled {
+		return Signature{Family: FamilyInfra, Expression: "canceled"}
+	}
+	if exit.Code == 0 && exit.Signal == 0 {
+		return Signature{Family: FamilyPass}
+	}
+	t := analyze(stderr)
+	found, specific := t.sig.Family != "", t.sig.Family != "" && t.sig.Family != FamilyHostCheck
+	sig := exit.signal()
+	if sig == 0 && t.childSignal != 0 && !specific {
+		sig = t.childSignal
+	}
+	switch {
+	case sig == int(syscall.SIGKILL):
+		return Signature{Family: FamilyInfra, Expression: "killed by SIGKILL", Exception: "SIGKILL"}
+	case sig == int(syscall.SIGABRT):
+		if specific {
+			return t.sig
+		}
+		s := Signature{Family: FamilyAbortSignal, Backend: t.backend, Exception: "SIGABRT"}
+		switch {
+		case t.abortClass != "":
+			s.Kernel, s.Expression, s.Exception = t.abortKernel, t.abortExpr, t.abortClass
+		case found:
+			s.Kernel, s.Expression, s.Exception = t.sig.Kernel, t.sig.Expression, t.sig.Exception
+		}
+		return s
+	case isCrashSignal(sig):
+		if deviceSide(t.sig.Family) {
+			return t.sig
+		}
+		return Signature{Family: FamilyCrashSignal, Expression: "killed by " + signalName(sig), Exception: signalName(sig)}
+	case sig != 0:
+		return Signature{Family: FamilyInfra, Expression: "killed by " + signalName(sig), Exception: signalName(sig)}
+	}
+	if found {
+		return t.sig
+	}
+	if exit.Code < 0 {
+		return Signature{Family: FamilyInfra, Expression: "unknown exit status"}
+	}
+	return Signature{Family: FamilyHostCheck, Expression: fmt.Sprintf("exit status %d", exit.Code)}
+}

@@ -1,0 +1,585 @@
+package replay
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// analysis is what the text of one stderr shows, before the exit status is
+// taken into account (see Parse).
+type analysis struct {
+	// sig is the failure the text shows; Family is "" when none.
+	sig Signature
+	// abortClass, abortKernel and abortExpr describe the C++ exception (or
+	// glibc host assert) that aborted the process, when one was printed and
+	// it said nothing more specific.
+	abortClass, abortKernel, abortExpr string
+	// childSignal is the signal a torchrun or torch.multiprocessing parent
+	// reports for its child, or 0.
+	childSignal int
+	// backend is what the text's markers alone say (see Parse), or "".
+	backend string
+}
+
+// maxParse bounds the text Parse reads: beyond it, the head (where the first
+// assert is) and the tail (where the last traceback is) are kept. The
+// Runner's default capture (1 MiB) is below it.
+const maxParse = 2 << 20
+
+type assertHit struct {
+	path, kernel, expr string
+	hip                bool
+}
+
+type excHit struct {
+	class string
+	msg   string   // the message's first line
+	cont  []string // following lines (bounded)
+	frame string   // function of the innermost frame under torch's functional modules, or ""
+	// wrapper: a launcher exception that only reports a child's failure.
+	wrapper bool
+}
+
+var (
+	cudaAssertRe  = regexp.MustCompile("(\\S+?):(\\d+): (?:(.*?): )?block: \\[[\\d, ]*\\], thread: \\[[\\d, ]*\\] Assertion `(.*)` failed")
+	hipAssertRe   = regexp.MustCompile("(\\S+?):(\\d+): (?:(.*?): )?Device-side assertion `(.*)' failed")
+	hostAssertRe  = regexp.MustCompile("(\\S+?):(\\d+): (?:(.*?): )?Assertion `(.*)' failed")
+	excLineRe     = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?:: ?(.*))?$`)
+	bareExcRe     = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?:Error|Exception)): (.*\S.*)$`)
+	frameRe       = regexp.MustCompile(`^\s+File "(.*)", line \d+, in (\S+)`)
+	terminateRe   = regexp.MustCompile(`terminate called after throwing an instance of '([^']+)'`)
+	whatRe        = regexp.MustCompile(`^\s*what\(\):\s*(.*)$`)
+	childSigNumRe = regexp.MustCompile(`Signal (\d+) \((SIG[A-Z0-9]+)\) received by PID`)
+	childSigName  = regexp.MustCompile(`(?:terminated with signal |died with <Signals\.)(SIG[A-Z0-9]+)`)
+	childExitRe   = regexp.MustCompile(`exitcode\s*:\s*-(\d+)\b`)
+	methodRe      = regexp.MustCompile(`in method (\w+)`)
+	anomalyFnRe   = regexp.MustCompile(`Function '([^']+)' returned nan values`)
+	memFaultRe    = regexp.MustCompile(`Memory access fault by GPU node-\d+.*?Reason: (.*)$`)
+	inductorIdxRe = regexp.MustCompile(`_\d+$`)
+	cudaFileRe    = regexp.MustCompile(`\.cuh?:\d|\bcuda:\d`)
+)
+
+// wrapperExceptions only report that a child failed; the child's own
+// traceback, printed before, says how.
+var wrapperExceptions = map[string]bool{
+	"ChildFailedError":       true, // torch.distributed.elastic (torchrun)
+	"ProcessExitedException": true, // torch.multiprocessing.spawn
+	"ProcessRaisedException": true, // torch.multiprocessing.spawn
+	"CalledProcessError":     true, // subprocess.check_call and friends
+}
+
+func lastComponent(class string) string {
+	if i := strings.LastIndex(class, "."); i >= 0 {
+		return class[i+1:]
+	}
+	return class
+}
+
+// cleanLine prepares one raw line: no ANSI colours, carriage returns, rank
+// prefixes or trailing space; leading indentation is kept (tracebacks need
+// it).
+func cleanLine(l string) string {
+	if strings.IndexByte(l, 0x1b) >= 0 {
+		l = ansiRe.ReplaceAllString(l, "")
+	}
+	l = strings.TrimRight(l, " \t\r")
+	return stripRankPrefix(l)
+}
+
+func analyze(stderr []byte) analysis {
+	text := string(stderr)
+	if len(text) > maxParse {
+		text = text[:maxParse/2] + "\n" + text[len(text)-maxParse/2:]
+	}
+	lines := strings.Split(text, "\n")
+
+	var (
+		a            analysis
+		first        *assertHit
+		hostAssert   *assertHit
+		excs         []*excHit
+		cur          *excHit // the traceback being read
+		inFrames     bool
+		bareClass    string
+		bareMsg      string
+		abortClass   string
+		abortWhat    string
+		abortPending bool
+		markerLine   string
+		hasTriton    bool
+		hasHIP       bool
+		hasCUDA      bool
+	)
+	for _, raw := range lines {
+		l := cleanLine(raw)
+		if l == "" {
+			if cur != nil && !inFrames && len(cur.cont) < 50 {
+				cur.cont = append(cur.cont, "")
+			}
+			continue
+		}
+		// Backend markers.
+		if !hasTriton && strings.Contains(l, "Triton Error") {
+			hasTriton = true
+		}
+		if !hasHIP && (strings.Contains(l, "HIP error") || strings.Contains(l, "hipError") || strings.Contains(l, "HIP out of memory") ||
+			strings.Contains(l, ".hip:") || strings.Contains(l, "/hip/") || strings.Contains(l, "Memory access fault by GPU") ||
+			strings.Contains(l, "AMD_SERIALIZE_KERNEL") || strings.Contains(l, "HIP_LAUNCH_BLOCKING") ||
+			strings.Contains(l, "TORCH_USE_HIP_DSA") || strings.Contains(l, "HIP kernel errors")) {
+			hasHIP = true
+		}
+		if !hasCUDA && (strings.Contains(l, "CUDA error") || strings.Contains(l, "cuda runtime error") || strings.Contains(l, "CUDA out of memory") ||
+			strings.Contains(l, "CUDA kernel errors") || strings.Contains(l, "CUDA_LAUNCH_BLOCKING") || strings.Contains(l, "wrapper_CUDA") ||
+			strings.Contains(l, "THCudaCheck") || strings.Contains(l, "cudaError") ||
+			((strings.Contains(l, ".cu") || strings.Contains(l, "cuda:")) && cudaFileRe.MatchString(l))) {
+			hasCUDA = true
+		}
+
+		// Device asserts: the first one wins.
+		if strings.Contains(l, "ssertion `") {
+			if first != nil && (strings.Contains(l, "block: [") || strings.Contains(l, "Device-side assertion `")) {
+				continue // the spam of the other failing threads
+			}
+			if h := matchAssert(l); h != nil {
+				if first == nil {
+					first = h
+				}
+				continue
+			}
+			if hostAssert == nil {
+				if m := hostAssertRe.FindStringSubmatch(l); m != nil {
+					hostAssert = &assertHit{path: m[1], kernel: cleanKernel(m[3]), expr: normalizeExpression(m[4])}
+				}
+			}
+		}
+
+		// C++ terminate.
+		if strings.Contains(l, "terminate called") {
+			if m := terminateRe.FindStringSubmatch(l); m != nil {
+				if abortClass == "" {
+					abortClass, abortPending = m[1], true
+				}
+				continue
+			}
+			if strings.Contains(l, "terminate called without an active exception") && abortClass == "" {
+				abortClass, abortWhat = "std::terminate", "terminate called without an active exception"
+				continue
+			}
+		}
+		if abortPending {
+			if m := whatRe.FindStringSubmatch(l); m != nil {
+				abortWhat = m[1]
+				abortPending = abortWhat == ""
+				continue
+			}
+			if abortWhat == "" && !strings.HasPrefix(l, " ") {
+				abortWhat, abortPending = strings.TrimSpace(l), false
+			}
+		}
+
+		// Child signals reported by launchers.
+		if a.childSignal == 0 && (strings.Contains(l, "received by PID") || strings.Contains(l, "terminated with signal") ||
+			strings.Contains(l, "died with <Signals.") || strings.Contains(l, "exitcode")) {
+			if m := childSigNumRe.FindStringSubmatch(l); m != nil {
+				a.childSignal, _ = strconv.Atoi(m[1])
+			} else if m := childSigName.FindStringSubmatch(l); m != nil {
+				a.childSignal = signalNumber(m[1])
+			} else if m := childExitRe.FindStringSubmatch(l); m != nil {
+				a.childSignal, _ = strconv.Atoi(m[1])
+			}
+		}
+
+		// Python tracebacks.
+		if strings.HasPrefix(l, "Traceback (most recent call last):") {
+			cur, inFrames = &excHit{}, true
+			continue
+		}
+		if cur != nil && inFrames {
+			if l[0] == ' ' || l[0] == '\t' {
+				if m := frameRe.FindStringSubmatch(l); m != nil {
+					cur.frame = ""
+					if isFunctionalModule(m[1]) {
+						cur.frame = m[2]
+					}
+				}
+				continue
+			}
+			if m := excLineRe.FindStringSubmatch(l); m != nil {
+				cur.class, cur.msg = m[1], strings.TrimSpace(m[2])
+				cur.wrapper = wrapperExceptions[lastComponent(cur.class)]
+				excs = append(excs, cur)
+				inFrames = false
+			}
+			continue
+		}
+		if cur != nil {
+			if strings.HasPrefix(l, "During handling of the above exception") || strings.HasPrefix(l, "The above exception was the direct cause") {
+				cur = nil
+				continue
+			}
+			if len(cur.cont) < 50 {
+				cur.cont = append(cur.cont, l)
+			}
+			continue
+		}
+		if isIdentStart(l[0]) && strings.Contains(l, ": ") {
+			if m := bareExcRe.FindStringSubmatch(l); m != nil {
+				bareClass, bareMsg = m[1], strings.TrimSpace(m[2])
+				continue
+			}
+		}
+		if markerLine == "" && hasMarker(l) {
+			markerLine = l
+		}
+	}
+
+	backend := func() string {
+		switch {
+		case hasTriton:
+			return BackendTriton
+		case hasHIP:
+			return BackendHIP
+		case hasCUDA:
+			return BackendCUDA
+		}
+		return ""
+	}
+
+	a.backend = backend()
+
+	// The exception of the last traceback that is not a launcher's wrapper.
+	var exc *excHit
+	for i := len(excs) - 1; i >= 0; i-- {
+		if !excs[i].wrapper {
+			exc = excs[i]
+			break
+		}
+	}
+
+	if first != nil {
+		s := Signature{Family: FamilyDeviceAssert, Kernel: first.kernel, Expression: first.expr}
+		switch {
+		case hasTriton || isTritonAssert(first):
+			s.Backend = BackendTriton
+		case first.hip || hasHIP:
+			s.Backend = BackendHIP
+		default:
+			s.Backend = BackendCUDA
+		}
+		switch {
+		case exc != nil:
+			s.Exception = exc.class
+		case abortClass != "":
+			s.Exception = abortClass
+		case bareClass != "":
+			s.Exception = bareClass
+		}
+		a.sig = s
+		return a
+	}
+
+	var fromExc, fromAbort Signature
+	if exc != nil {
+		msg := exc.msg
+		if msg == "" {
+			for _, c := range exc.cont {
+				if c = strings.TrimSpace(c); c != "" {
+					msg = c
+					break
+				}
+			}
+		}
+		fromExc = classify(exc.class, msg)
+		fromExc.Exception = exc.class
+		if fromExc.Family == FamilyHostCheck && fromExc.Kernel == "" {
+			fromExc.Kernel = exc.frame
+		}
+	}
+	if abortClass != "" {
+		fromAbort = classify(abortClass, abortWhat)
+		fromAbort.Exception = abortClass
+		if fromAbort.Family == FamilyHostCheck {
+			a.abortClass, a.abortExpr = abortClass, fromAbort.Expression
+		}
+	} else if hostAssert != nil {
+		a.abortClass, a.abortKernel = "assert", hostAssert.kernel
+		a.abortExpr = "Assertion `" + hostAssert.expr + "' failed."
+	}
+	specific := func(s Signature) bool { return s.Family != "" && s.Family != FamilyHostCheck }
+	switch {
+	case specific(fromExc):
+		a.sig = fromExc
+	case specific(fromAbort):
+		a.sig = fromAbort
+	case fromExc.Family != "":
+		a.sig = fromExc
+	case fromAbort.Family != "":
+		a.sig = fromAbort
+	case bareClass != "":
+		a.sig = classify(bareClass, bareMsg)
+		a.sig.Exception = bareClass
+	case markerLine != "":
+		if s := classify("", markerLine); specific(s) {
+			a.sig = s
+		}
+	}
+	if a.sig.Family == "" {
+		return a
+	}
+	if a.sig.Backend == "" {
+		a.sig.Backend = a.backend
+	}
+	switch a.sig.Family {
+	case FamilyHostCheck, FamilyNaNAnomaly, FamilyDeviceMismatch:
+		if a.sig.Backend == "" {
+			a.sig.Backend = BackendCPU // no accelerator marker: a host exception
+		}
+	}
+	return a
+}
+
+func isIdentStart(c byte) bool { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') }
+
+func matchAssert(l string) *assertHit {
+	if m := cudaAssertRe.FindStringSubmatch(l); m != nil {
+		return &assertHit{path: m[1], kernel: cleanKernel(m[3]), expr: normalizeExpression(m[4]),
+			hip: strings.Contains(m[1], ".hip") || strings.Contains(m[1], "/hip/")}
+	}
+	if m := hipAssertRe.FindStringSubmatch(l); m != nil {
+		return &assertHit{path: m[1], kernel: cleanKernel(m[3]), expr: normalizeExpression(m[4]), hip: true}
+	}
+	return nil
+}
+
+func isTritonAssert(h *assertHit) bool {
+	return h.path == "unknown" || strings.Contains(h.path, "torchinductor_") || strings.HasPrefix(h.kernel, "triton_")
+}
+
+// isFunctionalModule reports whether a traceback frame's file is one of the
+// torch modules whose function names are op names.
+func isFunctionalModule(path string) bool {
+	p := strings.ReplaceAll(path, `\`, "/")
+	return strings.HasSuffix(p, "torch/nn/functional.py") || strings.HasSuffix(p, "torch/functional.py")
+}
+
+// markers are substrings that make a line outside any traceback worth
+// classifying on its own.
+var markers = []string{
+	"Memory access fault by GPU", "CUDA error", "HIP error", "cuda runtime error", "Triton Error",
+	"out of memory", "DefaultCPUAllocator", "std::bad_alloc", "returned nan values",
+	"Expected all tensors to be on the same device", "can't open file", "device-side assert",
+	"illegal memory access", "unspecified launch failure", "misaligned address",
+}
+
+func hasMarker(l string) bool {
+	if strings.Contains(l, "Warning:") {
+		return false // warnings are not failures ("UserWarning: CUDA initialization: ...")
+	}
+	for _, m := range markers {
+		if strings.Contains(l, m) {
+			return true
+		}
+	}
+	return false
+}
+
+var infraClasses = map[string]bool{
+	"ModuleNotFoundError": true, "ImportError": true, "SyntaxError": true,
+	"IndentationError": true, "TabError": true, "KeyboardInterrupt": true,
+}
+
+// infraMessages mean the environment cannot run the replay at all.
+var infraMessages = []string{
+	"no CUDA GPUs are available", "Found no NVIDIA driver", "Torch not compiled with CUDA enabled",
+	"no kernel image is available for execution on the device", "CUDA driver version is insufficient",
+	"no CUDA-capable device is detected", "busy or unavailable", "no ROCm-capable device",
+	"CUDA driver initialization failed", "can't open file",
+}
+
+var deviceOOMMessages = []string{
+	"CUDA out of memory", "HIP out of memory", "CUDA error: out of memory", "HIP error: out of memory",
+	"CUBLAS_STATUS_ALLOC_FAILED", "HIPBLAS_STATUS_ALLOC_FAILED", "MPS backend out of memory", "XPU out of memory",
+}
+
+var hostOOMMessages = []string{"DefaultCPUAllocator: can't allocate memory", "std::bad_alloc", "can't allocate memory"}
+
+// Canonical expressions of the families that have no expression of their own.
+const (
+	exprDeviceOOM     = "device out of memory"
+	exprHostOOM       = "host out of memory"
+	exprIllegal       = "an illegal memory access was encountered"
+	exprLaunch        = "unspecified launch failure"
+	exprMisaligned    = "misaligned address"
+	exprSameDevice    = "Expected all tensors to be on the same device"
+	exprMemFaultLabel = "Memory access fault by GPU: "
+)
+
+// classify maps an exception class and the first line of its message (or a
+// bare log line, with class "") to a signature without Exception.
+func classify(class, msg string) Signature {
+	short := lastComponent(class)
+	has := func(subs ...string) bool {
+		for _, s := range subs {
+			if strings.Contains(msg, s) {
+				return true
+			}
+		}
+		return false
+	}
+	withClass := func(m string) string {
+		switch {
+		case class == "":
+			return normalizeMessage(m)
+		case strings.TrimSpace(m) == "":
+			return class
+		}
+		return class + ": " + normalizeMessage(m)
+	}
+	switch {
+	case infraClasses[short]:
+		return Signature{Family: FamilyInfra, Expression: withClass(msg)}
+	case has(infraMessages...):
+		return Signature{Family: FamilyInfra, Expression: normalizeMessage(msg)}
+	case strings.HasSuffix(short, "OutOfMemoryError") || has(deviceOOMMessages...):
+		return Signature{Family: FamilyOOM, Expression: exprDeviceOOM}
+	case short == "MemoryError" || short == "bad_alloc" || has(hostOOMMessages...):
+		return Signature{Family: FamilyOOM, Expression: exprHostOOM, Backend: BackendCPU}
+	case has("device-side assert triggered", "cudaErrorAssert", "hipErrorAssert", "runtime error (59)"):
+		return Signature{Family: FamilyDeviceAssert}
+	case has("an illegal memory access was encountered", "cudaErrorIllegalAddress"):
+		return Signature{Family: FamilyIllegalAddress, Expression: exprIllegal}
+	case has("misaligned address", "cudaErrorMisalignedAddress"):
+		return Signature{Family: FamilyMisaligned, Expression: exprMisaligned}
+	case has("unspecified launch failure", "cudaErrorLaunchFailure", "hipErrorLaunchFailure"):
+		return Signature{Family: FamilyLaunchFailure, Expression: exprLaunch}
+	case has("Memory access fault by GPU"):
+		reason := ""
+		if m := memFaultRe.FindStringSubmatch(msg); m != nil {
+			reason = m[1]
+		}
+		return Signature{Family: FamilyROCmMemFault, Backend: BackendHIP,
+			Expression: exprMemFaultLabel + normalizeMessage(reason)}
+	case has("returned nan values in its"):
+		s := Signature{Family: FamilyNaNAnomaly, Expression: Normalize(msg)}
+		if m := anomalyFnRe.FindStringSubmatch(msg); m != nil {
+			s.Kernel = m[1]
+		}
+		return s
+	case has("Expected all tensors to be on the same device", "is not on the expected device"):
+		s := Signature{Family: FamilyDeviceMismatch, Expression: exprSameDevice}
+		if m := methodRe.FindStringSubmatch(msg); m != nil {
+			s.Kernel = methodOp(m[1])
+		}
+		return s
+	}
+	if class == "" {
+		return Signature{Family: FamilyHostCheck, Expression: normalizeMessage(msg)}
+	}
+	return Signature{Family: FamilyHostCheck, Expression: withClass(msg)}
+}
+
+// dispatchKeys are the dispatch-key infixes of generated wrapper names
+// (wrapper_CUDA_addmm, wrapper_CompositeImplicitAutograd__index_select).
+var dispatchKeys = []string{
+	"CompositeExplicitAutogradNonFunctional", "CompositeExplicitAutograd", "CompositeImplicitAutograd",
+	"QuantizedCUDA", "QuantizedCPU", "SparseCUDA", "SparseCPU", "CUDA", "HIP", "CPU", "Meta", "MPS", "XPU",
+}
+
+// methodOp turns a dispatcher wrapper's name into the op it wraps:
+// "wrapper_CUDA_addmm" and "wrapper_addmm" → "addmm", "wrapper__index_select"
+// → "index_select".
+func methodOp(m string) string {
+	m = strings.TrimPrefix(m, "wrapper_")
+	for _, k := range dispatchKeys {
+		if strings.HasPrefix(m, k+"_") {
+			m = m[len(k)+1:]
+			break
+		}
+	}
+	return strings.TrimLeft(m, "_")
+}
+
+// cleanKernel reduces a printed function name to the kernel's identifier:
+// "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, long>(float *, ...)"
+// and "nll_loss_forward_reduce_cuda_kernel_2d" give the same; "void
+// cunn_ClassNLLCriterion_updateOutput_kernel(Dtype *, ...) [with Dtype =
+// float]" gives "cunn_ClassNLLCriterion_updateOutput_kernel"; "operator()"
+// stays; Inductor's "triton_poi_fused_embedding_0" loses its index; old
+// Triton's "unknown" is "".
+func cleanKernel(raw string) string {
+	k := strings.TrimSpace(raw)
+	if i := strings.Index(k, " [with "); i >= 0 {
+		k = k[:i]
+	}
+	k = strings.TrimSpace(strings.TrimSuffix(k, " const"))
+	if strings.HasSuffix(k, ")") {
+		if open := matchingOpen(k); open > 0 && !strings.HasSuffix(k[:open], "operator") {
+			k = k[:open]
+		}
+	}
+	k = stripAngles(k)
+	if i := strings.LastIndex(k, "::"); i >= 0 {
+		k = k[i+2:]
+	}
+	if i := strings.LastIndexAny(k, " *&"); i >= 0 {
+		k = k[i+1:]
+	}
+	if k == "unknown" {
+		return ""
+	}
+	if strings.HasPrefix(k, "triton_") {
+		k = inductorIdxRe.ReplaceAllString(k, "")
+	}
+	return k
+}
+
+// matchingOpen returns the index of the '(' that matches the final ')' of
+// s, or -1.
+func matchingOpen(s string) int {
+	depth := 0
+	for i := len(s) - 1; i >= 0; i-- {
+		switch s[i] {
+		case ')':
+			depth++
+		case '(':
+			depth--
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// stripAngles removes balanced <...> groups; an unbalanced '<' is kept.
+func stripAngles(s string) string {
+	if !strings.Contains(s, "<") {
+		return s
+	}
+	var b strings.Builder
+	depth := 0
+	start := -1
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '<':
+			if depth == 0 {
+				start = i
+			}
+			depth++
+			continue
+		case '>':
+			if depth > 0 {
+				depth--
+				continue
+			}
+		}
+		if depth == 0 {
+			b.WriteByte(s[i])
+		}
+	}
+	if depth > 0 && start >= 0 {
+		b.WriteString(s[start:])
+	}
+	return b.String()
+}
