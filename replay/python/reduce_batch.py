@@ -118,8 +118,6 @@ def _torch():
 # JSON, as Go's encoding/json writes it
 
 
-_GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-_GO_ESCAPE_RE = re.compile("[<>&\u2028\u2029]")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
@@ -130,16 +128,13 @@ def _clean_str(s):
 
 
 def encode_manifest(obj):
-    """The manifest bytes: compact JSON with sorted keys, escaped like Go's json.Marshal.
+    """The manifest bytes, canonical as docs/FORMAT.md defines them.
 
-    Keys are sorted by code point (the same order as Go's byte-wise order of UTF-8), there is
-    no insignificant whitespace, non-ASCII is written as UTF-8, and <, >, &, U+2028 and U+2029
-    are escaped as \\u003c, \\u003e, \\u0026, \\u2028 and \\u2029. NaN and infinities are refused.
+    Compact JSON with keys sorted at every level, every character outside printable ASCII
+    as a lowercase \\uXXXX escape (a surrogate pair beyond U+FFFF), which is what
+    json.dumps writes with sort_keys and compact separators. NaN and infinities are refused.
     """
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    # These characters can only occur inside JSON strings, so a textual replacement is exact.
-    text = _GO_ESCAPE_RE.sub(lambda m: _GO_ESCAPES[m.group()], text)
-    return text.encode("utf-8")
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("ascii")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,7 +286,7 @@ def _encode_tensor(torch, name, t, batch_dim, compression):
             "crc32": zlib.crc32(stored) & 0xFFFFFFFF,
         },
     }
-    if recorded >= _OFFSET_BYTES // itemsize:  # the rule's second branch, even when start == 0
+    if recorded != offset:  # docs/FORMAT.md: written only when it differs from offset
         entry["recorded_offset"] = recorded
     return entry, stored
 

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"io"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
+
+// run builds the app, runs it on args and returns the exit status. It is
+// what main calls and what the testscript tests call.
+func run(args []string, stdout, stderr io.Writer) int {
+	app := newApp(stdout, stderr)
+	err := app.Run(intersperse(app, args))
+	if err != nil {
+		report(stderr, err)
+	}
+	return exitCode(err)
+}
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:      "reduce",
+		Usage:     "shrink a recorded failing PyTorch batch to the smallest input that fails the same way",
+		UsageText: "reduce --batch crash.bin [flags]\nreduce COMMAND [flags] ARGS",
+		Description: "reduce replays subsets of a recorded batch, each in a fresh process, until it has the\n" +
+			"minimal input that still triggers the same failure, then writes a regression fixture.\n\n" +
+			"Record a batch with the Python module that `reduce recorder` prints.\n\n" +
+			"Examples:\n" +
+			"   reduce recorder > reduce_batch.py     # the recorder, for the training loop\n" +
+			"   reduce inspect crash.bin              # what the batch holds\n" +
+			"   reduce convert batch.npz -o crash.bin --op cross_entropy\n\n" +
+			"Exit codes: 0 done, 1 internal error, 2 bad usage or bad input,\n" +
+			"3 the original does not reproduce, 4 interrupted (a partial fixture was written).",
+		Writer:          stdout,
+		ErrWriter:       stderr,
+		HideHelpCommand: true,
+		Flags:           mainFlags(),
+		Action:          action(mainJob),
+		Commands: []*cli.Command{
+			inspectCommand(),
+			convertCommand(),
+			recorderCommand(),
+		},
+		// Errors are printed and mapped to exit codes by run, not by the
+		// library (which would call os.Exit from inside tests).
+		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return usagef("%v (see reduce %s--help)", err, commandPrefix(c))
+		},
+	}
+}
+
+func commandPrefix(c *cli.Context) string {
+	if c.Command != nil && c.Command.Name != "" {
+		return c.Command.Name + " "
+	}
+	return ""
+}
+
+// intersperse moves a subcommand's flags ahead of its positional arguments,
+// so `reduce convert in.npz -o out.bin` works: urfave/cli/v2 stops parsing
+// flags at the first positional argument. A "--" ends the flags as usual.
+func intersperse(app *cli.App, args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	var cmd *cli.Command
+	at := -1
+	for i := 1; i < len(args); i++ {
+		if !strings.HasPrefix(args[i], "-") {
+			cmd = app.Command(args[i])
+			at = i
+			break
+		}
+		if takesValue(app.Flags, args[i]) {
+			i++
+		}
+	}
+	if cmd == nil {
+		return args
+	}
+	var flags, positional []string
+	rest := args[at+1:]
+	for i := 0; i < len(rest); i++ {
+		a := rest[i]
+		switch {
+		case a == "--":
+			positional = append(positional, rest[i+1:]...)
+			i = len(rest)
+		case strings.HasPrefix(a, "-") && a != "-":
+			flags = append(flags, a)
+			if takesValue(cmd.Flags, a) && i+1 < len(rest) {
+				flags = append(flags, rest[i+1])
+				i++
+			}
+		default:
+			positional = append(positional, a)
+		}
+	}
+	out := append([]string{}, args[:at+1]...)
+	out = append(out, flags...)
+	if len(positional) > 0 {
+		out = append(out, "--")
+		out = append(out, positional...)
+	}
+	return out
+}
+
+// takesValue reports whether arg is a flag of flags that consumes the next
+// argument (it has no "=value" of its own and is not boolean).
+func takesValue(flags []cli.Flag, arg string) bool {
+	name := strings.TrimLeft(arg, "-")
+	if strings.Contains(name, "=") {
+		return false
+	}
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n != name {
+				continue
+			}
+			if v, ok := f.(cli.DocGenerationFlag); ok {
+				return v.TakesValue()
+			}
+			return false
+		}
+	}
+	return false
+}

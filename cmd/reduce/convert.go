@@ -1,0 +1,181 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"reduce/fixtures"
+)
+
+func convertCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "convert",
+		Usage:     "import .npz / .npy / .safetensors into a batch file, or export one",
+		UsageText: "reduce convert IN -o OUT [--op NAME] [--attr k=v]... [--batch-dim name=N|none]... [--ids FILE]",
+		Description: "IN .npz, .npy (C or Fortran order) or .safetensors, OUT .bin: import. The op, attributes,\n" +
+			"batch axes and sample ids come from the file's metadata (safetensors __metadata__, or an\n" +
+			"npz member __reduce__.json) and the flags override them.\n" +
+			"IN .bin, OUT .npz or .safetensors: export, as contiguous copies of every tensor.\n" +
+			"IN .bin, OUT .bin: rewrite (another compression, overridden metadata).\n\n" +
+			"Examples:\n" +
+			"   reduce convert batch.npz -o crash.bin --op cross_entropy --attr ignore_index=255\n" +
+			"   reduce convert logits.npy -o crash.bin --name input --batch-dim input=0\n" +
+			"   reduce convert crash.bin -o crash.safetensors",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to `FILE` (.bin, .npz or .safetensors)"},
+			&cli.StringFlag{Name: "op", Usage: "the built-in operator `NAME` the batch was recorded for"},
+			&cli.StringSliceFlag{Name: "attr", Usage: "an operator attribute `KEY=VALUE` (JSON value or string); repeatable"},
+			&cli.StringSliceFlag{Name: "batch-dim", Usage: "the batch axis of a tensor, `NAME=N` or NAME=none for a shared tensor; repeatable"},
+			&cli.StringFlag{Name: "ids", Usage: "sample ids, one per line, from `FILE`"},
+			&cli.StringFlag{Name: "name", Usage: "the tensor `NAME` for a .npy input (default: the file's base name)"},
+			&cli.StringFlag{Name: "compression", Value: "zstd", Usage: "payload compression of a .bin output: zstd or none"},
+			maxSizeFlag(),
+		},
+		Action: action(convert),
+	}
+}
+
+func convert(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return usagef("convert takes one input file, got %d arguments", c.NArg())
+	}
+	in, out := c.Args().First(), c.String("output")
+	if out == "" {
+		return usagef("convert: no output: give -o FILE")
+	}
+	if same, _ := samePath(in, out); same {
+		return usagef("convert: output %s is the input; the input is never modified", out)
+	}
+	comp := fixtures.Compression(c.String("compression"))
+	if comp != fixtures.CompressionZstd && comp != fixtures.CompressionNone {
+		return usagef("--compression %q: want zstd or none", c.String("compression"))
+	}
+	limit, err := maxSize(c)
+	if err != nil {
+		return err
+	}
+	opt := fixtures.ImportOptions{MaxSize: limit, Name: c.String("name"), Op: c.String("op")}
+	for _, a := range c.StringSlice("attr") {
+		k, v, err := fixtures.ParseAttr(a)
+		if err != nil {
+			return usagef("--attr %q: %v", a, err)
+		}
+		if opt.Attrs == nil {
+			opt.Attrs = map[string]any{}
+		}
+		opt.Attrs[k] = v
+	}
+	for _, a := range c.StringSlice("batch-dim") {
+		name, dim, err := fixtures.ParseBatchDim(a)
+		if err != nil {
+			return usagef("--batch-dim %q: %v", a, err)
+		}
+		if opt.BatchDims == nil {
+			opt.BatchDims = map[string]*int{}
+		}
+		opt.BatchDims[name] = dim
+	}
+	if p := c.String("ids"); p != "" {
+		ids, err := fixtures.ReadSampleIDs(p)
+		if err != nil {
+			return usagef("--ids: %v", err)
+		}
+		opt.SampleIDs = ids
+	}
+
+	inExt, outExt := strings.ToLower(filepath.Ext(in)), strings.ToLower(filepath.Ext(out))
+	var b *fixtures.Batch
+	if inExt == ".bin" {
+		if b, err = fixtures.Read(in, fixtures.WithMaxSize(limit)); err != nil {
+			return usageErr(err)
+		}
+		if err := override(b, opt); err != nil {
+			return usageErr(fmt.Errorf("%s: %w", in, err))
+		}
+	} else {
+		if opt.Name != "" && inExt != ".npy" {
+			return usagef("--name applies to a .npy input only")
+		}
+		if b, err = fixtures.Import(in, opt); err != nil {
+			return usageErr(err)
+		}
+	}
+
+	switch outExt {
+	case ".bin":
+		if err := fixtures.Write(out, b, fixtures.WithCompression(comp)); err != nil {
+			return usageErr(fmt.Errorf("write %s: %w", out, err))
+		}
+	case ".npz", ".safetensors":
+		if c.IsSet("compression") {
+			return usagef("--compression applies to a .bin output only")
+		}
+		notes, err := fixtures.Export(b, out)
+		if err != nil {
+			return usageErr(err)
+		}
+		for _, n := range notes {
+			fmt.Fprintf(c.App.ErrWriter, "reduce: note: %s\n", n)
+		}
+	default:
+		return usagef("convert: output %s: want a .bin, .npz or .safetensors file name", out)
+	}
+	fmt.Fprintln(c.App.Writer, out)
+	return nil
+}
+
+// override applies the command line's metadata to a batch read from a .bin.
+func override(b *fixtures.Batch, opt fixtures.ImportOptions) error {
+	if opt.Op != "" {
+		b.Op = opt.Op
+	}
+	for k, v := range opt.Attrs {
+		if b.Attrs == nil {
+			b.Attrs = map[string]any{}
+		}
+		b.Attrs[k] = v
+	}
+	for name, dim := range opt.BatchDims {
+		e := b.Tensor(name)
+		if e == nil {
+			return fmt.Errorf("--batch-dim: no tensor named %q", name)
+		}
+		if dim != nil && *dim < 0 {
+			d := *dim + e.Dims()
+			dim = &d
+		}
+		e.BatchDim = dim
+	}
+	if opt.SampleIDs != nil {
+		b.SampleIDs = opt.SampleIDs
+	}
+	// A new batch axis may change the sample count; Validate rejects
+	// tensors that then disagree.
+	for _, e := range b.Tensors {
+		if e.BatchDim != nil && *e.BatchDim >= 0 && *e.BatchDim < e.Dims() {
+			b.Samples = e.Shape[*e.BatchDim]
+			break
+		}
+	}
+	return b.Validate()
+}
+
+// samePath reports whether a and b name one file.
+func samePath(a, b string) (bool, error) {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false, err
+	}
+	sb, err := os.Stat(b)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	return os.SameFile(sa, sb), nil
+}

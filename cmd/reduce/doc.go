@@ -1,0 +1,27 @@
+// Reduce shrinks a recorded failing PyTorch batch to the smallest input that
+// still triggers the same failure, and writes it as a regression fixture.
+//
+// Usage:
+//
+//	reduce --batch crash.bin [flags]
+//	reduce inspect [--json] FILE
+//	reduce convert IN -o OUT [--op NAME] [--attr k=v]... [--batch-dim name=N]... [--ids FILE]
+//	reduce recorder > reduce_batch.py
+//
+// # Output
+//
+// Progress and errors go to stderr; results go to stdout. Errors are one
+// line, `reduce: ...`, naming the file and the field at fault.
+//
+// # Exit codes
+//
+//	0  done
+//	1  internal error
+//	2  bad usage or bad input (a malformed file, a wrong flag)
+//	3  the original does not reproduce
+//	4  interrupted (a partial fixture was written)
+//
+// This package is the command line only: flags, commands, exit codes and
+// output. What a batch is lives in fixtures and kernels, how a candidate is
+// replayed in replay, and which candidates to try in shrink.
+package main

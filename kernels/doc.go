@@ -1,0 +1,24 @@
+// Package kernels owns the tensor model of reduce: a Tensor is a strided view
+// over a byte storage with PyTorch's semantics (element idx lives at storage
+// element Offset + Σ idx[d]·Strides[d]; stride 0 expands a dim; views may
+// overlap), the dtypes PyTorch records and their conversions, element access,
+// PyTorch's layout predicates (is_contiguous, channels_last) and the
+// layout-preserving edits the shrinker builds candidates with: Select (keep a
+// subset of the slices along a dim), Replace (swap one slice for another) and
+// SetElements. Later it also holds the built-in operators, each with
+// PyTorch's contract for its inputs and its error messages.
+//
+// The central promise is layout preservation: a tensor built from a subset of
+// another's samples keeps its dtype, its stride order, its padding between
+// rows and its storage offset, so that PyTorch, handed the candidate through
+// as_strided, answers is_contiguous() and
+// is_contiguous(memory_format=torch.channels_last) as it did for the original
+// and takes the same kernel paths.
+//
+// The package is a leaf: it must never import other packages of this project
+// and never does I/O (files, network, environment, logging). Everything it
+// returns is a value or a wrapped sentinel error (ErrIndex, ErrStorage, ...),
+// so callers decide what to print. Functions never panic on a tensor that
+// passed Validate, and entry points that take tensors from outside validate
+// them first.
+package kernels

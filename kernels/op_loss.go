@@ -1,0 +1,1117 @@
+package kernels
+
+import (
+	"math"
+	"strconv"
+)
+
+// Losses: cross_entropy, nll_loss, binary_cross_entropy. The control flow and
+// every message follow torch 1.13's aten/src/ATen/native/LossNLL.cpp,
+// LossNLL2d.cpp, Loss.cpp and their CUDA twins (cuda/Loss.cu,
+// cuda/NLLLoss2d.cu); the CPU texts were checked against torch 1.13 by
+// TestOpsAgainstTorch.
+
+const (
+	reductionNone = 0
+	reductionMean = 1
+	reductionSum  = 2
+)
+
+func init() {
+	register(&Op{
+		Name:    "cross_entropy",
+		Tensors: []TensorArg{{Name: "input"}, {Name: "target"}, {Name: "weight", Optional: true}},
+		Attrs: []Attr{
+			{Name: "ignore_index", Kind: AttrInt, Default: int64(-100)},
+			{Name: "reduction", Kind: AttrString, Default: "mean"},
+			{Name: "label_smoothing", Kind: AttrFloat, Default: 0.0},
+		},
+		Signature: "torch.nn.functional.cross_entropy(input, target, weight=None, ignore_index=-100, reduction='mean', label_smoothing=0.0)",
+		run:       runCrossEntropy,
+	})
+	register(&Op{
+		Name:    "nll_loss",
+		Tensors: []TensorArg{{Name: "input"}, {Name: "target"}, {Name: "weight", Optional: true}},
+		Attrs: []Attr{
+			{Name: "ignore_index", Kind: AttrInt, Default: int64(-100)},
+			{Name: "reduction", Kind: AttrString, Default: "mean"},
+		},
+		Signature: "torch.nn.functional.nll_loss(input, target, weight=None, ignore_index=-100, reduction='mean')",
+		run:       runNLLLoss,
+	})
+	register(&Op{
+		Name:    "binary_cross_entropy",
+		Tensors: []TensorArg{{Name: "input"}, {Name: "target"}, {Name: "weight", Optional: true}},
+		Attrs: []Attr{
+			{Name: "reduction", Kind: AttrString, Default: "mean"},
+		},
+		Signature: "torch.nn.functional.binary_cross_entropy(input, target, weight=None, reduction='mean')",
+		run:       runBCE,
+	})
+}
+
+// reductionEnum is torch.nn._reduction.get_enum.
+func reductionEnum(r string, frame Frame) (int, *Failure) {
+	switch r {
+	case "none":
+		return reductionNone, nil
+	case "mean", "elementwise_mean":
+		return reductionMean, nil
+	case "sum":
+		return reductionSum, nil
+	}
+	return 0, valueErr(r+" is not a valid value for reduction", frame, frameGetEnum)
+}
+
+func runCrossEntropy(c *call) (*Result, error) {
+	red, f := reductionEnum(c.str("reduction"), frameCrossEntropy)
+	if f != nil {
+		return fail(f)
+	}
+	out, notes, f := crossEntropy(c, c.tensor("input"), c.tensor("target"), c.tensor("weight"),
+		red, c.int("ignore_index"), c.float("label_smoothing"))
+	if f != nil {
+		return fail(withFrames(f, frameCrossEntropy))
+	}
+	return ok(out, notes...)
+}
+
+func runNLLLoss(c *call) (*Result, error) {
+	red, f := reductionEnum(c.str("reduction"), frameNLLLoss)
+	if f != nil {
+		return fail(f)
+	}
+	out, notes, f := nllLossND(c, c.tensor("input"), c.tensor("target"), c.tensor("weight"), red, c.int("ignore_index"))
+	if f != nil {
+		return fail(withFrames(f, frameNLLLoss))
+	}
+	return ok(out, notes...)
+}
+
+// crossEntropy is at::native::cross_entropy_loss.
+func crossEntropy(c *call, self, target, weight *Tensor, red int, ii int64, ls float64) (*Tensor, []string, *Failure) {
+	if sameShape(self.Shape, target.Shape) {
+		// Probability targets.
+		if !target.DType.IsFloat() {
+			return nil, nil, runtimeErr("Expected floating point type for target with class probabilities, got " + scalarTypeName(target.DType))
+		}
+		if ii >= 0 {
+			return nil, nil, runtimeErr("ignore_index is not supported for floating point target")
+		}
+		out, f := crossEntropyProb(c, self, target, weight, red, ls)
+		return out, nil, f
+	}
+	if ls > 0 {
+		if ls > 1 {
+			return nil, nil, runtimeErr("label_smoothing must be between 0.0 and 1.0. Got: " + fmtDouble(ls))
+		}
+		return crossEntropySmoothed(c, self, target, weight, red, ii, ls)
+	}
+	classDim := int64(1)
+	if self.Dims() == 1 {
+		classDim = 0
+	}
+	lsm, f := logSoftmax(c, self, classDim)
+	if f != nil {
+		return nil, nil, f
+	}
+	return nllLossND(c, lsm, target, weight, red, ii)
+}
+
+// logSoftmax is at::log_softmax(self, dim, self.scalar_type()): a new
+// contiguous tensor of self's dtype.
+func logSoftmax(c *call, self *Tensor, dim int64) (*Tensor, *Failure) {
+	d, f := wrapDim(dim, self.Dims())
+	if f != nil {
+		return nil, f
+	}
+	last := self.Dims() == 0 || d == int64(self.Dims()-1)
+	if self.Numel() == 0 {
+		// The kernels return before dispatching on the dtype.
+		return MustNew(self.DType, self.Shape...), nil
+	}
+	switch self.DType {
+	case Float32, Float64, BFloat16:
+	case Float16:
+		if !c.cuda {
+			if last {
+				return nil, notImplemented("log_softmax_lastdim_kernel_impl", self.DType)
+			}
+			return nil, notImplemented("softmax_kernel_impl", self.DType)
+		}
+	default:
+		if c.cuda {
+			// cuda/SoftMax.cu dispatches under this name (not checked
+			// against a GPU build).
+			return nil, notImplemented("host_softmax", self.DType)
+		}
+		if last {
+			return nil, notImplemented("log_softmax_lastdim_kernel_impl", self.DType)
+		}
+		return nil, notImplemented("softmax_kernel_impl", self.DType)
+	}
+	out := MustNew(self.DType, self.Shape...)
+	shape := self.Shape
+	if len(shape) == 0 {
+		shape = []int64{1}
+		d = 0
+	}
+	// Iterate over every position of the other dims.
+	outer := numel(shape[:d])
+	size := shape[d]
+	inner := numel(shape[d+1:])
+	src := self
+	if self.Dims() == 0 {
+		src = &Tensor{DType: self.DType, Shape: []int64{1}, Strides: []int64{1}, Offset: self.Offset, Data: self.Data}
+	}
+	idx := make([]int64, len(shape))
+	vals := make([]float64, size)
+	rm := ContiguousStrides(shape)
+	for o := int64(0); o < outer; o++ {
+		for in := int64(0); in < inner; in++ {
+			base := unravel(o*size*inner+in, shape)
+			copy(idx, base)
+			m := math.Inf(-1)
+			for k := int64(0); k < size; k++ {
+				idx[d] = k
+				v := src.LoadFloat(storageIndex(src, idx))
+				vals[k] = v
+				if v > m || math.IsNaN(v) {
+					m = v
+				}
+			}
+			s := 0.0
+			for k := int64(0); k < size; k++ {
+				s += math.Exp(vals[k] - m)
+			}
+			ls := math.Log(s)
+			for k := int64(0); k < size; k++ {
+				idx[d] = k
+				lin := int64(0)
+				for j := range idx {
+					lin += idx[j] * rm[j]
+				}
+				out.StoreFloat(lin, vals[k]-m-ls)
+			}
+		}
+	}
+	return out, nil
+}
+
+// nllLossND is at::native::nll_loss_nd.
+func nllLossND(c *call, self, target, weight *Tensor, red int, ii int64) (*Tensor, []string, *Failure) {
+	if self.Dims() < 1 {
+		return nil, nil, valueErr("Expected 1 or more dimensions (got " + strconv.Itoa(self.Dims()) + ")")
+	}
+	tgt0 := int64(0) // sizes()[0] of a 0-d target reads past its end; torch 1.13 gets 0
+	if target.Dims() > 0 {
+		tgt0 = target.Shape[0]
+	}
+	if self.Dims() != 1 && self.Shape[0] != tgt0 {
+		return nil, nil, valueErr("Expected input batch_size (" + strconv.FormatInt(self.Shape[0], 10) +
+			") to match target batch_size (" + strconv.FormatInt(tgt0, 10) + ").")
+	}
+	switch self.Dims() {
+	case 1, 2:
+		out, f := nllLoss(c, self, target, weight, red, ii)
+		return out, nil, f
+	case 4:
+		return nllLoss2d(c, self, target, weight, red, ii)
+	}
+	// dim == 3 or dim > 4: reshape to 4-D.
+	n, ch := self.Shape[0], self.Shape[1]
+	outSize := append([]int64{n}, self.Shape[2:]...)
+	var tgtRest []int64
+	if target.Dims() > 0 {
+		tgtRest = target.Shape[1:]
+	}
+	if !sameShape(tgtRest, self.Shape[2:]) {
+		return nil, nil, runtimeErr("Expected target size " + fmtSizes(outSize) + ", got " + fmtSizes(target.Shape))
+	}
+	in4 := contiguousView(self, []int64{n, ch, 0, 0})
+	if self.Numel() > 0 {
+		in4 = contiguousView(self, []int64{n, ch, 1, self.Numel() / (n * ch)})
+	}
+	t3 := contiguousView(target, []int64{n, 0, 0})
+	if target.Numel() > 0 {
+		t3 = contiguousView(target, []int64{n, 1, target.Numel() / n})
+	}
+	out, notes, f := nllLoss2d(c, in4, t3, weight, red, ii)
+	if f != nil {
+		return nil, nil, f
+	}
+	if red == reductionNone {
+		out = &Tensor{DType: out.DType, Shape: outSize, Strides: ContiguousStrides(outSize), Data: out.Data}
+	}
+	return out, notes, nil
+}
+
+// contiguousView is t.contiguous().view(shape).
+func contiguousView(t *Tensor, shape []int64) *Tensor {
+	out := MustNew(t.DType, t.Shape...)
+	i := int64(0)
+	t.Each(func(_ []int64, e int64) {
+		copyElem(out, i, t, e)
+		i++
+	})
+	out.Shape = append([]int64(nil), shape...)
+	out.Strides = ContiguousStrides(shape)
+	return out
+}
+
+// targetValue reads a class-index target element as torch's kernels do.
+func targetValue(t *Tensor, e int64) int64 { return t.LoadInt(e) }
+
+// targetOutOfBounds is the CPU IndexError. printChar renders the value as
+// an ostream renders a uint8_t (a character), which the no-reduction 2-D
+// kernel does for Byte targets.
+func targetOutOfBounds(v int64, printChar bool) *Failure {
+	if printChar {
+		b := byte(v)
+		switch {
+		case b == 0:
+			// A NUL ends the C string that becomes the Python message.
+			return indexErr("Target ")
+		case b >= 0x80:
+			// Not valid UTF-8: Python gets an empty message.
+			return indexErr("")
+		}
+		return indexErr("Target " + string([]byte{b}) + " is out of bounds.")
+	}
+	return indexErr("Target " + strconv.FormatInt(v, 10) + " is out of bounds.")
+}
+
+// ignored reports t == ignore_index in the target's C++ type.
+func ignored(t, ii int64) bool { return t == ii }
+
+// cascade is nll_loss's cascade sum (LossNLL.cpp): partial sums in 8 levels,
+// every addition rounded to the input dtype.
+type cascade struct {
+	dt         DType
+	power      int64
+	mask       int64
+	loss, wsum [8]float64
+}
+
+func newCascade(dt DType, n int64) *cascade {
+	p := int64(4)
+	if l := ceilLog2(n) / 8; l > p {
+		p = l
+	}
+	return &cascade{dt: dt, power: p, mask: (int64(1) << p) - 1}
+}
+
+func ceilLog2(n int64) int64 {
+	if n <= 1 {
+		return 0
+	}
+	l := int64(0)
+	for v := n - 1; v > 0; v >>= 1 {
+		l++
+	}
+	return l
+}
+
+func (s *cascade) add(i int64, loss, w float64, weighted bool) {
+	r := func(v float64) float64 { return roundTo(s.dt, v) }
+	if weighted {
+		s.loss[0] = r(s.loss[0] - r(loss*w))
+		s.wsum[0] = r(s.wsum[0] + w)
+	} else {
+		s.loss[0] = r(s.loss[0] - loss)
+	}
+	for j := int64(0); j+1 < 8; j++ {
+		m := s.mask << (j * s.power)
+		if i&m != 0 {
+			break
+		}
+		s.wsum[j+1] = r(s.wsum[j+1] + s.wsum[j])
+		s.loss[j+1] = r(s.loss[j+1] + s.loss[j])
+		s.wsum[j], s.loss[j] = 0, 0
+	}
+}
+
+func (s *cascade) total() (loss, w float64) {
+	for j := 0; j < 8; j++ {
+		loss = roundTo(s.dt, loss+s.loss[j])
+		w = roundTo(s.dt, w+s.wsum[j])
+	}
+	return loss, w
+}
+
+// scalarOut is a 0-d tensor.
+func scalarOut(dt DType, v float64) *Tensor {
+	out := MustNew(dt)
+	out.StoreFloat(0, v)
+	return out
+}
+
+// nllLoss is nll_loss_forward for 1-D and 2-D inputs.
+func nllLoss(c *call, self, target, weight *Tensor, red int, ii int64) (*Tensor, *Failure) {
+	// TORCH_META_FUNC(nll_loss_forward)
+	if target.Dims() > 1 {
+		return nil, runtimeErr("0D or 1D target tensor expected, multi-target not supported")
+	}
+	noBatch := self.Dims() == 1 && target.Dims() == 0
+	if !noBatch {
+		ts, f := sizeAt(target, 0)
+		if f != nil {
+			return nil, f
+		}
+		if self.Shape[0] != ts {
+			return nil, runtimeErr("size mismatch (got input: " + fmtSizes(self.Shape) + ", target: " + fmtSizes(target.Shape) + ")")
+		}
+	}
+	nClasses := self.Shape[self.Dims()-1]
+	if weight != nil && !(weight.Dims() == 1 && weight.Numel() == nClasses) {
+		return nil, runtimeErr("weight tensor should be defined either for all " + strconv.FormatInt(nClasses, 10) +
+			" classes or no classes but got weight tensor of shape: " + fmtSizes(weight.Shape))
+	}
+	dt := self.DType
+	twoD := self.Dims() == 2
+	batch := int64(1)
+	if twoD {
+		batch = self.Shape[0]
+	}
+	tgtT := Int64
+	if target.DType == Uint8 {
+		tgtT = Uint8
+	}
+	if c.cuda {
+		// nll_loss_forward_out_cuda_template (cuda/Loss.cu).
+		if weight != nil && weight.DType != dt {
+			return nil, expectedScalarType(dt, weight.DType)
+		}
+		kernel := "nll_loss_forward_reduce_cuda_kernel_2d"
+		switch {
+		case red == reductionNone && twoD:
+			kernel = "nll_loss_forward_no_reduce_cuda_kernel"
+			if batch == 0 {
+				return MustNew(dt, 0), nil
+			}
+		case target.Numel() == 0:
+			if red == reductionMean {
+				return scalarOut(dt, math.NaN()), nil
+			}
+			return scalarOut(dt, 0), nil
+		case !twoD:
+			kernel = "nll_loss_forward_reduce_cuda_kernel_1d"
+		}
+		if !dt.IsFloat() {
+			return nil, notImplemented(kernel, dt)
+		}
+		if target.DType != Uint8 && target.DType != Int64 {
+			return nil, notImplemented(kernel+"_index", target.DType)
+		}
+		if f := nllCUDAAsserts(self, target, red, ii, nClasses); f != nil {
+			return nil, f
+		}
+	} else {
+		switch dt {
+		case Float32, Float64, BFloat16:
+		default:
+			return nil, notImplemented("nll_loss_out_frame", dt)
+		}
+		if weight != nil && weight.DType != dt {
+			return nil, expectedScalarType(dt, weight.DType)
+		}
+	}
+	wAt := func(t int64) float64 {
+		if weight == nil {
+			return 1
+		}
+		return weight.LoadFloat(weight.Offset + t*weight.Strides[0])
+	}
+	inAt := func(b, t int64) float64 {
+		if twoD {
+			return self.LoadFloat(self.Offset + b*self.Strides[0] + t*self.Strides[1])
+		}
+		return self.LoadFloat(self.Offset + t*self.Strides[0])
+	}
+	tgtAt := func(b int64) int64 {
+		if target.Dims() == 0 {
+			return targetValue(target, target.Offset)
+		}
+		return targetValue(target, target.Offset+b*target.Strides[0])
+	}
+	if red == reductionNone && twoD {
+		if target.DType != tgtT {
+			return nil, expectedScalarType(tgtT, target.DType)
+		}
+		out := MustNew(dt, batch)
+		for i := int64(0); i < batch; i++ {
+			t := tgtAt(i)
+			if ignored(t, ii) {
+				continue
+			}
+			if t < 0 || t >= nClasses {
+				return nil, targetOutOfBounds(t, tgtT == Uint8)
+			}
+			out.StoreFloat(i, roundTo(dt, -inAt(i, t)*wAt(t)))
+		}
+		return out, nil
+	}
+	if target.Numel() == 0 {
+		if red == reductionMean {
+			return scalarOut(dt, math.NaN()), nil
+		}
+		return scalarOut(dt, 0), nil
+	}
+	if target.DType != tgtT {
+		return nil, expectedScalarType(tgtT, target.DType)
+	}
+	cs := newCascade(dt, batch)
+	ignoredN := int64(0)
+	for b := int64(0); b < batch; b++ {
+		t := tgtAt(b)
+		if ignored(t, ii) {
+			ignoredN++
+			continue
+		}
+		if t < 0 || t >= nClasses {
+			return nil, targetOutOfBounds(t, false)
+		}
+		cs.add(b, inAt(b, t), wAt(t), weight != nil)
+	}
+	loss, tw := cs.total()
+	if weight == nil {
+		tw = roundTo(dt, float64(batch-ignoredN))
+	}
+	if red == reductionMean {
+		loss = roundTo(dt, loss/tw)
+	}
+	return scalarOut(dt, loss), nil
+}
+
+// nllCUDAAsserts emulates the device checks of cuda/Loss.cu's three
+// forward kernels.
+func nllCUDAAsserts(self, target *Tensor, red int, ii, nClasses int64) *Failure {
+	elems := rowMajor(target)
+	bad := func(i int64) bool {
+		t := target.LoadInt(elems[i])
+		return !ignored(t, ii) && (t < 0 || t >= nClasses)
+	}
+	as := newAsserts("target", target)
+	switch {
+	case red == reductionNone && self.Dims() == 2:
+		// <<<GET_BLOCKS(batch), CUDA_NUM_THREADS=1024>>>, CUDA_KERNEL_LOOP:
+		// every bad element is its own thread.
+		for i := range elems {
+			if bad(int64(i)) {
+				as.add(SiteNLLNoReduce, int64(i)/1024, int64(i)%1024, int64(i))
+			}
+		}
+	case self.Dims() == 1:
+		// <<<1, 1>>>.
+		if len(elems) > 0 && bad(0) {
+			as.add(SiteNLLReduce1D, 0, 0, 0)
+		}
+	default:
+		// <<<1, NLL_LOSS_THREADS=32>>>: thread t visits t, t+32, ... and
+		// stops at its first bad target.
+		for i := range elems {
+			if bad(int64(i)) {
+				as.add(SiteNLLReduce2D, 0, int64(i)%32, int64(i))
+			}
+		}
+	}
+	return as.failure()
+}
+
+// nllLoss2d is nll_loss2d_forward for 4-D inputs (CPU: LossNLL2d.cpp; CUDA:
+// cuda/NLLLoss2d.cu).
+func nllLoss2d(c *call, input, target, weight *Tensor, red int, ii int64) (*Tensor, []string, *Failure) {
+	if c.cuda {
+		if target.Dims() != 3 {
+			return nil, nil, runtimeErr("only batches of spatial targets supported (3D tensors) but got targets of size: : " + fmtSizes(target.Shape))
+		}
+		if input.Dims() != 4 {
+			return nil, nil, runtimeErr("only batches of spatial inputs supported (4D tensors), but got input of size: " + fmtSizes(input.Shape))
+		}
+		if weight != nil && weight.Numel() != input.Shape[1] {
+			return nil, nil, runtimeErr("weight tensor should be defined either for all or no classes")
+		}
+		if !(input.Shape[0] == target.Shape[0] && input.Shape[2] == target.Shape[1] && input.Shape[3] == target.Shape[2]) {
+			return nil, nil, runtimeErr("input and target batch or spatial sizes don't match: target " + fmtSizes(target.Shape) + ", input " + fmtSizes(input.Shape))
+		}
+	} else {
+		if target.Dims() != 3 {
+			return nil, nil, runtimeErr("only batches of spatial targets supported (3D tensors) but got targets of dimension: " + strconv.Itoa(target.Dims()))
+		}
+		if input.Dims() != 4 {
+			return nil, nil, runtimeErr("only batches of spatial inputs supported (4D tensors), but got input of dimension: " + strconv.Itoa(input.Dims()))
+		}
+		if weight != nil && weight.Numel() != input.Shape[1] {
+			return nil, nil, runtimeErr("weight tensor should be defined either for all or no classes")
+		}
+		if !(input.Shape[0] == target.Shape[0] && input.Shape[2] == target.Shape[1] && input.Shape[3] == target.Shape[2]) {
+			return nil, nil, runtimeErr("size mismatch (got input: " + fmtSizes(input.Shape) + " , target: " + fmtSizes(target.Shape))
+		}
+	}
+	dt := input.DType
+	N, C, H, W := input.Shape[0], input.Shape[1], input.Shape[2], input.Shape[3]
+	var notes []string
+	if c.cuda {
+		kernel := "nll_loss2d_forward_kernel"
+		if red == reductionNone {
+			kernel = "nll_loss2d_forward_no_reduce_kernel"
+			if N*H*W == 0 {
+				return MustNew(dt, N, H, W), nil, nil
+			}
+		} else if target.Numel() == 0 {
+			if red == reductionMean {
+				return scalarOut(dt, math.NaN()), nil, nil
+			}
+			return scalarOut(dt, 0), nil, nil
+		}
+		if !dt.IsFloat() {
+			return nil, nil, notImplemented(kernel, dt)
+		}
+		// The kernel's arguments are evaluated right to left (GCC): the
+		// weight's data_ptr<scalar_t>() before the target's.
+		if weight != nil && weight.DType != dt {
+			return nil, nil, expectedScalarType(dt, weight.DType)
+		}
+		if target.DType != Int64 {
+			return nil, nil, expectedScalarType(Int64, target.DType)
+		}
+		if red != reductionNone {
+			if f := nll2dCUDAAsserts(target, ii, C); f != nil {
+				return nil, nil, f
+			}
+		}
+	} else {
+		switch dt {
+		case Float32, Float64, BFloat16:
+		default:
+			return nil, nil, notImplemented("nll_loss2d_forward_out_frame", dt)
+		}
+		if weight != nil && weight.DType != dt {
+			return nil, nil, expectedScalarType(dt, weight.DType)
+		}
+	}
+	var wc []float64 // weight.contiguous()
+	if weight != nil {
+		weight.Each(func(_ []int64, e int64) { wc = append(wc, weight.LoadFloat(e)) })
+	}
+	wAt := func(t int64) float64 {
+		if wc == nil {
+			return 1
+		}
+		return wc[t]
+	}
+	inAt := func(b, t, h, w int64) float64 {
+		return input.LoadFloat(input.Offset + b*input.Strides[0] + t*input.Strides[1] + h*input.Strides[2] + w*input.Strides[3])
+	}
+	tgtAt := func(b, h, w int64) int64 {
+		return target.LoadInt(target.Offset + b*target.Strides[0] + h*target.Strides[1] + w*target.Strides[2])
+	}
+	if red == reductionNone {
+		if target.DType != Int64 {
+			return nil, nil, expectedScalarType(Int64, target.DType)
+		}
+		out := MustNew(dt, N, H, W)
+		undefined := 0
+		i := int64(0)
+		for b := int64(0); b < N; b++ {
+			for h := int64(0); h < H; h++ {
+				for w := int64(0); w < W; w++ {
+					t := tgtAt(b, h, w)
+					switch {
+					case ignored(t, ii):
+					case t < 0 || t >= C:
+						if !c.cuda {
+							return nil, nil, targetOutOfBounds(t, false)
+						}
+						// 1.13's nll_loss2d_forward_no_reduce_kernel has no
+						// bounds check (pytorch/pytorch#49882): it reads
+						// outside the input.
+						out.StoreFloat(i, math.NaN())
+						undefined++
+					default:
+						out.StoreFloat(i, roundTo(dt, -inAt(b, t, h, w)*wAt(t)))
+					}
+					i++
+				}
+			}
+		}
+		if undefined > 0 {
+			notes = append(notes, strconv.Itoa(undefined)+" out-of-range targets with reduction='none' on a 4-D (or reshaped N-D) input: "+
+				"torch 1.13's CUDA kernel has no device check there (pytorch/pytorch#49882) and reads outside the input; "+
+				"those outputs are undefined (NaN here)")
+		}
+		return out, notes, nil
+	}
+	if target.Numel() == 0 {
+		if red == reductionMean {
+			return scalarOut(dt, math.NaN()), nil, nil
+		}
+		return scalarOut(dt, 0), nil, nil
+	}
+	if target.DType != Int64 {
+		return nil, nil, expectedScalarType(Int64, target.DType)
+	}
+	cs := newCascade(dt, N*H*W)
+	ignoredN := int64(0)
+	lin := int64(0)
+	for b := int64(0); b < N; b++ {
+		for h := int64(0); h < H; h++ {
+			for w := int64(0); w < W; w++ {
+				t := tgtAt(b, h, w)
+				if ignored(t, ii) {
+					ignoredN++
+				} else if t < 0 || t >= C {
+					return nil, nil, targetOutOfBounds(t, false)
+				} else {
+					cs.add(lin, inAt(b, t, h, w), wAt(t), weight != nil)
+				}
+				lin++
+			}
+		}
+	}
+	loss, tw := cs.total()
+	if weight == nil {
+		tw = roundTo(dt, float64(N*H*W-ignoredN))
+	}
+	if red == reductionMean {
+		loss = roundTo(dt, loss/tw)
+	}
+	return scalarOut(dt, loss), notes, nil
+}
+
+// nll2dCUDAAsserts emulates nll_loss2d_forward_kernel's launch:
+// blocks_per_sample = max(1, GET_BLOCKS(map_nelem)/128) blocks of 1024
+// threads per sample; thread t of block k of sample s visits spatial
+// elements (k·1024 + t) + j·1024·blocks_per_sample and stops at its first
+// bad target.
+func nll2dCUDAAsserts(target *Tensor, ii, nClasses int64) *Failure {
+	n := target.Shape[0]
+	mapN := target.Shape[1] * target.Shape[2]
+	bps := ceilDiv(mapN, 1024) / 128
+	if bps == 0 {
+		bps = 1
+	}
+	elems := rowMajor(target)
+	as := newAsserts("target", target)
+	for s := int64(0); s < n; s++ {
+		for i := int64(0); i < mapN; i++ {
+			lin := s*mapN + i
+			t := target.LoadInt(elems[lin])
+			if ignored(t, ii) || (t >= 0 && t < nClasses) {
+				continue
+			}
+			blk := s*bps + (i/1024)%bps
+			as.add(SiteNLL2D, blk, i%1024, lin)
+		}
+	}
+	return as.failure()
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// crossEntropySmoothed is cross_entropy_loss_label_smoothing.
+func crossEntropySmoothed(c *call, self, target, weight *Tensor, red int, ii int64, ls float64) (*Tensor, []string, *Failure) {
+	classDim := int64(1)
+	if self.Dims() == 1 {
+		classDim = 0
+	}
+	input, f := logSoftmax(c, self, classDim)
+	if f != nil {
+		return nil, nil, f
+	}
+	nll, notes, f := nllLossND(c, input, target, weight, red, ii)
+	if f != nil {
+		return nil, nil, f
+	}
+	dt := input.DType
+	nClasses := input.Shape[classDim]
+	// ignore_mask = target == ignore_index, compared in the target's dtype.
+	tvals := make([]int64, 0, target.Numel())
+	target.Each(func(_ []int64, e int64) { tvals = append(tvals, target.LoadInt(e)) })
+	iiT := ii
+	if target.DType == Uint8 {
+		iiT = int64(uint8(ii))
+	}
+	// smooth_loss = -(input * weight).sum(class_dim) or -input.sum(class_dim).
+	var wv []float64
+	if weight != nil {
+		// weight.view(shape with weight.size(0) at class_dim).
+		w0 := weight.Shape[0]
+		vshape := make([]int64, input.Dims())
+		for i := range vshape {
+			vshape[i] = 1
+		}
+		vshape[classDim] = w0
+		if weight.Numel() != w0 {
+			return nil, nil, runtimeErr("shape '" + fmtSizes(vshape) + "' is invalid for input of size " + strconv.FormatInt(weight.Numel(), 10))
+		}
+		weight.Each(func(_ []int64, e int64) { wv = append(wv, weight.LoadFloat(e)) })
+	}
+	positions := input.Numel() / max64(nClasses, 1)
+	if nClasses == 0 {
+		positions = numel(removeDim(input.Shape, classDim))
+	}
+	smooth := make([]float64, positions)
+	posShape := removeDim(input.Shape, classDim)
+	rmIn := ContiguousStrides(input.Shape)
+	for p := int64(0); p < positions; p++ {
+		pidx := unravel(p, posShape)
+		base := int64(0)
+		for d, j := 0, 0; d < input.Dims(); d++ {
+			if int64(d) == classDim {
+				continue
+			}
+			base += pidx[j] * rmIn[d]
+			j++
+		}
+		s := 0.0
+		for k := int64(0); k < nClasses; k++ {
+			v := input.LoadFloat(base + k*rmIn[classDim])
+			if wv != nil {
+				v = roundTo(dt, v*wv[k])
+			}
+			s += v
+		}
+		s = -roundTo(dt, s)
+		if tvals[p] == iiT {
+			s = 0
+		}
+		smooth[p] = s
+	}
+	var ret []float64
+	switch red {
+	case reductionMean:
+		sum := 0.0
+		for _, v := range smooth {
+			sum += v
+		}
+		sum = roundTo(dt, sum)
+		if wv != nil {
+			// weight.gather(0, target.masked_select(~ignore_mask)).sum()
+			den := 0.0
+			n := 0
+			for _, t := range tvals {
+				if t == iiT {
+					continue
+				}
+				n++
+				if target.DType == Int64 {
+					den += wv[t]
+				}
+			}
+			if n > 0 && target.DType != Int64 {
+				return nil, nil, runtimeErr("gather(): Expected dtype int64 for index")
+			}
+			if n > 0 && nonemptyDims(weight) != 1 {
+				return nil, nil, runtimeErr("Index tensor must have the same number of dimensions as input tensor")
+			}
+			ret = []float64{roundTo(dt, sum/roundTo(dt, den))}
+		} else {
+			n := 0
+			for _, t := range tvals {
+				if t != iiT {
+					n++
+				}
+			}
+			ret = []float64{roundTo(dt, sum/float64(n))}
+		}
+	case reductionSum:
+		sum := 0.0
+		for _, v := range smooth {
+			sum += v
+		}
+		ret = []float64{roundTo(dt, sum)}
+	default:
+		ret = smooth
+	}
+	// (1 - label_smoothing) * nllloss + ret * (label_smoothing / n_classes)
+	a := opmathScalar(dt, 1-ls)
+	b := opmathScalar(dt, ls/float64(nClasses))
+	out := MustNew(dt, nll.Shape...)
+	i := int64(0)
+	nll.Each(func(_ []int64, e int64) {
+		v := roundTo(dt, roundTo(dt, a*nll.LoadFloat(e))+roundTo(dt, ret[i]*b))
+		out.StoreFloat(i, v)
+		i++
+	})
+	return out, notes, nil
+}
+
+// opmathScalar is a Python/C++ double scalar as a CPU kernel sees it: cast
+// to the op's math type (float for float32, bfloat16 and float16).
+func opmathScalar(dt DType, v float64) float64 {
+	if dt == Float64 {
+		return v
+	}
+	return float64(float32(v))
+}
+
+func removeDim(s []int64, d int64) []int64 {
+	out := make([]int64, 0, len(s))
+	for i, v := range s {
+		if int64(i) != d {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// crossEntropyProb is cross_entropy_loss_prob_target.
+func crossEntropyProb(c *call, self, target, weight *Tensor, red int, ls float64) (*Tensor, *Failure) {
+	classDim := int64(1)
+	if self.Dims() == 1 {
+		classDim = 0
+	}
+	nClasses, f := sizeAt(self, classDim)
+	if f != nil {
+		return nil, f
+	}
+	if weight != nil && !(weight.Dims() == 1 && weight.Numel() == nClasses) {
+		return nil, runtimeErr("cross_entropy: weight tensor should be defined either for all " + strconv.FormatInt(nClasses, 10) +
+			" classes or no classes but got weight tensor of shape: " + fmtSizes(weight.Shape))
+	}
+	input, f := logSoftmax(c, self, classDim)
+	if f != nil {
+		return nil, f
+	}
+	if ls > 0 && ls > 1 {
+		return nil, runtimeErr("label_smoothing must be between 0.0 and 1.0. Got: " + fmtDouble(ls))
+	}
+	tdt := target.DType
+	tv := make([]float64, 0, target.Numel())
+	target.Each(func(_ []int64, e int64) { tv = append(tv, target.LoadFloat(e)) })
+	if ls > 0 {
+		a, b := opmathScalar(tdt, 1-ls), opmathScalar(tdt, ls/float64(nClasses))
+		for i, v := range tv {
+			tv[i] = roundTo(tdt, roundTo(tdt, v*a)+b)
+		}
+	}
+	dt1 := promoteFloat(input.DType, tdt)
+	dt := dt1
+	var wv []float64
+	if weight != nil {
+		dt = promoteFloat(dt1, weight.DType)
+		weight.Each(func(_ []int64, e int64) { wv = append(wv, weight.LoadFloat(e)) })
+	}
+	// prod = input * target (* weight_), in row-major order of input.
+	rm := ContiguousStrides(input.Shape)
+	prod := make([]float64, input.Numel())
+	for i := range prod {
+		v := roundTo(dt1, input.LoadFloat(int64(i))*tv[i])
+		if wv != nil {
+			k := int64(0)
+			if input.Dims() > 0 {
+				k = (int64(i) / rm[classDim]) % input.Shape[classDim]
+			}
+			v = roundTo(dt, v*wv[k])
+		}
+		prod[i] = v
+	}
+	switch red {
+	case reductionMean, reductionSum:
+		sum := 0.0
+		for _, v := range prod {
+			sum += v
+		}
+		sum = -roundTo(dt, sum)
+		if red == reductionMean {
+			if input.Numel() == 0 {
+				return scalarOut(dt, math.NaN()), nil
+			}
+			sum = roundTo(dt, sum/float64(input.Numel()/nClasses))
+		}
+		return scalarOut(dt, sum), nil
+	}
+	posShape := removeDim(input.Shape, classDim)
+	out := MustNew(dt, posShape...)
+	np := numel(posShape)
+	for p := int64(0); p < np; p++ {
+		pidx := unravel(p, posShape)
+		base := int64(0)
+		for d, j := 0, 0; d < input.Dims(); d++ {
+			if int64(d) == classDim {
+				continue
+			}
+			base += pidx[j] * rm[d]
+			j++
+		}
+		s := 0.0
+		for k := int64(0); k < nClasses; k++ {
+			s += prod[base+k*rm[classDim]]
+		}
+		out.StoreFloat(p, -roundTo(dt, s))
+	}
+	return out, nil
+}
+
+// runBCE is F.binary_cross_entropy and binary_cross_entropy_out_cpu /
+// binary_cross_entropy_out_cuda.
+func runBCE(c *call) (*Result, error) {
+	input, target, weight := c.tensor("input"), c.tensor("target"), c.tensor("weight")
+	red, f := reductionEnum(c.str("reduction"), frameBCEReduction)
+	if f != nil {
+		return fail(f)
+	}
+	if !sameShape(target.Shape, input.Shape) {
+		return fail(valueErr("Using a target size ("+torchSize(target.Shape)+") that is different to the input size ("+
+			torchSize(input.Shape)+") is deprecated. Please ensure they have the same size.", frameBCESize))
+	}
+	var wExp *Tensor
+	if weight != nil {
+		ns, f := inferSize(target.Shape, weight.Shape)
+		if f != nil {
+			return fail(withFrames(f, frameBCEWeight))
+		}
+		wExp = expandTo(weight, ns)
+	}
+	dt := input.DType
+	// TensorIterator: output loss (input's dtype), inputs input and target.
+	if target.DType != dt {
+		return fail(withFrames(runtimeErr("Found dtype "+scalarTypeName(target.DType)+" but expected "+scalarTypeName(dt)), frameBCE))
+	}
+	if c.cuda {
+		if !dt.IsFloat() {
+			return fail(withFrames(notImplemented("binary_cross_entropy_out_cuda", dt), frameBCE))
+		}
+	} else if dt != Float32 && dt != Float64 {
+		return fail(withFrames(notImplemented("binary_cross_entropy", dt), frameBCE))
+	}
+	// loss = empty_like(input): the kernel visits elements in its memory
+	// order.
+	lossStrides := denseLike(input)
+	loss := newStrided(dt, input.Shape, lossStrides)
+	lossT := &Tensor{DType: dt, Shape: input.Shape, Strides: lossStrides, Data: loss.Data}
+	order := tiVisit(input.Shape, [][]int64{lossStrides, input.Strides, target.Strides})
+	in := rowMajor(input)
+	tg := rowMajor(target)
+	r := func(v float64) float64 { return roundTo(dt, v) }
+	var bad []int64 // positions (in visiting order) of bad inputs
+	for p, lin := range order {
+		x := input.LoadFloat(in[lin])
+		if !(x >= 0 && x <= 1) {
+			if !c.cuda {
+				return fail(withFrames(runtimeErr("all elements of input should be between 0 and 1"), frameBCE))
+			}
+			bad = append(bad, int64(p))
+			continue
+		}
+		y := target.LoadFloat(tg[lin])
+		l1 := math.Max(r(math.Log1p(-x)), -100)
+		l2 := math.Max(r(math.Log(x)), -100)
+		v := r(r(r(y-1)*l1) - r(y*l2))
+		loss.StoreFloat(storageIndex(lossT, unravel(lin, input.Shape)), v)
+	}
+	if len(bad) > 0 {
+		return fail(bceCUDAAsserts(input, target, lossT, order, bad))
+	}
+	if wExp != nil {
+		// loss.mul_(weight): weight broadcast to the loss's shape.
+		if !sameShape(wExp.Shape, input.Shape) {
+			return fail(withFrames(runtimeErr("output with shape "+fmtSizes(input.Shape)+" doesn't match the broadcast shape "+fmtSizes(wExp.Shape)), frameBCE))
+		}
+		for lin := int64(0); lin < input.Numel(); lin++ {
+			idx := unravel(lin, input.Shape)
+			e := storageIndex(lossT, idx)
+			loss.StoreFloat(e, r(loss.LoadFloat(e)*wExp.LoadFloat(storageIndex(wExp, idx))))
+		}
+	}
+	if red == reductionNone {
+		return ok(lossT)
+	}
+	sum := 0.0
+	for lin := int64(0); lin < input.Numel(); lin++ {
+		sum += loss.LoadFloat(storageIndex(lossT, unravel(lin, input.Shape)))
+	}
+	if red == reductionMean {
+		if input.Numel() == 0 {
+			return ok(scalarOut(dt, math.NaN()))
+		}
+		return ok(scalarOut(dt, sum/float64(input.Numel())))
+	}
+	return ok(scalarOut(dt, sum))
+}
+
+// inferSize is torch._C._infer_size (broadcasting two shapes).
+func inferSize(a, b []int64) ([]int64, *Failure) {
+	n := len(a)
+	if len(b) > n {
+		n = len(b)
+	}
+	out := make([]int64, n)
+	for i := n - 1; i >= 0; i-- {
+		off := n - 1 - i
+		da, db := int64(1), int64(1)
+		if j := len(a) - 1 - off; j >= 0 {
+			da = a[j]
+		}
+		if j := len(b) - 1 - off; j >= 0 {
+			db = b[j]
+		}
+		switch {
+		case da == db, db == 1:
+			out[i] = da
+		case da == 1:
+			out[i] = db
+		default:
+			return nil, runtimeErr("The size of tensor a (" + strconv.FormatInt(da, 10) + ") must match the size of tensor b (" +
+				strconv.FormatInt(db, 10) + ") at non-singleton dimension " + strconv.Itoa(i))
+		}
+	}
+	return out, nil
+}
+
+// expandTo is t.expand(shape) for a shape inferSize produced.
+func expandTo(t *Tensor, shape []int64) *Tensor {
+	st := make([]int64, len(shape))
+	off := len(shape) - t.Dims()
+	for i := range shape {
+		j := i - off
+		if j >= 0 && t.Shape[j] != 1 {
+			st[i] = t.Strides[j]
+		}
+	}
+	return &Tensor{DType: t.DType, Shape: append([]int64(nil), shape...), Strides: st, Offset: t.Offset, Data: t.Data}
+}
+
+// bceCUDAAsserts emulates gpu_kernel's launch for binary_cross_entropy:
+// 128 threads per block, 512 elements per block (4 per thread). Full blocks
+// of contiguous, aligned operands run vectorised (thread t takes vec
+// consecutive elements at t·vec, then at (t+128)·vec, ...); the tail block
+// and non-contiguous iterators run unrolled (thread t takes t, t+128,
+// t+256, t+384). Each thread stops at its first bad input.
+func bceCUDAAsserts(input, target, loss *Tensor, order, bad []int64) *Failure {
+	n := input.Numel()
+	vec := 1
+	if isContiguousAs(input, loss) && isContiguousAs(target, loss) {
+		vec = 4
+		for _, t := range []*Tensor{input, target} {
+			for vec > 1 && (t.Offset*int64(t.DType.Size()))%int64(vec*t.DType.Size()) != 0 {
+				vec /= 2
+			}
+		}
+	}
+	as := newAsserts("input", input)
+	for _, p := range bad {
+		blk, thr := elementwiseThread(p, n, vec)
+		as.add(SiteBCE, blk, thr, order[p])
+	}
+	return as.failure()
+}
+
+// isContiguousAs reports that t has exactly like's strides (so a
+// TensorIterator over both is one contiguous run).
+func isContiguousAs(t, like *Tensor) bool {
+	for d := range t.Shape {
+		if t.Shape[d] != 1 && t.Strides[d] != like.Strides[d] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,135 @@
+package shrink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestDeterministicAcrossJobs: for the same oracle, the result and the
+// accepted step log are identical for Jobs = 1, 2 and 8, although answers
+// come back in random orders (jitter) and speculative calls race.
+func TestDeterministicAcrossJobs(t *testing.T) {
+	tests := []struct {
+		name string
+		n    int
+		d    dnf
+	}{
+		{"single culprit", 1000, singles(617)},
+		{"independent culprits", 512, singles(3, 100, 101, 400, 511)},
+		{"conjunctive pair", 300, dnf{{17, 250}}},
+		{"conjunctive triple", 200, dnf{{0, 99, 199}}},
+		{"mixed", 256, dnf{{40}, {90, 200}, {130, 131, 132}}},
+		{"every unit needed", 10, dnf{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}}},
+	}
+	for _, tt := range tests {
+		for _, s := range []Strategy{Auto, DDMin} {
+			t.Run(fmt.Sprintf("%s/%v", tt.name, s), func(t *testing.T) {
+				t.Parallel()
+				base := run(t, tt.n, tt.d.oracle(), Options{Strategy: s})
+				requireValidResult(t, tt.n, tt.d, base)
+				for _, jobs := range []int{1, 2, 8} {
+					for seed := uint64(1); seed <= 2; seed++ {
+						r := run(t, tt.n, jitter(tt.d.oracle(), seed), Options{Strategy: s, Jobs: jobs})
+						require.Equal(t, base.Culprits, r.Culprits, "jobs=%d", jobs)
+						require.Equal(t, base.Steps, r.Steps, "jobs=%d: accepted steps", jobs)
+						require.Equal(t, base.Accepted, r.Accepted, "jobs=%d", jobs)
+						require.Equal(t, base.CacheHits, r.CacheHits, "jobs=%d", jobs)
+						require.Equal(t, base.Phases, r.Phases, "jobs=%d", jobs)
+						require.GreaterOrEqual(t, r.Calls, r.Accepted)
+						if jobs == 1 {
+							require.Equal(t, r.Accepted, r.Calls)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestSpeculationIsUsed makes sure Jobs > 1 really runs calls ahead: with
+// an oracle slow enough that every call overlaps, more than one call is in
+// flight at some point.
+func TestSpeculationIsUsed(t *testing.T) {
+	var (
+		mu             sync.Mutex
+		inflight, peak int
+	)
+	d := singles(700)
+	o := func(ctx context.Context, c Candidate) (Outcome, error) {
+		mu.Lock()
+		inflight++
+		peak = max(peak, inflight)
+		mu.Unlock()
+		defer func() { mu.Lock(); inflight--; mu.Unlock() }()
+		select {
+		case <-time.After(2 * time.Millisecond):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		return d.oracle()(ctx, c)
+	}
+	r := run(t, 1024, o, Options{Jobs: 4})
+	require.Equal(t, [][]int{{700}}, r.Culprits)
+	require.Greater(t, peak, 1)
+	require.LessOrEqual(t, peak, 4, "never more than Jobs calls at once")
+	require.Greater(t, r.Calls, r.Accepted, "some speculation was wasted")
+}
+
+// TestStaleSpeculationCanceled: calls of branches the search does not take
+// never return on their own here; the run still completes because the
+// engine cancels them when it needs their slots.
+func TestStaleSpeculationCanceled(t *testing.T) {
+	const n = 512
+	d := dnf{{30, 400}}
+	base := run(t, n, d.oracle(), Options{})
+	needed := map[string]bool{}
+	for _, s := range base.Steps {
+		needed[setFromRanges(s.Candidate).String()] = true
+	}
+	o := func(ctx context.Context, c Candidate) (Outcome, error) {
+		if !needed[c.String()] {
+			<-ctx.Done() // a replay that hangs until killed
+			return Unresolved, nil
+		}
+		return d.oracle()(ctx, c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := Run(ctx, n, o, Options{Jobs: 4})
+	require.NoError(t, err)
+	require.False(t, r.Incomplete, "the run hung on stale speculative calls")
+	require.Equal(t, base.Culprits, r.Culprits)
+	require.Equal(t, base.Steps, r.Steps, "answers given after cancellation must not be used")
+	// More cancellations than calls in flight at the end: stale calls were
+	// canceled during the run, to free their slots for useful ones.
+	require.Greater(t, r.Canceled, 4)
+}
+
+// TestSpeculativeErrorIgnored: an oracle error on a candidate only
+// speculation asked for must not abort the run, or the result would
+// depend on Jobs.
+func TestSpeculativeErrorIgnored(t *testing.T) {
+	const n = 512
+	d := dnf{{30, 400}}
+	base := run(t, n, d.oracle(), Options{})
+	needed := map[string]bool{}
+	for _, s := range base.Steps {
+		needed[setFromRanges(s.Candidate).String()] = true
+	}
+	bad := errors.New("replay infrastructure down")
+	o := func(ctx context.Context, c Candidate) (Outcome, error) {
+		if !needed[c.String()] {
+			return 0, bad
+		}
+		return d.oracle()(ctx, c)
+	}
+	r := run(t, n, jitter(o, 5), Options{Jobs: 8})
+	require.Equal(t, base.Culprits, r.Culprits)
+	require.Equal(t, base.Steps, r.Steps)
+}
