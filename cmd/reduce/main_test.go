@@ -18,9 +18,14 @@ func TestMain(m *testing.M) {
 }
 
 // TestScript runs the end-to-end scripts in testdata/script: the real main,
-// as a user types it. $EXAMPLES is fixtures/examples.
+// as a user types it. $EXAMPLES is fixtures/examples, $BAD the corpus of
+// malformed batch files in fixtures/testdata/bad.
 func TestScript(t *testing.T) {
 	examples, err := filepath.Abs("../../fixtures/examples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := filepath.Abs("../../fixtures/testdata/bad")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,6 +34,7 @@ func TestScript(t *testing.T) {
 		RequireExplicitExec: true,
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("EXAMPLES", examples)
+			env.Setenv("BAD", bad)
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
