@@ -57,8 +57,11 @@ bench: build
 	$(GO) test -run='^$$' -bench=. -benchmem ./shrink/ ./kernels/ ./replay/
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1x ./fixtures/
 
+# The main job on the seed example (four classes, targets [0, 2, 4]) with the
+# go backend; the fixture goes under out/regress.
 demo: build
 	$(BIN) inspect fixtures/examples/four_class_targets.bin
+	$(BIN) --batch fixtures/examples/four_class_targets.bin --out out/regress
 
 clean:
 	rm -rf bin

@@ -40,6 +40,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Commands: []*cli.Command{
 			inspectCommand(),
 			convertCommand(),
+			replayCommand(),
 			recorderCommand(),
 		},
 		// Errors are printed and mapped to exit codes by run, not by the

@@ -53,22 +53,3 @@ func parseSize(s string) (int64, error) {
 	}
 	return int64(v * mult), nil
 }
-
-func mainFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "batch", Aliases: []string{"b"}, Usage: "the recorded failing batch `FILE` (crash.bin)"},
-		maxSizeFlag(),
-	}
-}
-
-// mainJob is `reduce --batch FILE`.
-func mainJob(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usagef("unknown command %q (see reduce --help)", c.Args().First())
-	}
-	if c.String("batch") == "" {
-		_ = cli.ShowAppHelp(c)
-		return usagef("no batch: give --batch FILE (see reduce --help)")
-	}
-	return fmt.Errorf("the reduction is not available in this build yet; `reduce inspect %s` shows the batch", c.String("batch"))
-}

@@ -38,6 +38,7 @@ func inspectCommand() *cli.Command {
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.App.Writer)
 				enc.SetIndent("", "  ")
+				enc.SetEscapeHTML(false)
 				return enc.Encode(info)
 			}
 			return info.print(c.App.Writer)

@@ -9,9 +9,16 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"reduce/replay"
 )
 
 func TestMain(m *testing.M) {
+	// The go backend re-executes os.Executable(), the test binary here, as
+	// its worker.
+	if len(os.Args) > 1 && os.Args[1] == replay.WorkerCommand {
+		os.Exit(replay.Worker(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv))
+	}
 	testscript.Main(m, map[string]func(){
 		"reduce": func() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) },
 	})

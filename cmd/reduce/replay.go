@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"reduce/fixtures"
+	"reduce/replay"
+)
+
+// backendFlags are the flags that choose and tune the replay backend; the
+// main job shares them.
+func backendFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "backend", Value: "go", Usage: "replay with `KIND`: go (built-in kernels, no Python), torch (real PyTorch) or exec (--replay)"},
+		&cli.StringFlag{Name: "device", Usage: "go: cpu or cuda (CUDA emulation); torch: the torch `DEVICE` (cpu, cuda, cuda:N); default from the recorded failure"},
+		&cli.StringFlag{Name: "python", Usage: "the Python `INTERPRETER` that has torch (default: /usr/bin/python3 or python3 on PATH)"},
+		&cli.StringFlag{Name: "entry", Usage: "torch backend: call `MODULE:FUNCTION` with the loaded batch instead of the built-in op"},
+		&cli.StringFlag{Name: "replay", Usage: "exec backend: the `COMMAND` to run, {batch} standing for the candidate file"},
+		&cli.StringFlag{Name: "replay-format", Value: "bin", Usage: "exec backend: candidate `FORMAT`: bin, npz or safetensors"},
+		&cli.DurationFlag{Name: "timeout", Value: replay.DefaultTimeout, Usage: "stop a replay after `DURATION` (SIGINT, then SIGKILL) and count it as a timeout"},
+		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: 1, Usage: "run `N` replays at once"},
+		&cli.StringFlag{Name: "gpus", Usage: "give each replay slot its own device: `LIST` such as 0,1"},
+		&cli.BoolFlag{Name: "no-zygote", Usage: "torch backend: one interpreter per candidate instead of forking from a zygote"},
+		&cli.BoolFlag{Name: "async", Usage: "do not set CUDA_LAUNCH_BLOCKING=1 / AMD_SERIALIZE_KERNEL=3 for replays"},
+	}
+}
+
+// newBackend builds the backend the flags describe. b, when given, chooses
+// the go backend's default device: CUDA emulation for a batch whose
+// recorded failure came from a GPU.
+func newBackend(c *cli.Context, b *fixtures.Batch) (replay.Backend, error) {
+	gpus, err := replay.ParseGPUs(c.String("gpus"))
+	if err != nil {
+		return nil, usagef("--gpus %q: %v", c.String("gpus"), err)
+	}
+	device := c.String("device")
+	if device == "" && c.String("backend") == "go" && b != nil && b.Error != nil && gpuFailure(b.Error.Text) {
+		device = "cuda"
+	}
+	blocking := !c.Bool("async")
+	be, err := replay.New(replay.Options{
+		Kind: c.String("backend"), Device: device, Python: c.String("python"), Entry: c.String("entry"),
+		Replay: c.String("replay"), ReplayFormat: c.String("replay-format"), Jobs: c.Int("jobs"),
+		GPUs: gpus, Timeout: c.Duration("timeout"), NoZygote: c.Bool("no-zygote"), Blocking: &blocking,
+	})
+	if err != nil {
+		return nil, usageErr(err)
+	}
+	return be, nil
+}
+
+func gpuFailure(text string) bool {
+	for _, s := range []string{"CUDA error", "device-side assert", "HIP error", "cuda runtime error", "Device-side assertion"} {
+		if strings.Contains(text, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func replayCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "replay",
+		Usage:     "replay a batch once, in a fresh process, and say whether it reproduces its recorded failure",
+		UsageText: "reduce replay [--backend go|torch|exec] [--device DEV] [--json] FILE",
+		Description: "Prints the verdict, the failure signature and whether it matches the recorded one.\n" +
+			"Exit status 0 when it reproduces, 3 when it does not.\n\n" +
+			"Examples:\n" +
+			"   reduce replay crash.bin\n" +
+			"   reduce replay --backend torch --device cuda crash.bin\n" +
+			"   reduce replay --backend exec --replay 'python step.py {batch}' crash.bin",
+		Flags: append(backendFlags(),
+			&cli.StringFlag{Name: "match", Value: "strict", Usage: "what counts as the same failure: strict, family or any"},
+			&cli.BoolFlag{Name: "json", Usage: "print the verdict as JSON"},
+			maxSizeFlag(),
+		),
+		Action: action(replayOnce),
+	}
+}
+
+// replayVerdict is `reduce replay --json`.
+type replayVerdict struct {
+	File       string            `json:"file"`
+	Backend    string            `json:"backend"`
+	Device     string            `json:"device"`
+	Signature  replay.Signature  `json:"signature"`
+	Recorded   *replay.Signature `json:"recorded"`
+	Match      string            `json:"match"`
+	Reproduces bool              `json:"reproduces"`
+	Exit       replay.ExitInfo   `json:"exit"`
+	Seconds    float64           `json:"seconds"`
+	Stderr     string            `json:"stderr"`
+}
+
+func replayOnce(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return usagef("replay takes one batch file, got %d arguments", c.NArg())
+	}
+	level, err := replay.ParseMatchLevel(c.String("match"))
+	if err != nil {
+		return usagef("--match: %v", err)
+	}
+	path := c.Args().First()
+	b, err := readBatch(c, path)
+	if err != nil {
+		return err
+	}
+	be, err := newBackend(c, b)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	v, err := be.Replay(ctx, b)
+	if err != nil {
+		if ctx.Err() != nil {
+			return withCode(ExitInterrupted, fmt.Errorf("replay %s: interrupted", path))
+		}
+		return fmt.Errorf("replay %s: %w", path, err)
+	}
+	out := replayVerdict{
+		File: path, Backend: v.Backend, Device: v.Device, Signature: v.Signature, Match: string(level),
+		Exit: v.Exit, Seconds: v.Duration.Seconds(), Stderr: string(v.Result.Stderr),
+	}
+	if b.Error != nil {
+		rec := replay.Parse([]byte(b.Error.Text), replay.ExitInfo{Code: 1})
+		out.Recorded = &rec
+		out.Reproduces = reproduces(v.Signature, rec, level)
+	} else {
+		out.Reproduces = replay.Failing(v.Signature)
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+	} else {
+		w := c.App.Writer
+		fmt.Fprintf(w, "%s: replayed with %s on %s in %.3fs\n", path, out.Backend, out.Device, out.Seconds)
+		fmt.Fprintf(w, "signature: %s\n", out.Signature)
+		if out.Recorded != nil {
+			fmt.Fprintf(w, "recorded:  %s\n", *out.Recorded)
+		}
+		verdict := "reproduces"
+		if !out.Reproduces {
+			verdict = "does not reproduce"
+		}
+		fmt.Fprintf(w, "verdict:   %s (match %s)\n", verdict, level)
+	}
+	if !out.Reproduces {
+		return withCode(ExitNoRepro, fmt.Errorf("%s does not reproduce its recorded failure: got %s (try --match family, another --backend or --device)", path, out.Signature))
+	}
+	return nil
+}
+
+// reproduces compares a replay's signature with the recorded one. A replay
+// on another kind of device than the recording (torch on CPU for a batch
+// recorded on a GPU, say) cannot give the same text; then the shared class
+// of the failure (nll_loss.target_bounds, index_select.bounds, ...) decides.
+func reproduces(got, want replay.Signature, level replay.MatchLevel) bool {
+	if got.Matches(want, level) {
+		return true
+	}
+	if level == replay.MatchStrict && got.Backend != want.Backend && replay.Failing(got) {
+		gc, wc := got.Class(), want.Class()
+		return gc != "" && gc == wc
+	}
+	return false
+}

@@ -1,0 +1,272 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"reduce/fixtures"
+)
+
+// Backend kinds, the values of Options.Kind (the --backend flag).
+const (
+	KindGo    = "go"
+	KindTorch = "torch"
+	KindExec  = "exec"
+)
+
+// Candidate file formats of the exec backend (the --replay-format flag).
+const (
+	FormatBin         = "bin"
+	FormatNPZ         = "npz"
+	FormatSafetensors = "safetensors"
+)
+
+// WorkerCommand is the hidden subcommand of the reduce binary that runs the
+// go backend's worker: `reduce __worker --device cpu|cuda` reads a batch
+// file on its standard input and runs its op (see Worker).
+const WorkerCommand = "__worker"
+
+// Options configure New. The zero value is the go backend on CPU semantics,
+// one replay at a time, with the Runner's defaults.
+type Options struct {
+	// Kind is the backend: KindGo ("" too), KindTorch or KindExec
+	// (--backend).
+	Kind string
+	// Device (--device): for go, "cpu" (CPU semantics, the default) or
+	// "cuda" (CUDA emulation: device-side asserts); for torch, the torch
+	// device the tensors are rebuilt on: "cpu" (the default), "cuda",
+	// "cuda:N", or "rocm" (a ROCm build of torch: device "cuda", ROCm's
+	// environment); for exec, "cpu", "cuda" or "rocm", which only selects
+	// the blocking environment and the visible-devices variables.
+	Device string
+	// Python is the interpreter of the torch backend (--python): a path or
+	// a name looked up in $PATH. "" means the first of /usr/bin/python3
+	// and python3 in $PATH that can import torch.
+	Python string
+	// Entry is the torch backend's user function, "module:function"
+	// (--entry): it is called with the loaded batch (reduce_batch.Batch)
+	// instead of the batch's built-in op. module is a dotted module name
+	// imported from the working directory or $PYTHONPATH, or a path to a
+	// .py file; function may be a dotted attribute path.
+	Entry string
+	// Replay is the exec backend's command (--replay), split into words
+	// like a shell does (see SplitCommand); {batch} in it is replaced by
+	// the candidate file's path.
+	Replay string
+	// ReplayFormat is the exec backend's candidate format (--replay-format):
+	// FormatBin ("" too, the native crash.bin), FormatNPZ or
+	// FormatSafetensors.
+	ReplayFormat string
+	// Jobs is the most replays that run at once (-j); 0 means len(GPUs),
+	// or 1 without GPUs. Replay may be called from up to Jobs goroutines
+	// (more just wait for a slot).
+	Jobs int
+	// GPUs pin the replay slots to devices (as ParseGPUs returns them).
+	GPUs []string
+	// Timeout bounds one replay: 0 means DefaultTimeout, negative none.
+	Timeout time.Duration
+	// Grace is the time between SIGINT and SIGKILL when a replay is
+	// interrupted: 0 means DefaultGrace, negative SIGKILL at once.
+	Grace time.Duration
+	// NoZygote makes the torch backend start one interpreter per candidate
+	// (through the Runner) instead of forking each from a zygote.
+	NoZygote bool
+	// Blocking makes kernel launches synchronous (CUDA_LAUNCH_BLOCKING=1,
+	// or AMD_SERIALIZE_KERNEL=3 on ROCm; see DeviceEnv) so that an
+	// asynchronous failure is reported at its kernel. nil means on, the
+	// default; point it at false to replay with asynchronous launches.
+	Blocking *bool
+	// Exe is the reduce binary the go backend re-executes as its worker;
+	// "" means os.Executable().
+	Exe string
+	// Abort makes the go worker end an emulated device-side failure as a
+	// torch process whose CUDA context is broken ends at exit: "terminate
+	// called after throwing an instance of 'c10::Error'" and SIGABRT.
+	Abort bool
+	// Env is set over every replay's environment (KEY=VALUE entries).
+	Env []string
+	// TempRoot is where per-run directories (and the torch backend's copy
+	// of reduce_batch.py) are made; "" means os.TempDir().
+	TempRoot string
+	// CaptureLimit bounds the kept output of each stream of a replay, as
+	// Runner.CaptureLimit.
+	CaptureLimit int
+}
+
+// Verdict is what one replay of a candidate gave.
+type Verdict struct {
+	// Signature is the failure, parsed from the replay's stderr and how it
+	// ended (Parse); Signature.Backend says cpu, cuda, hip, ... as the
+	// text shows.
+	Signature Signature
+	// Exit is how the replay ended, as given to Parse.
+	Exit ExitInfo
+	// Result is the process's: exit status, captured output, duration.
+	Result Result
+	// Backend is the backend's Name (go, torch, exec).
+	Backend string
+	// Device is the backend's device (cpu, cuda, ...).
+	Device string
+	// Zygote reports that the replay ran in a child forked from the torch
+	// zygote.
+	Zygote bool
+	// Retried reports that the zygote died while it held this replay and
+	// the replay was run again in a restarted zygote.
+	Retried bool
+	// Duration is the wall time of the whole replay, as the caller saw it:
+	// writing the candidate, the process, collecting its output.
+	Duration time.Duration
+}
+
+// Reproduces reports whether v's signature reproduces want at level.
+func (v Verdict) Reproduces(want Signature, level MatchLevel) bool {
+	return v.Signature.Matches(want, level)
+}
+
+// Backend replays candidates, each in a fresh process.
+//
+// Replay returns an error only for a failure of the infrastructure that
+// should stop the reduction (the worker cannot be started at all, the
+// candidate cannot be encoded, the backend is closed), or with the
+// context's error when ctx is done (the Verdict then says infra,
+// "canceled"). A candidate that crashes, hangs or fails to load is a
+// Verdict. Replay may be called from several goroutines at once.
+type Backend interface {
+	Name() string
+	Replay(ctx context.Context, b *fixtures.Batch) (Verdict, error)
+	Close() error
+}
+
+// ErrClosed is returned by Replay after Close.
+var ErrClosed = errors.New("replay: backend closed")
+
+// New validates o and returns its backend. The torch backend starts its
+// zygote (or checks its interpreter) here, so a Python that cannot import
+// torch, or a device it cannot initialize, is an error of New.
+func New(o Options) (Backend, error) {
+	kind := strings.ToLower(strings.TrimSpace(o.Kind))
+	if kind == "" {
+		kind = KindGo
+	}
+	if o.Jobs < 0 {
+		return nil, fmt.Errorf("replay: -j %d: want at least 1", o.Jobs)
+	}
+	switch kind {
+	case KindGo, KindTorch, KindExec:
+	default:
+		return nil, fmt.Errorf("replay: --backend %q: want go, torch or exec", o.Kind)
+	}
+	if o.Entry != "" && kind != KindTorch {
+		return nil, fmt.Errorf("replay: --entry is for --backend torch (--backend %s runs %s)", kind, map[string]string{
+			KindGo: "the batch's built-in op", KindExec: "the --replay command"}[kind])
+	}
+	if o.Replay != "" && kind != KindExec {
+		return nil, fmt.Errorf("replay: --replay is for --backend exec (it was given with --backend %s)", kind)
+	}
+	if f := strings.ToLower(o.ReplayFormat); f != "" && f != FormatBin && kind != KindExec {
+		return nil, fmt.Errorf("replay: --replay-format is for --backend exec (--backend %s reads the native format)", kind)
+	}
+	switch kind {
+	case KindGo:
+		return newGoBackend(o)
+	case KindTorch:
+		return newTorchBackend(o)
+	}
+	return newExecBackend(o)
+}
+
+// blocking is o.Blocking with its default.
+func (o *Options) blocking() bool { return o.Blocking == nil || *o.Blocking }
+
+// runner is the Runner every backend runs its processes through.
+func (o *Options) runner() *Runner {
+	return &Runner{Timeout: o.Timeout, Grace: o.Grace, TempRoot: o.TempRoot, CaptureLimit: o.CaptureLimit}
+}
+
+// pool is the Pool of o's slots on the given device kind.
+func (o *Options) pool(kind string) *Pool {
+	return &Pool{Runner: o.runner(), Jobs: o.Jobs, GPUs: o.GPUs, Kind: kind}
+}
+
+// exitInfo converts a Result for Parse.
+func exitInfo(r Result) ExitInfo {
+	return ExitInfo{Code: r.ExitCode, Signal: int(r.Signal), TimedOut: r.TimedOut, Harness: r.Harness, Canceled: r.Canceled}
+}
+
+// verdictOf turns a Runner's Result into a Verdict, or the error that must
+// stop the reduction: the process could not be started (not for a
+// cancellation: ctx's error comes with an infra verdict).
+func verdictOf(ctx context.Context, name, device string, res Result, start time.Time) (Verdict, error) {
+	v := Verdict{Result: res, Backend: name, Device: device, Exit: exitInfo(res)}
+	v.Signature = Parse(res.Stderr, v.Exit)
+	v.Duration = time.Since(start)
+	if res.Canceled {
+		err := ctx.Err()
+		if err == nil {
+			err = context.Canceled
+		}
+		return v, err
+	}
+	if !res.Started && res.Err != nil {
+		v.Signature = Signature{Family: FamilyInfra, Expression: "not started"}
+		return v, fmt.Errorf("replay: %s backend: %w", name, res.Err)
+	}
+	return v, nil
+}
+
+// encodeBatch writes b in the native format, uncompressed (the worker reads
+// it at once; compressing would cost more than it saves).
+func encodeBatch(b *fixtures.Batch) ([]byte, error) {
+	if b == nil {
+		return nil, errors.New("replay: nil batch")
+	}
+	var size int64 = 64 << 10
+	for _, e := range b.Tensors {
+		if e != nil && e.Tensor != nil {
+			size += int64(len(e.Data)) + 64
+		}
+	}
+	var buf bytes.Buffer
+	buf.Grow(int(size))
+	if err := fixtures.Encode(&buf, b, fixtures.WithCompression(fixtures.CompressionNone)); err != nil {
+		return nil, fmt.Errorf("replay: candidate: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// processGone reports whether pid no longer runs: it does not exist, or is
+// a zombie (dead, waiting for a parent to reap it).
+func processGone(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return syscall.Kill(pid, 0) == syscall.ESRCH
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return false
+	}
+	st := s[i+2]
+	return st == 'Z' || st == 'X'
+}
+
+// waitGone polls until pid is gone or d has passed; it reports whether it
+// is gone.
+func waitGone(pid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if processGone(pid) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

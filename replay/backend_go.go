@@ -1,0 +1,68 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"reduce/fixtures"
+)
+
+// goBackend re-executes the reduce binary as `reduce __worker --device D`,
+// one process per candidate, the candidate on its standard input.
+type goBackend struct {
+	exe    string
+	device string
+	args   []string
+	env    []string
+	pool   *Pool
+}
+
+func newGoBackend(o Options) (Backend, error) {
+	dev := strings.ToLower(strings.TrimSpace(o.Device))
+	switch dev {
+	case "":
+		dev = DeviceCPU
+	case DeviceCPU, DeviceCUDA:
+	case "gpu", "nvidia":
+		dev = DeviceCUDA
+	default:
+		return nil, fmt.Errorf("replay: --device %q: the go backend emulates cpu or cuda", o.Device)
+	}
+	exe := o.Exe
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("replay: go backend: cannot find the reduce binary to run as its worker: %w", err)
+		}
+	}
+	if _, err := os.Stat(exe); err != nil {
+		return nil, fmt.Errorf("replay: go backend: worker binary: %w", err)
+	}
+	g := &goBackend{exe: exe, device: dev, args: []string{WorkerCommand, "--device", dev}}
+	if o.Abort {
+		g.args = append(g.args, "--abort")
+	}
+	if dev == DeviceCUDA {
+		g.env = append(g.env, DeviceEnv(DeviceCUDA, o.blocking())...)
+	}
+	g.env = append(g.env, o.Env...)
+	g.pool = o.pool(DeviceCUDA)
+	return g, nil
+}
+
+func (g *goBackend) Name() string { return KindGo }
+
+func (g *goBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, error) {
+	start := time.Now()
+	data, err := encodeBatch(b)
+	if err != nil {
+		return Verdict{Backend: KindGo, Device: g.device}, err
+	}
+	res := g.pool.Run(ctx, Command{Path: g.exe, Args: g.args, Stdin: data, Env: g.env})
+	return verdictOf(ctx, KindGo, g.device, res, start)
+}
+
+func (g *goBackend) Close() error { return nil }

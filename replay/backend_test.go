@@ -1,0 +1,459 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"reduce/fixtures"
+	"reduce/kernels"
+)
+
+// The test binary doubles as the go backend's worker: with goWorkerEnv set
+// it runs Worker instead of the tests (the lead wires `reduce __worker` to
+// Worker the same way).
+const goWorkerEnv = "REPLAY_GO_WORKER"
+
+func init() {
+	if os.Getenv(goWorkerEnv) == "1" {
+		os.Exit(Worker(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv))
+	}
+}
+
+// goOptions are the Options of a go backend that runs this test binary.
+func goOptions(t testing.TB, device string) Options {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Options{Kind: KindGo, Device: device, Exe: exe, Env: []string{goWorkerEnv + "=1"}, Timeout: 30 * time.Second}
+}
+
+func newBackend(t testing.TB, o Options) Backend {
+	t.Helper()
+	b, err := New(o)
+	if err != nil {
+		t.Fatalf("New(%+v): %v", o, err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func replayOK(t testing.TB, be Backend, b *fixtures.Batch) Verdict {
+	t.Helper()
+	v, err := be.Replay(context.Background(), b)
+	if err != nil {
+		t.Fatalf("%s: Replay: %v", be.Name(), err)
+	}
+	return v
+}
+
+type example struct {
+	name  string
+	batch *fixtures.Batch
+	want  struct {
+		Culprits []int64 `json:"culprits"`
+		Error    struct {
+			Text      string `json:"text"`
+			Exception string `json:"exception"`
+		} `json:"error"`
+	}
+}
+
+func loadExamples(t testing.TB) []example {
+	t.Helper()
+	paths, err := filepath.Glob("../fixtures/examples/*.bin")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no examples in ../fixtures/examples: %v", err)
+	}
+	sort.Strings(paths)
+	var out []example
+	for _, p := range paths {
+		var ex example
+		ex.name = strings.TrimSuffix(filepath.Base(p), ".bin")
+		if ex.batch, err = fixtures.Read(p); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(strings.TrimSuffix(p, ".bin") + ".expected.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, &ex.want); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		out = append(out, ex)
+	}
+	return out
+}
+
+// subset keeps the samples idx of b, layout preserved.
+func subset(t testing.TB, b *fixtures.Batch, idx []int64) *fixtures.Batch {
+	t.Helper()
+	nb := *b
+	nb.Tensors = nil
+	nb.Samples = int64(len(idx))
+	if b.SampleIDs != nil {
+		nb.SampleIDs = nil
+		for _, i := range idx {
+			nb.SampleIDs = append(nb.SampleIDs, b.SampleIDs[i])
+		}
+	}
+	for _, e := range b.Tensors {
+		ne := *e
+		if e.BatchDim != nil {
+			sel, err := e.Tensor.Select(*e.BatchDim, idx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ne.Tensor = sel
+		}
+		nb.Tensors = append(nb.Tensors, &ne)
+	}
+	return &nb
+}
+
+// without returns 0..n-1 without drop.
+func without(n int64, drop []int64) []int64 {
+	skip := map[int64]bool{}
+	for _, d := range drop {
+		skip[d] = true
+	}
+	var out []int64
+	for i := int64(0); i < n; i++ {
+		if !skip[i] {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// recordedSignature is the signature of an example's recorded error text,
+// as a CPU torch run prints its last line.
+func recordedSignature(text string) Signature {
+	return Parse([]byte("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"+text+"\n"), ExitInfo{Code: 1})
+}
+
+// kernelClass is s.Class(), working around a gap of signature_class.go: its
+// host rule for nll_loss.target_bounds is `^Target N is out of bounds\.$`,
+// which misses a negative target ("Target -N is out of bounds.", the
+// offset_slice example's -1), though the index.bounds rule allows -?N.
+// Reported to the lead; drop the fallback once the rule takes -?N.
+func kernelClass(t testing.TB, s Signature) string {
+	if c := s.Class(); c != "" {
+		return c
+	}
+	if s.Family == FamilyHostCheck && strings.Contains(s.Expression, "-N") {
+		s.Expression = strings.ReplaceAll(s.Expression, "-N", "N")
+		if c := s.Class(); c != "" {
+			t.Logf("signature_class.go gap: %q has no class; with -N as N it is %s", strings.ReplaceAll(s.Expression, "N", "-N"), c)
+			return c
+		}
+	}
+	return ""
+}
+
+func TestGoBackendExamples(t *testing.T) {
+	t.Parallel()
+	cpu := newBackend(t, goOptions(t, "cpu"))
+	cuda := newBackend(t, goOptions(t, "cuda"))
+	for _, ex := range loadExamples(t) {
+		t.Run(ex.name, func(t *testing.T) {
+			vc := replayOK(t, cpu, ex.batch)
+			want := recordedSignature(ex.want.Error.Text)
+			if vc.Signature.Family != FamilyHostCheck || vc.Signature.Expression != want.Expression {
+				t.Errorf("go cpu: %v, want the recorded %v\nstderr:\n%s", vc.Signature, want, vc.Result.Stderr)
+			}
+			if vc.Signature.Backend != BackendCPU || vc.Backend != KindGo || vc.Device != "cpu" {
+				t.Errorf("go cpu: backend %q/%q/%q", vc.Signature.Backend, vc.Backend, vc.Device)
+			}
+			vg := replayOK(t, cuda, ex.batch)
+			if c := kernelClass(t, vg.Signature); c == "" || c != kernelClass(t, vc.Signature) {
+				t.Errorf("go cuda: %v (class %q), cpu %v (class %q)", vg.Signature, c, vc.Signature, kernelClass(t, vc.Signature))
+			}
+			if ex.want.Culprits != nil && vg.Signature.Family != FamilyDeviceAssert {
+				t.Errorf("go cuda: %v, want a device_assert\nstderr:\n%s", vg.Signature, vg.Result.Stderr)
+			}
+			if ex.want.Culprits != nil {
+				rest := subset(t, ex.batch, without(ex.batch.Samples, ex.want.Culprits))
+				for _, be := range []Backend{cpu, cuda} {
+					if v := replayOK(t, be, rest); v.Signature.Family != FamilyPass {
+						t.Errorf("%s without the culprits: %v\n%s", v.Device, v.Signature, v.Result.Stderr)
+					} else if !bytes.HasPrefix(v.Result.Stdout, []byte("ok "+ex.batch.Op)) {
+						t.Errorf("%s pass: stdout %q", v.Device, v.Result.Stdout)
+					}
+				}
+			}
+			t.Logf("go cpu: %v [%s]; go cuda: %v [%s]", vc.Signature, kernelClass(t, vc.Signature), vg.Signature, kernelClass(t, vg.Signature))
+		})
+	}
+}
+
+func exampleBatch(t testing.TB, name string) *fixtures.Batch {
+	t.Helper()
+	b, err := fixtures.Read("../fixtures/examples/" + name + ".bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func encodeForTest(t testing.TB, b *fixtures.Batch) []byte {
+	t.Helper()
+	data, err := encodeBatch(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// The worker run in process: asynchronous reporting and its blocking form.
+func TestWorkerCUDAReporting(t *testing.T) {
+	data := encodeForTest(t, exampleBatch(t, "four_class_targets"))
+	run := func(env map[string]string) (int, string) {
+		var out, errb bytes.Buffer
+		code := Worker([]string{WorkerCommand, "--device", "cuda"}, bytes.NewReader(data), &out, &errb, func(k string) string { return env[k] })
+		return code, errb.String()
+	}
+	code, async := run(nil)
+	if code != 1 {
+		t.Fatalf("exit %d\n%s", code, async)
+	}
+	for _, s := range []string{"Assertion `t >= 0 && t < n_classes` failed.", "loss.item()",
+		"RuntimeError: CUDA error: device-side assert triggered", "For debugging consider passing CUDA_LAUNCH_BLOCKING=1."} {
+		if !strings.Contains(async, s) {
+			t.Errorf("asynchronous report lacks %q:\n%s", s, async)
+		}
+	}
+	if strings.Contains(async, "functional.py") {
+		t.Errorf("asynchronous report points at the op:\n%s", async)
+	}
+	code, blocking := run(map[string]string{"CUDA_LAUNCH_BLOCKING": "1"})
+	if code != 1 {
+		t.Fatalf("exit %d\n%s", code, blocking)
+	}
+	if strings.Contains(blocking, "loss.item()") || !strings.Contains(blocking, "in cross_entropy") ||
+		strings.Contains(blocking, "CUDA_LAUNCH_BLOCKING=1.") {
+		t.Errorf("blocking report should point at cross_entropy, without the advice:\n%s", blocking)
+	}
+	sa, sb := Parse([]byte(async), ExitInfo{Code: 1}), Parse([]byte(blocking), ExitInfo{Code: 1})
+	if sa.Family != FamilyDeviceAssert || !sa.Matches(sb, MatchStrict) || sa.Kernel != "nll_loss_forward_reduce_cuda_kernel_2d" {
+		t.Errorf("signatures: async %v, blocking %v", sa, sb)
+	}
+}
+
+func TestWorkerHarness(t *testing.T) {
+	good := exampleBatch(t, "four_class_targets")
+	noOp := *good
+	noOp.Op, noOp.Attrs = "", nil
+	unknown := *good
+	unknown.Op = "conv2d"
+	badAttr := *good
+	badAttr.Attrs = map[string]any{"reduction": "mean", "pos_weight": json.Number("2")}
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		args []string
+		want string
+	}{
+		{"garbage", []byte("not a batch file at all, just text"), nil, "magic"},
+		{"no op", encodeForTest(t, &noOp), nil, "records no op"},
+		{"unknown op", encodeForTest(t, &unknown), nil, "conv2d"},
+		{"bad attribute", encodeForTest(t, &badAttr), nil, "pos_weight"},
+		{"bad device", encodeForTest(t, good), []string{"--device", "tpu"}, "--device"},
+		{"bad flag", encodeForTest(t, good), []string{"--nope"}, "nope"},
+	} {
+		var out, errb bytes.Buffer
+		code := Worker(tc.args, bytes.NewReader(tc.in), &out, &errb, nil)
+		if code != HarnessExitCode || !strings.Contains(errb.String(), tc.want) || !strings.Contains(errb.String(), "harness") {
+			t.Errorf("%s: exit %d, stderr %q; want %d and %q", tc.name, code, errb.String(), HarnessExitCode, tc.want)
+		}
+	}
+	// Through the backend: a harness failure is infra, never a verdict on
+	// the candidate.
+	be := newBackend(t, goOptions(t, "cpu"))
+	v := replayOK(t, be, &noOp)
+	if !v.Result.Harness || v.Signature.Family != FamilyInfra {
+		t.Errorf("no op through the backend: %+v", v.Signature)
+	}
+}
+
+func TestGoBackendAbort(t *testing.T) {
+	t.Parallel()
+	o := goOptions(t, "cuda")
+	o.Abort = true
+	be := newBackend(t, o)
+	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
+	if v.Result.Signal != syscall.SIGABRT || v.Result.CoreDump {
+		t.Fatalf("signal %v core %v; stderr:\n%s", v.Result.Signal, v.Result.CoreDump, v.Result.Stderr)
+	}
+	if v.Signature.Family != FamilyDeviceAssert || v.Signature.Kernel != "nll_loss_forward_reduce_cuda_kernel_2d" {
+		t.Errorf("signature %v", v.Signature)
+	}
+	if !bytes.Contains(v.Result.Stderr, []byte("terminate called after throwing an instance of 'c10::Error'")) {
+		t.Errorf("stderr:\n%s", v.Result.Stderr)
+	}
+	// A host-side failure is not a device failure: no abort.
+	v = replayOK(t, be, exampleBatch(t, "one_hot_labels"))
+	if v.Result.Signal != 0 || v.Result.ExitCode != 1 || v.Signature.Family != FamilyHostCheck {
+		t.Errorf("one_hot_labels with --abort: %v exit %d signal %v", v.Signature, v.Result.ExitCode, v.Result.Signal)
+	}
+}
+
+func TestGoBackendConcurrent(t *testing.T) {
+	t.Parallel()
+	o := goOptions(t, "cuda")
+	o.Jobs = 3
+	o.GPUs = []string{"0", "1"}
+	be := newBackend(t, o)
+	b := exampleBatch(t, "transposed_index")
+	errs := make(chan error, 6)
+	for range 6 {
+		go func() {
+			v, err := be.Replay(context.Background(), b)
+			if err == nil && v.Signature.Class() != ClassIndexSelect {
+				err = fmt.Errorf("signature %v", v.Signature)
+			}
+			errs <- err
+		}()
+	}
+	for range 6 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestGoBackendCanceled(t *testing.T) {
+	be := newBackend(t, goOptions(t, "cpu"))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	v, err := be.Replay(ctx, exampleBatch(t, "four_class_targets"))
+	if err == nil || v.Signature.Family != FamilyInfra {
+		t.Errorf("canceled: %v, %v", v.Signature, err)
+	}
+}
+
+func TestNewOptionErrors(t *testing.T) {
+	for _, tc := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Kind: "jax"}, "--backend"},
+		{Options{Kind: "go", Device: "tpu"}, "--device"},
+		{Options{Kind: "go", Entry: "m:f"}, "--entry"},
+		{Options{Kind: "go", Replay: "x {batch}"}, "--replay"},
+		{Options{Kind: "torch", Replay: "x {batch}"}, "--replay"},
+		{Options{Kind: "go", ReplayFormat: "npz"}, "--replay-format"},
+		{Options{Kind: "go", Jobs: -1}, "-j"},
+		{Options{Kind: "torch", Device: "tpu"}, "--device"},
+		{Options{Kind: "torch", Entry: "nocolon"}, "--entry"},
+		{Options{Kind: "torch", Entry: "mod:"}, "--entry"},
+		{Options{Kind: "torch", Python: "/nonexistent/python3"}, "--python"},
+		{Options{Kind: "exec"}, "--replay"},
+		{Options{Kind: "exec", Replay: "no-such-command-anywhere {batch}"}, "--replay"},
+		{Options{Kind: "exec", Replay: "python3 step.py"}, "{batch}"},
+		{Options{Kind: "exec", Replay: "python3 'step.py {batch}"}, "--replay"},
+		{Options{Kind: "exec", Replay: "python3 step.py {batch} | tee log"}, "sh -c"},
+		{Options{Kind: "exec", Replay: "python3 {batch}", ReplayFormat: "csv"}, "--replay-format"},
+		{Options{Kind: "exec", Replay: "python3 {batch}", Device: "cuda:1"}, "--device"},
+	} {
+		b, err := New(tc.o)
+		if err == nil {
+			b.Close()
+			t.Errorf("New(%+v): no error, want one naming %s", tc.o, tc.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v): %v; want it to name %s", tc.o, err, tc.want)
+		}
+	}
+}
+
+func TestSplitCommand(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{`python step.py {batch}`, []string{"python", "step.py", "{batch}"}},
+		{`  python   "my step.py"  --x='a b' {batch} `, []string{"python", "my step.py", "--x=a b", "{batch}"}},
+		{`a\ b "q\"uote" 'sin"gle' "" x`, []string{"a b", `q"uote`, `sin"gle`, "", "x"}},
+		{`sh -c 'python step.py {batch} | tee log'`, []string{"sh", "-c", "python step.py {batch} | tee log"}},
+		{`echo "$5 costs" a$`, []string{"echo", "$5 costs", "a$"}},
+	} {
+		got, err := SplitCommand(tc.in)
+		if err != nil || strings.Join(got, "\x00") != strings.Join(tc.want, "\x00") {
+			t.Errorf("SplitCommand(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{`a "b`, `a 'b`, `a \`, `a > b`, `a; b`, `a $HOME`, "a `b`", `a $(b)`} {
+		if got, err := SplitCommand(bad); err == nil {
+			t.Errorf("SplitCommand(%q) = %q, want an error", bad, got)
+		}
+	}
+}
+
+// gone waits until none of pids runs and no live process is in a process
+// group of theirs; it reports the ones left.
+func leftover(pids []int, wait time.Duration) []string {
+	groups := map[int]bool{}
+	for _, p := range pids {
+		groups[p] = true
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		var left []string
+		for _, p := range pids {
+			if !processGone(p) {
+				left = append(left, fmt.Sprintf("pid %d", p))
+			}
+		}
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+			if err != nil {
+				continue
+			}
+			s := string(data)
+			i := strings.LastIndexByte(s, ')')
+			f := strings.Fields(s[i+1:])
+			if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
+				continue
+			}
+			if pg, _ := strconv.Atoi(f[2]); groups[pg] {
+				left = append(left, fmt.Sprintf("pid %d in group %d", pid, pg))
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// emptyDir fails when dir holds anything.
+func emptyDir(t testing.TB, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("left behind in %s: %s", dir, e.Name())
+	}
+}
+
+// a kernels import keeps the dependency explicit for the benchmarks' batches.
+var _ = kernels.Float32

@@ -1,0 +1,1 @@
+"""A tiny user project: the training step the torch backend's --entry test replays."""

@@ -1,0 +1,276 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"reduce/fixtures"
+)
+
+// The torch backend: a Python with torch runs the embedded reduce_batch.py.
+//
+// By default each candidate runs in a child forked from a zygote (see
+// zygote): `python reduce_batch.py zygote` imports torch (and the --entry
+// module) once; its children, forked ahead of need, initialize the device
+// and wait for one candidate each. With NoZygote every candidate gets an
+// interpreter of its own through the Runner: `python reduce_batch.py replay
+// FILE --device D [--entry M:F]`, which pays for `import torch` every time.
+type torchBackend struct {
+	python  string
+	device  string // the torch device: cpu, cuda, cuda:N
+	kind    string // DeviceCPU, DeviceCUDA, DeviceROCm
+	entry   string
+	dir     string // holds reduce_batch.py
+	module  string
+	env     []string
+	runner  *Runner
+	pool    *Pool
+	noZyg   bool
+	slots   chan int
+	slotEnv []map[string]string
+
+	zmu      sync.Mutex
+	z        *zygote
+	closed   bool
+	starts   int // zygotes started, for tests
+	nextID   uint64
+	idMu     sync.Mutex
+	seenMu   sync.Mutex
+	seenPIDs map[int]bool // every zygote and child pid, for tests
+}
+
+// Python interpreters that were checked, by path.
+var pythonChecks sync.Map // string -> *pythonCheck
+
+type pythonCheck struct {
+	once sync.Once
+	info pythonInfo
+	err  error
+}
+
+type pythonInfo struct {
+	Torch         string `json:"torch"`
+	CUDA          string `json:"cuda"`
+	HIP           string `json:"hip"`
+	CUDAAvailable bool   `json:"cuda_available"`
+	Devices       int    `json:"devices"`
+}
+
+const pythonProbe = `import json, sys
+import torch
+ok = torch.cuda.is_available()
+print(json.dumps({"torch": str(torch.__version__), "cuda": torch.version.cuda or "",
+    "hip": getattr(torch.version, "hip", None) or "", "cuda_available": ok,
+    "devices": torch.cuda.device_count() if ok else 0}))
+`
+
+// checkPython runs python once (per process and path) to see whether it can
+// import torch and whether torch sees a GPU.
+func checkPython(python string) (pythonInfo, error) {
+	v, _ := pythonChecks.LoadOrStore(python, &pythonCheck{})
+	c := v.(*pythonCheck)
+	c.once.Do(func() {
+		r := &Runner{Timeout: 2 * time.Minute, CaptureLimit: 64 << 10}
+		res := r.Run(context.Background(), Command{Path: python, Args: []string{"-c", pythonProbe}, Env: PythonEnv(), Foreign: true})
+		if res.Err != nil {
+			c.err = res.Err
+			return
+		}
+		if res.ExitCode != 0 {
+			c.err = fmt.Errorf("cannot import torch: %s", lastLine(res.Stderr))
+			return
+		}
+		if err := json.Unmarshal(bytes.TrimSpace(res.Stdout), &c.info); err != nil {
+			c.err = fmt.Errorf("torch probe printed %q: %v", lastLine(res.Stdout), err)
+		}
+	})
+	return c.info, c.err
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) == 0 || lines[len(lines)-1] == "" {
+		return "(no output)"
+	}
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// defaultPythons are tried in order when Options.Python is "".
+func defaultPythons() []string {
+	c := []string{"/usr/bin/python3"}
+	if p, err := exec.LookPath("python3"); err == nil && p != c[0] {
+		c = append(c, p)
+	}
+	return c
+}
+
+// FindPython returns the interpreter the torch backend uses for python
+// (Options.Python): python itself looked up in $PATH, or, when it is "",
+// the first of /usr/bin/python3 and python3 in $PATH that can import torch.
+func FindPython(python string) (string, error) {
+	if python != "" {
+		p, err := exec.LookPath(python)
+		if err != nil {
+			return "", fmt.Errorf("replay: --python %q: %w", python, err)
+		}
+		return p, nil
+	}
+	var tried []string
+	for _, p := range defaultPythons() {
+		if _, err := os.Stat(p); err != nil {
+			tried = append(tried, fmt.Sprintf("%s: not found", p))
+			continue
+		}
+		if _, err := checkPython(p); err != nil {
+			tried = append(tried, fmt.Sprintf("%s: %v", p, err))
+			continue
+		}
+		return p, nil
+	}
+	return "", fmt.Errorf("replay: --backend torch: no Python that can import torch (tried %s); name one with --python", strings.Join(tried, "; "))
+}
+
+func newTorchBackend(o Options) (Backend, error) {
+	dev := strings.ToLower(strings.TrimSpace(o.Device))
+	kind := DeviceCPU
+	switch {
+	case dev == "" || dev == "cpu":
+		dev = "cpu"
+	case dev == "cuda" || strings.HasPrefix(dev, "cuda:") || dev == "gpu" || dev == "nvidia":
+		if !strings.HasPrefix(dev, "cuda") {
+			dev = "cuda"
+		}
+		kind = DeviceCUDA
+	case dev == "rocm" || dev == "hip" || dev == "amd":
+		dev, kind = "cuda", DeviceROCm // torch's ROCm build calls its device cuda
+	default:
+		return nil, fmt.Errorf("replay: --device %q: the torch backend takes cpu, cuda, cuda:N or rocm", o.Device)
+	}
+	if o.Entry != "" {
+		i := strings.LastIndexByte(o.Entry, ':')
+		if i <= 0 || i == len(o.Entry)-1 {
+			return nil, fmt.Errorf("replay: --entry %q: want module:function (a dotted module importable from the working directory, or a .py path)", o.Entry)
+		}
+	}
+	python, err := FindPython(o.Python)
+	if err != nil {
+		return nil, err
+	}
+	t := &torchBackend{
+		python: python, device: dev, kind: kind, entry: o.Entry, runner: o.runner(),
+		noZyg: o.NoZygote, seenPIDs: map[int]bool{},
+	}
+	t.env = append(append(PythonEnv(), DeviceEnv(kind, o.blocking())...), o.Env...)
+	t.pool = o.pool(kind)
+	n := t.pool.Size()
+	t.slots = make(chan int, n)
+	for i := range n {
+		t.slots <- i
+		env := map[string]string{}
+		for _, kv := range t.pool.SlotEnv(i) {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		t.slotEnv = append(t.slotEnv, env)
+	}
+	if t.dir, err = os.MkdirTemp(t.runner.tempRoot(), "reduce-torch-*"); err != nil {
+		return nil, fmt.Errorf("replay: torch backend: %w", err)
+	}
+	t.module = filepath.Join(t.dir, PythonModuleName)
+	if err := os.WriteFile(t.module, PythonModule, 0o644); err != nil {
+		os.RemoveAll(t.dir)
+		return nil, fmt.Errorf("replay: torch backend: %w", err)
+	}
+	if t.noZyg {
+		info, err := checkPython(python)
+		if err == nil && kind != DeviceCPU && !info.CUDAAvailable {
+			err = fmt.Errorf("torch %s sees no GPU for --device %s", info.Torch, o.Device)
+		}
+		if err != nil {
+			os.RemoveAll(t.dir)
+			return nil, fmt.Errorf("replay: --python %s: %v", python, err)
+		}
+		return t, nil
+	}
+	t.zmu.Lock()
+	_, err = t.zygoteLocked()
+	t.zmu.Unlock()
+	if err != nil {
+		os.RemoveAll(t.dir)
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *torchBackend) Name() string { return KindTorch }
+
+func (t *torchBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, error) {
+	start := time.Now()
+	t.zmu.Lock()
+	closed := t.closed
+	t.zmu.Unlock()
+	if closed {
+		return Verdict{Backend: KindTorch, Device: t.device}, ErrClosed
+	}
+	data, err := encodeBatch(b)
+	if err != nil {
+		return Verdict{Backend: KindTorch, Device: t.device}, err
+	}
+	if t.noZyg {
+		args := []string{t.module, "replay", RunDirArg + "/candidate.bin", "--device", t.device}
+		if t.entry != "" {
+			args = append(args, "--entry", t.entry)
+		}
+		res := t.pool.Run(ctx, Command{Path: t.python, Args: args, Env: t.env,
+			Files: map[string][]byte{"candidate.bin": data}})
+		return verdictOf(ctx, KindTorch, t.device, res, start)
+	}
+	return t.replayZygote(ctx, data, start)
+}
+
+// Close stops the zygote (its children are killed) and removes the
+// backend's files. Replays still running come back as infra verdicts.
+func (t *torchBackend) Close() error {
+	t.zmu.Lock()
+	t.closed = true
+	z := t.z
+	t.z = nil
+	t.zmu.Unlock()
+	var err error
+	if z != nil {
+		err = z.stop()
+	}
+	if rerr := os.RemoveAll(t.dir); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	return err
+}
+
+func (t *torchBackend) seen(pid int) {
+	if pid <= 0 {
+		return
+	}
+	t.seenMu.Lock()
+	t.seenPIDs[pid] = true
+	t.seenMu.Unlock()
+}
+
+// pids returns every zygote and child pid the backend has seen.
+func (t *torchBackend) pids() []int {
+	t.seenMu.Lock()
+	defer t.seenMu.Unlock()
+	out := make([]int, 0, len(t.seenPIDs))
+	for p := range t.seenPIDs {
+		out = append(out, p)
+	}
+	return out
+}

@@ -1,0 +1,361 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"reduce/fixtures"
+)
+
+// torchPython returns the Python with torch the tests use: $REDUCE_PYTHON,
+// or the default search. Without one the test is skipped, or fails when
+// REDUCE_REQUIRE_TORCH=1 (make test sets it).
+func torchPython(t testing.TB) string {
+	t.Helper()
+	want := os.Getenv("REDUCE_PYTHON")
+	p, err := FindPython(want)
+	if err == nil && want != "" {
+		_, err = checkPython(p)
+	}
+	if err != nil {
+		if os.Getenv("REDUCE_REQUIRE_TORCH") == "1" {
+			t.Fatalf("REDUCE_REQUIRE_TORCH=1 and no Python with torch: %v", err)
+		}
+		t.Skipf("no Python with torch (set REDUCE_PYTHON): %v", err)
+	}
+	return p
+}
+
+func entryDir(t testing.TB) string {
+	d, err := filepath.Abs("testdata/entry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func torchOptions(t testing.TB, tmp string) Options {
+	return Options{Kind: KindTorch, Python: torchPython(t), TempRoot: tmp, Timeout: 60 * time.Second}
+}
+
+// withMeta is b with meta[key] = value.
+func withMeta(b *fixtures.Batch, key, value string) *fixtures.Batch {
+	nb := *b
+	nb.Meta = map[string]string{}
+	for k, v := range b.Meta {
+		nb.Meta[k] = v
+	}
+	nb.Meta[key] = value
+	return &nb
+}
+
+// The torch backend on CPU gives, for every example, the signature the go
+// backend gives in CPU mode: same family, kernel, expression, class.
+func TestTorchMatchesGoOnExamples(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	o := torchOptions(t, tmp)
+	o.Jobs = 2
+	tb := newBackend(t, o)
+	gcpu := newBackend(t, goOptions(t, "cpu"))
+	gcuda := newBackend(t, goOptions(t, "cuda"))
+	for _, ex := range loadExamples(t) {
+		t.Run(ex.name, func(t *testing.T) {
+			vt := replayOK(t, tb, ex.batch)
+			vc := replayOK(t, gcpu, ex.batch)
+			vg := replayOK(t, gcuda, ex.batch)
+			if !vt.Zygote {
+				t.Errorf("torch replay did not run in a zygote child")
+			}
+			st, sc := vt.Signature, vc.Signature
+			if st.Family != sc.Family || st.Kernel != sc.Kernel || st.Expression != sc.Expression ||
+				!st.Matches(sc, MatchStrict) || !sc.Matches(st, MatchStrict) {
+				t.Errorf("torch cpu %v\n   go cpu %v\ntorch stderr:\n%s", st, sc, vt.Result.Stderr)
+			}
+			ct := kernelClass(t, st)
+			if ct == "" || ct != kernelClass(t, sc) || ct != kernelClass(t, vg.Signature) {
+				t.Errorf("classes: torch cpu %q, go cpu %q, go cuda %q (%v)", ct, kernelClass(t, sc), kernelClass(t, vg.Signature), vg.Signature)
+			}
+			if want := recordedSignature(ex.want.Error.Text); st.Expression != want.Expression {
+				t.Errorf("torch cpu %v, recorded %v", st, want)
+			}
+			if ex.want.Culprits != nil {
+				rest := subset(t, ex.batch, without(ex.batch.Samples, ex.want.Culprits))
+				if v := replayOK(t, tb, rest); v.Signature.Family != FamilyPass || !bytes.Contains(v.Result.Stdout, []byte("reduce_batch: ok "+ex.batch.Op)) {
+					t.Errorf("torch without the culprits: %v\nstdout %q\nstderr:\n%s", v.Signature, v.Result.Stdout, v.Result.Stderr)
+				}
+			}
+			t.Logf("%-20s torch cpu: %v | go cpu: %v | go cuda: %v | class %s", ex.name, st, sc, vg.Signature, ct)
+		})
+	}
+	if err := tb.Close(); err != nil {
+		t.Error(err)
+	}
+	emptyDir(t, tmp)
+}
+
+// --entry with a user step: a tiny model and cross_entropy on the batch.
+func TestTorchEntry(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	o := torchOptions(t, tmp)
+	o.Entry = "myproj.step:step"
+	o.Env = []string{"PYTHONPATH=" + entryDir(t)}
+	be := newBackend(t, o)
+	b := exampleBatch(t, "four_class_targets")
+	b.Op, b.Attrs = "", nil // a batch recorded for the user's own step
+	v := replayOK(t, be, b)
+	if v.Signature.Family != FamilyHostCheck || v.Signature.Kernel != "cross_entropy" ||
+		v.Signature.Expression != "IndexError: Target N is out of bounds." || !bytes.Contains(v.Result.Stderr, []byte("myproj/step.py")) {
+		t.Errorf("entry on the failing batch: %v\n%s", v.Signature, v.Result.Stderr)
+	}
+	pass := replayOK(t, be, subset(t, b, []int64{0, 1}))
+	if pass.Signature.Family != FamilyPass || !bytes.Contains(pass.Result.Stdout, []byte("ok myproj.step:step (cpu): float32[] first=")) {
+		t.Errorf("entry on the passing subset: %v\nstdout %q\nstderr %s", pass.Signature, pass.Result.Stdout, pass.Result.Stderr)
+	}
+	// A .py path works as the module too; a bad entry is an error of New.
+	o.Entry = filepath.Join(entryDir(t), "myproj", "step.py") + ":step"
+	o.Env = nil
+	be2 := newBackend(t, o)
+	if v := replayOK(t, be2, b); v.Signature.Kernel != "cross_entropy" {
+		t.Errorf("entry by path: %v\n%s", v.Signature, v.Result.Stderr)
+	}
+	o.Entry = "myproj.step:no_such_function"
+	o.Env = []string{"PYTHONPATH=" + entryDir(t)}
+	if bad, err := New(o); err == nil {
+		bad.Close()
+		t.Errorf("New with a missing entry function: no error")
+	} else if !strings.Contains(err.Error(), "no_such_function") {
+		t.Errorf("New with a missing entry function: %v", err)
+	}
+}
+
+// One interpreter per candidate, through the Runner.
+func TestTorchNoZygote(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	o := torchOptions(t, tmp)
+	o.NoZygote = true
+	o.Jobs = 2
+	be := newBackend(t, o)
+	b := exampleBatch(t, "transposed_index")
+	var wg sync.WaitGroup
+	var v [2]Verdict
+	var errs [2]error
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in := b
+			if i == 1 {
+				in = subset(t, b, []int64{0, 1, 2})
+			}
+			v[i], errs[i] = be.Replay(context.Background(), in)
+		}()
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	if v[0].Zygote || v[0].Signature.Kernel != "embedding" || v[0].Signature.Expression != "IndexError: index out of range in self" {
+		t.Errorf("no-zygote failing: %+v\n%s", v[0].Signature, v[0].Result.Stderr)
+	}
+	if v[1].Signature.Family != FamilyPass {
+		t.Errorf("no-zygote passing: %v\n%s", v[1].Signature, v[1].Result.Stderr)
+	}
+	be.Close()
+	emptyDir(t, tmp)
+}
+
+// The zygote survives its children's crashes, restarts when it dies, kills
+// a hanging child at the timeout, and leaves no process or file behind.
+func TestZygoteFaults(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	o := torchOptions(t, tmp)
+	o.Entry = filepath.Join(entryDir(t), "faults.py") + ":run"
+	o.Jobs = 2
+	o.Timeout = 5 * time.Second
+	o.Grace = time.Second
+	be := newBackend(t, o)
+	tb := be.(*torchBackend)
+	base := exampleBatch(t, "four_class_targets")
+	fault := func(f string) Verdict {
+		t.Helper()
+		return replayOK(t, be, withMeta(base, "fault", f))
+	}
+	expect := func(f string, check func(v Verdict) bool) Verdict {
+		t.Helper()
+		v := fault(f)
+		if !check(v) {
+			t.Errorf("fault %s: %v (exit %d, signal %v, timed out %v)\nstderr:\n%s", f, v.Signature,
+				v.Result.ExitCode, v.Result.Signal, v.Result.TimedOut, v.Result.Stderr)
+		}
+		return v
+	}
+	passes := func(v Verdict) bool { return v.Signature.Family == FamilyPass && v.Zygote && !v.Retried }
+	zpid := func() int {
+		tb.zmu.Lock()
+		defer tb.zmu.Unlock()
+		if tb.z == nil {
+			return 0
+		}
+		return tb.z.pid
+	}
+	first := zpid()
+
+	expect("exception", func(v Verdict) bool {
+		return v.Result.ExitCode == 1 && v.Signature.Family == FamilyHostCheck &&
+			v.Signature.Expression == "ValueError: candidate rejected: N samples"
+	})
+	expect("pass", passes)
+	expect("segv", func(v Verdict) bool {
+		return v.Result.Signal == syscall.SIGSEGV && v.Signature.Family == FamilyCrashSignal &&
+			bytes.Contains(v.Result.Stderr, []byte("Fatal Python error: Segmentation fault"))
+	})
+	expect("pass", passes)
+	expect("abort", func(v Verdict) bool {
+		return v.Result.Signal == syscall.SIGABRT && v.Signature.Family == FamilyAbortSignal
+	})
+	expect("exit3", func(v Verdict) bool {
+		return v.Result.ExitCode == 3 && v.Signature.Expression == "exit status 3"
+	})
+	gv := expect("grandchild", passes)
+	var grandchild int
+	fmt.Sscanf(string(bytes.TrimSpace(gv.Result.Stdout)), "grandchild %d", &grandchild)
+	if grandchild == 0 || !waitGone(grandchild, 5*time.Second) {
+		t.Errorf("grandchild %d of a finished replay still runs (stdout %q)", grandchild, gv.Result.Stdout)
+	}
+	expect("tmpfile", passes)
+	start := time.Now()
+	hv := expect("hang", func(v Verdict) bool {
+		return v.Result.TimedOut && v.Signature.Family == FamilyTimeout &&
+			bytes.Contains(v.Result.Stderr, []byte("KeyboardInterrupt"))
+	})
+	if d := time.Since(start); d > 5*time.Second+3*time.Second {
+		t.Errorf("hang took %v, timeout 5s, grace 1s", d)
+	}
+	if !processGone(hv.Result.PID) {
+		t.Errorf("hanging child %d still runs", hv.Result.PID)
+	}
+	// Two at once, one per slot.
+	var wg sync.WaitGroup
+	for _, f := range []string{"exception", "pass"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := be.Replay(context.Background(), withMeta(base, "fault", f))
+			if err != nil || (f == "pass") != (v.Signature.Family == FamilyPass) {
+				t.Errorf("concurrent %s: %v %v", f, v.Signature, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := zpid(); got != first || tb.starts != 1 {
+		t.Errorf("the zygote changed: pid %d then %d, %d starts", first, got, tb.starts)
+	}
+
+	// Killed from outside while idle: the next replay restarts it.
+	syscall.Kill(first, syscall.SIGKILL)
+	expect("exception", func(v Verdict) bool { return v.Signature.Family == FamilyHostCheck })
+	if got := zpid(); got == first || got == 0 || tb.starts != 2 {
+		t.Errorf("after the zygote was killed: pid %d (was %d), %d starts", got, first, tb.starts)
+	}
+	// Killed by its candidate: retried once, then infra.
+	expect("kill-zygote", func(v Verdict) bool {
+		return v.Retried && v.Signature.Family == FamilyInfra && v.Signature.Expression == "torch zygote died"
+	})
+	expect("pass", passes)
+	// Starts: the first, the restart after the kill, the retry of
+	// kill-zygote, the one after it.
+	if tb.starts != 4 {
+		t.Errorf("%d zygote starts, want 4", tb.starts)
+	}
+
+	pids := tb.pids()
+	if err := be.Close(); err != nil {
+		t.Error(err)
+	}
+	if left := leftover(append(pids, grandchild), 5*time.Second); len(left) > 0 {
+		t.Errorf("processes left after Close: %v", left)
+	}
+	emptyDir(t, tmp)
+	if _, err := be.Replay(context.Background(), base); err != ErrClosed {
+		t.Errorf("Replay after Close: %v", err)
+	}
+}
+
+// A request the zygote refuses, a cancelled replay, the zygote's stderr.
+func TestZygoteCancel(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	o := torchOptions(t, tmp)
+	o.Entry = filepath.Join(entryDir(t), "faults.py") + ":run"
+	be := newBackend(t, o)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(1500 * time.Millisecond); cancel() }()
+	v, err := be.Replay(ctx, withMeta(exampleBatch(t, "four_class_targets"), "fault", "hang"))
+	if err == nil || !v.Result.Canceled || v.Signature.Family != FamilyInfra {
+		t.Errorf("cancelled hang: %v, %v", v.Signature, err)
+	}
+	pids := be.(*torchBackend).pids()
+	be.Close()
+	if left := leftover(pids, 5*time.Second); len(left) > 0 {
+		t.Errorf("processes left after Close: %v", left)
+	}
+	emptyDir(t, tmp)
+}
+
+func TestTorchDeviceErrors(t *testing.T) {
+	t.Parallel()
+	o := torchOptions(t, t.TempDir())
+	o.Device = "cuda"
+	o.NoZygote = true
+	if _, err := checkPython(o.Python); err != nil {
+		t.Skip(err)
+	}
+	if info, _ := checkPython(o.Python); info.CUDAAvailable {
+		t.Skip("this machine has a GPU: scripts/gpu-check.sh covers it")
+	}
+	if b, err := New(o); err == nil {
+		b.Close()
+		t.Errorf("--device cuda without a GPU: no error")
+	} else if !strings.Contains(err.Error(), "--device") {
+		t.Errorf("--device cuda without a GPU: %v", err)
+	}
+}
+
+func TestZygoteProtocolErrors(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	be := newBackend(t, torchOptions(t, tmp))
+	tb := be.(*torchBackend)
+	tb.zmu.Lock()
+	z := tb.z
+	tb.zmu.Unlock()
+	c := z.register("bad")
+	if err := z.send(map[string]any{"id": "bad", "slot": 7, "path": "x", "stdout": "y", "stderr": "z"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-c.exit:
+		if ev.Event != "error" || !strings.Contains(ev.Error, "slot 7") {
+			t.Errorf("bad slot: %+v", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer to a bad request")
+	}
+	// The zygote is still fine.
+	v := replayOK(t, be, exampleBatch(t, "one_hot_labels"))
+	if v.Signature.Expression != "RuntimeError: ND or ND target tensor expected, multi-target not supported" {
+		t.Errorf("after a bad request: %v", v.Signature)
+	}
+}

@@ -1,0 +1,598 @@
+package replay
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The zygote of the torch backend.
+//
+// `python reduce_batch.py zygote --device D --slots N --slot-env JSON
+// [--entry M:F]` imports torch (and the entry's module) once and never
+// touches the device or runs an op itself, so that forking it is safe: no
+// CUDA context, no OpenMP pool. It keeps one pre-forked child per slot;
+// each child arms a parent-death SIGKILL, puts itself in a process group of
+// its own, takes its slot's environment (CUDA_VISIBLE_DEVICES), initializes
+// the device (torch.cuda.init() and a first allocation, so that the CUDA
+// context exists before its candidate arrives), and blocks on a pipe for
+// exactly one candidate. When it gets one the zygote forks the slot's next
+// child at once, so device initialization overlaps the running replay.
+//
+// Protocol: JSON lines on the zygote's stdin and stdout.
+//
+//	Go → zygote  {"id": "7", "slot": 0, "path": ".../candidate.bin",
+//	              "stdout": ".../stdout.fifo", "stderr": ".../stderr.fifo",
+//	              "run_dir": "..."}
+//	zygote → Go  {"event": "hello", "pid", "torch", "cuda", "hip", "python",
+//	              "error"?, "entry_error"?, "warning"?}             once
+//	             {"event": "ready"|"init_error", "slot", "pid", "error"?}
+//	             {"event": "start", "id", "pid", "pgid", "slot"}
+//	             {"event": "exit", "id", "pid", "status", "signal", "core"}
+//	             {"event": "error", "id", "error"}   (the request was not run)
+//	             {"event": "idle_exit", "slot", "pid"}
+//
+// The child opens the two files (FIFOs in the candidate's per-run
+// directory, which this side reads as the Runner reads pipes: bounded
+// capture, no file grows on disk), dup2s them onto its fds 1 and 2, sets
+// TMPDIR and REDUCE_RUN_DIR to the run directory, runs the replay and
+// _exits with the status an interpreter would give (1 and the traceback for
+// an exception, death by the signal for a crash). The zygote reaps it with
+// waitid(WNOWAIT) first, SIGKILLs what is left of its process group while
+// the group id cannot be reused, then reports "exit". EOF on stdin: the
+// zygote kills every child and exits.
+//
+// This side enforces the timeout itself: SIGINT to the child's process
+// group, after the grace SIGKILL, as the Runner does. (The group's id is
+// the child's pid, which cannot be reused before the zygote reaps it; the
+// reap and its "exit" line are microseconds apart, far less than the pid
+// space takes to wrap around.)
+//
+// If the zygote dies (killed, crashed, or killed by a candidate), the
+// children it held die with it (parent-death SIGKILL; this side SIGKILLs
+// the group of a running one too and waits for it to be gone), the next
+// replay starts a new zygote, and each replay that was in flight is run
+// once more in the new one (Verdict.Retried): its child was killed with the
+// zygote, so its outcome is unknown. If the zygote dies during the retry
+// too, the verdict is infra, "torch zygote died". A zygote that cannot be
+// started again is an error of Replay.
+type zygote struct {
+	t       *torchBackend
+	cmd     *exec.Cmd
+	pid     int
+	in      *os.File
+	inMu    sync.Mutex
+	helloC  chan zygoteEvent
+	statusC chan zygoteEvent
+	mu      sync.Mutex
+	calls   map[string]*zygoteCall
+	exited  chan struct{} // the process has exited
+	dead    chan struct{} // exited, and its last events are delivered
+	errMu   sync.Mutex
+	stderr  *capture
+}
+
+type zygoteEvent struct {
+	Event      string `json:"event"`
+	ID         string `json:"id,omitempty"`
+	PID        int    `json:"pid,omitempty"`
+	PGID       int    `json:"pgid,omitempty"`
+	Slot       int    `json:"slot,omitempty"`
+	Status     *int   `json:"status,omitempty"`
+	Signal     int    `json:"signal,omitempty"`
+	Core       bool   `json:"core,omitempty"`
+	Error      string `json:"error,omitempty"`
+	Torch      string `json:"torch,omitempty"`
+	CUDA       string `json:"cuda,omitempty"`
+	HIP        string `json:"hip,omitempty"`
+	Python     string `json:"python,omitempty"`
+	EntryError string `json:"entry_error,omitempty"`
+	Warning    string `json:"warning,omitempty"`
+}
+
+type zygoteCall struct {
+	start chan zygoteEvent
+	exit  chan zygoteEvent
+}
+
+// zygoteStart bounds how long a zygote may take to import torch and to
+// initialize the device in its first child.
+var zygoteStart = 3 * time.Minute
+
+// errZygoteDied is in Result.Err of a replay whose zygote died.
+var errZygoteDied = errors.New("replay: the torch zygote died")
+
+// zygoteLocked returns the running zygote, starting one when there is none
+// or the last one died. t.zmu is held.
+func (t *torchBackend) zygoteLocked() (*zygote, error) {
+	if t.closed {
+		return nil, ErrClosed
+	}
+	if t.z != nil {
+		select {
+		case <-t.z.dead:
+			t.z = nil
+		default:
+			return t.z, nil
+		}
+	}
+	z, err := startZygote(t)
+	if err != nil {
+		return nil, err
+	}
+	t.z = z
+	t.starts++
+	return z, nil
+}
+
+func startZygote(t *torchBackend) (*zygote, error) {
+	slotEnv, err := json.Marshal(t.slotEnv)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{t.module, "zygote", "--device", t.device, "--slots", strconv.Itoa(len(t.slotEnv)), "--slot-env", string(slotEnv)}
+	if t.entry != "" {
+		args = append(args, "--entry", t.entry)
+	}
+	cmd := exec.Command(t.python, args...)
+	cmd.Env = MergeEnv(t.runner.environ(), t.env)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var pipes [6]*os.File // in r/w, out r/w, err r/w
+	for i := 0; i < 6; i += 2 {
+		if pipes[i], pipes[i+1], err = os.Pipe(); err != nil {
+			for _, f := range pipes {
+				if f != nil {
+					f.Close()
+				}
+			}
+			return nil, fmt.Errorf("replay: torch zygote: pipe: %w", err)
+		}
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0], pipes[3], pipes[5]
+	z := &zygote{
+		t: t, cmd: cmd, in: pipes[1],
+		helloC: make(chan zygoteEvent, 1), statusC: make(chan zygoteEvent, 64),
+		calls: map[string]*zygoteCall{}, exited: make(chan struct{}), dead: make(chan struct{}),
+		stderr: newCapture(64 << 10),
+	}
+	started := make(chan error, 1)
+	go func() {
+		// The parent-death signal fires when the thread that forked the
+		// zygote exits: hold this one until the zygote is gone.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			close(z.exited)
+			return
+		}
+		started <- nil
+		waitExited(cmd.Process.Pid)
+		signalGroup(cmd.Process.Pid, syscall.SIGKILL) // what is left in its own group
+		cmd.Wait()
+		close(z.exited)
+	}()
+	err = <-started
+	pipes[0].Close()
+	pipes[3].Close()
+	pipes[5].Close()
+	if err != nil {
+		pipes[1].Close()
+		pipes[2].Close()
+		pipes[4].Close()
+		return nil, fmt.Errorf("replay: --python %s: cannot start the torch zygote: %w", t.python, err)
+	}
+	z.pid = cmd.Process.Pid
+	t.seen(z.pid)
+	go z.readStderr(pipes[4])
+	go z.readEvents(pipes[2])
+
+	timer := time.NewTimer(zygoteStart)
+	defer timer.Stop()
+	fail := func(format string, a ...any) (*zygote, error) {
+		z.stop()
+		msg := fmt.Sprintf(format, a...)
+		if tail := z.stderrTail(); tail != "" {
+			msg += "; its stderr ends:\n" + tail
+		}
+		return nil, errors.New(msg)
+	}
+	var hello zygoteEvent
+	select {
+	case hello = <-z.helloC:
+	case <-z.dead:
+		return fail("replay: --python %s: the torch zygote exited at start", t.python)
+	case <-timer.C:
+		return fail("replay: --python %s: the torch zygote did not start within %v", t.python, zygoteStart)
+	}
+	if hello.Error != "" {
+		return fail("replay: --python %s: %s", t.python, hello.Error)
+	}
+	if hello.EntryError != "" {
+		return fail("replay: %s", hello.EntryError)
+	}
+	for {
+		select {
+		case ev := <-z.statusC:
+			if ev.Slot != 0 || (ev.Event != "ready" && ev.Event != "init_error") {
+				continue
+			}
+			if ev.Event == "init_error" {
+				return fail("replay: --device %s: torch %s (%s) cannot initialize the device: %s", t.device, hello.Torch, t.python, ev.Error)
+			}
+			return z, nil
+		case <-z.dead:
+			return fail("replay: --python %s: the torch zygote exited at start", t.python)
+		case <-timer.C:
+			return fail("replay: --device %s: the torch zygote's first child did not initialize the device within %v", t.device, zygoteStart)
+		}
+	}
+}
+
+func (z *zygote) readStderr(f *os.File) {
+	defer f.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		z.errMu.Lock()
+		z.stderr.Write(buf[:n])
+		z.errMu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (z *zygote) stderrTail() string {
+	z.errMu.Lock()
+	defer z.errMu.Unlock()
+	b := z.stderr.Bytes()
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+	}
+	return string(b)
+}
+
+func (z *zygote) readEvents(f *os.File) {
+	go func() {
+		// EOF comes when the zygote exits; bound the wait for a child that
+		// somehow still holds the pipe.
+		<-z.exited
+		time.Sleep(z.t.runner.waitDelay())
+		f.SetReadDeadline(time.Now())
+	}()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var ev zygoteEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			z.errMu.Lock()
+			fmt.Fprintf(z.stderr, "reduce: bad zygote event %q: %v\n", sc.Text(), err)
+			z.errMu.Unlock()
+			continue
+		}
+		z.t.seen(ev.PID)
+		switch ev.Event {
+		case "hello":
+			select {
+			case z.helloC <- ev:
+			default:
+			}
+		case "ready", "init_error", "idle_exit":
+			select {
+			case z.statusC <- ev:
+			default:
+			}
+		case "start":
+			if c := z.call(ev.ID, false); c != nil {
+				c.start <- ev
+			}
+		case "exit", "error":
+			if c := z.call(ev.ID, true); c != nil {
+				c.exit <- ev
+			}
+		}
+	}
+	f.Close()
+	<-z.exited
+	close(z.dead)
+}
+
+// call returns the call of id, removing it when done.
+func (z *zygote) call(id string, done bool) *zygoteCall {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	c := z.calls[id]
+	if done {
+		delete(z.calls, id)
+	}
+	return c
+}
+
+func (z *zygote) register(id string) *zygoteCall {
+	c := &zygoteCall{start: make(chan zygoteEvent, 1), exit: make(chan zygoteEvent, 1)}
+	z.mu.Lock()
+	z.calls[id] = c
+	z.mu.Unlock()
+	return c
+}
+
+func (z *zygote) send(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	z.inMu.Lock()
+	defer z.inMu.Unlock()
+	if z.in == nil {
+		return errZygoteDied
+	}
+	_, err = z.in.Write(append(b, '\n'))
+	return err
+}
+
+// stop closes the zygote's stdin (it kills its children and exits) and
+// waits for it, killing it when it does not exit in time.
+func (z *zygote) stop() error {
+	z.inMu.Lock()
+	if z.in != nil {
+		z.in.Close()
+		z.in = nil
+	}
+	z.inMu.Unlock()
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	select {
+	case <-z.dead:
+		return nil
+	case <-t.C:
+	}
+	select {
+	case <-z.exited:
+	default:
+		signalGroup(z.pid, syscall.SIGKILL)
+	}
+	t.Reset(killWait)
+	select {
+	case <-z.dead:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("replay: the torch zygote (pid %d) did not exit", z.pid)
+	}
+}
+
+func (t *torchBackend) newID() string {
+	t.idMu.Lock()
+	defer t.idMu.Unlock()
+	t.nextID++
+	return strconv.FormatUint(t.nextID, 10)
+}
+
+func (t *torchBackend) replayZygote(ctx context.Context, data []byte, start time.Time) (Verdict, error) {
+	var slot int
+	select {
+	case slot = <-t.slots:
+	case <-ctx.Done():
+		v := Verdict{Backend: KindTorch, Device: t.device, Zygote: true,
+			Result:    Result{ExitCode: -1, Canceled: true, Err: ctx.Err()},
+			Signature: Signature{Family: FamilyInfra, Expression: "canceled"}, Duration: time.Since(start)}
+		v.Exit = exitInfo(v.Result)
+		return v, ctx.Err()
+	}
+	defer func() { t.slots <- slot }()
+	v, retry, err := t.zygoteOnce(ctx, slot, data, start)
+	if retry && err == nil && ctx.Err() == nil {
+		v, _, err = t.zygoteOnce(ctx, slot, data, start)
+		v.Retried = true
+	}
+	return v, err
+}
+
+// zygoteOnce runs the candidate in a child of the zygote. retry reports
+// that the zygote died with the candidate's outcome unknown; the verdict is
+// then the infra one to give if the retry dies too.
+func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data []byte, start time.Time) (v Verdict, retry bool, err error) {
+	v = Verdict{Backend: KindTorch, Device: t.device, Zygote: true}
+	t.zmu.Lock()
+	z, err := t.zygoteLocked()
+	t.zmu.Unlock()
+	if err != nil {
+		v.Signature = Signature{Family: FamilyInfra, Expression: "torch zygote not started"}
+		return v, false, err
+	}
+	dir, err := t.runner.makeRunDir(&Command{Files: map[string][]byte{"candidate.bin": data}})
+	if err != nil {
+		v.Signature = Signature{Family: FamilyInfra, Expression: "no run directory"}
+		return v, false, err
+	}
+	defer func() {
+		if rerr := removeAll(dir); rerr != nil {
+			v.Result.Err = errors.Join(v.Result.Err, rerr)
+		}
+	}()
+	var streams [2]*stream
+	var writers [2]*os.File
+	var paths [2]string
+	for i, name := range []string{"stdout.fifo", "stderr.fifo"} {
+		paths[i] = filepath.Join(dir, name)
+		var r *os.File
+		err := unix.Mkfifo(paths[i], 0o600)
+		if err == nil {
+			r, err = os.OpenFile(paths[i], os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		}
+		if err == nil {
+			// Held until the child is gone, so that the reader sees no EOF
+			// before the child has opened its end.
+			if writers[i], err = os.OpenFile(paths[i], os.O_WRONLY, 0); err != nil {
+				r.Close()
+			}
+		}
+		if err != nil {
+			for j := 0; j < i; j++ {
+				writers[j].Close()
+				streams[j].stop()
+				<-streams[j].done
+			}
+			v.Signature = Signature{Family: FamilyInfra, Expression: "no output pipes"}
+			return v, false, fmt.Errorf("replay: torch backend: output FIFO: %w", err)
+		}
+		streams[i] = startStream(r, t.runner.captureLimit())
+	}
+	res := Result{ExitCode: -1}
+	collect := func() {
+		for _, w := range writers {
+			w.Close()
+		}
+		tm := time.AfterFunc(t.runner.waitDelay(), func() { streams[0].stop(); streams[1].stop() })
+		<-streams[0].done
+		<-streams[1].done
+		tm.Stop()
+		res.Stdout, res.StdoutBytes = streams[0].c.Bytes(), streams[0].c.total
+		res.Stderr, res.StderrBytes = streams[1].c.Bytes(), streams[1].c.total
+		res.Truncated = streams[0].c.truncated() || streams[1].c.truncated()
+	}
+	died := func() (Verdict, bool, error) {
+		collect()
+		res.Err = errZygoteDied
+		if tail := z.stderrTail(); tail != "" {
+			res.Err = fmt.Errorf("%w; its stderr ends:\n%s", errZygoteDied, tail)
+		}
+		v.Result, v.Exit = res, exitInfo(res)
+		v.Signature = Signature{Family: FamilyInfra, Expression: "torch zygote died"}
+		v.Duration = time.Since(start)
+		return v, true, nil
+	}
+
+	id := t.newID()
+	call := z.register(id)
+	sent := time.Now()
+	if err := z.send(map[string]any{"id": id, "slot": slot, "path": filepath.Join(dir, "candidate.bin"),
+		"stdout": paths[0], "stderr": paths[1], "run_dir": dir}); err != nil {
+		z.call(id, true)
+		<-z.dead // a write fails only when the zygote is gone
+		return died()
+	}
+	var pid int
+	select {
+	case ev := <-call.start:
+		pid = ev.PID
+	case ev := <-call.exit: // "error": the request was not run
+		collect()
+		res.Err = fmt.Errorf("replay: torch zygote: %s", ev.Error)
+		v.Result, v.Exit = res, exitInfo(res)
+		v.Signature = Signature{Family: FamilyInfra, Expression: "torch zygote: request refused"}
+		v.Duration = time.Since(start)
+		return v, false, nil
+	case <-z.dead:
+		select {
+		case ev := <-call.start:
+			pid = ev.PID
+		default:
+			return died()
+		}
+	}
+	res.Started, res.PID = true, pid
+
+	var timeoutC <-chan time.Time
+	if d := t.runner.timeout(&Command{}); d > 0 {
+		tm := time.NewTimer(d)
+		defer tm.Stop()
+		timeoutC = tm.C
+	}
+	var exit zygoteEvent
+	got, gone, interrupted := false, false, false
+	// wait waits for the exit event, the zygote's death or c.
+	wait := func(c <-chan time.Time, cancel <-chan struct{}) {
+		select {
+		case exit = <-call.exit:
+			got = true
+		case <-z.dead:
+			select {
+			case exit = <-call.exit:
+				got = true
+			default:
+				gone = true
+			}
+		case <-c:
+		case <-cancel:
+		}
+	}
+	select {
+	case exit = <-call.exit:
+		got = true
+	case <-z.dead:
+		select {
+		case exit = <-call.exit:
+			got = true
+		default:
+			gone = true
+		}
+	case <-timeoutC:
+		res.TimedOut, interrupted = true, true
+	case <-ctx.Done():
+		res.Canceled, interrupted = true, true
+	}
+	abandoned := false
+	if interrupted {
+		if g := t.runner.grace(); g > 0 && !got && !gone {
+			signalGroup(pid, syscall.SIGINT)
+			var cancel <-chan struct{}
+			if res.TimedOut {
+				cancel = ctx.Done()
+			}
+			tm := time.NewTimer(g)
+			wait(tm.C, cancel)
+			tm.Stop()
+		}
+		if !got && !gone {
+			signalGroup(pid, syscall.SIGKILL)
+			tm := time.NewTimer(killWait)
+			wait(tm.C, nil)
+			tm.Stop()
+			abandoned = !got && !gone
+		}
+	}
+	if gone {
+		// The zygote died: its child got SIGKILL from the kernel; make
+		// sure of it before its run directory goes.
+		signalGroup(pid, syscall.SIGKILL)
+		if !waitGone(pid, killWait) {
+			abandoned = true
+		}
+	}
+	res.Duration = time.Since(sent)
+	if gone && !interrupted {
+		return died()
+	}
+	collect()
+	if got {
+		if exit.Status != nil {
+			res.ExitCode = *exit.Status
+		}
+		res.Signal = syscall.Signal(exit.Signal)
+		res.CoreDump = exit.Core
+	}
+	if abandoned {
+		res.Err = fmt.Errorf("replay: torch child (pid %d) did not exit within %v of SIGKILL; abandoned", pid, killWait)
+	}
+	res.Harness = !interrupted && res.Signal == 0 && res.ExitCode == HarnessExitCode
+	v.Result, v.Exit = res, exitInfo(res)
+	v.Signature = Parse(res.Stderr, v.Exit)
+	v.Duration = time.Since(start)
+	if res.Canceled {
+		return v, false, ctx.Err()
+	}
+	return v, false, nil
+}

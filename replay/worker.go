@@ -1,0 +1,209 @@
+package replay
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"reduce/fixtures"
+	"reduce/kernels"
+)
+
+// Worker is the go backend's worker, `reduce __worker --device cpu|cuda
+// [--abort] [--sms N]`: it reads one batch file (the native format) from
+// stdin, runs the batch's built-in op in the mode the device names, and
+// returns the process's exit status. args are the arguments after the
+// program name; a leading WorkerCommand is skipped. env reads the
+// environment (os.Getenv).
+//
+//   - The op passes: a one-line summary on stdout (each output's dtype,
+//     shape, first values, sum and a CRC-32 of its values), exit 0.
+//   - The op fails on the host (CPU mode, or a check CUDA makes on the
+//     host): a Python traceback through torch's frames and the exception
+//     torch 1.13 raises ("IndexError: Target 4 is out of bounds.") on
+//     stderr, exit 1, as an uncaught Python exception.
+//   - CUDA mode, device-side assert: the assert lines of the failing
+//     threads, then the RuntimeError ("CUDA error: device-side assert
+//     triggered"). Reporting is asynchronous as on a GPU: unless
+//     CUDA_LAUNCH_BLOCKING=1 is in env, the traceback points at a later
+//     line of the training step (loss.item(), where the error surfaces),
+//     and the message carries c10's advice to pass CUDA_LAUNCH_BLOCKING=1;
+//     with it, the traceback points at the op's own call. The context is
+//     sticky: nothing runs after the error. With --abort the worker then
+//     dies as a torch process whose context is broken dies at exit:
+//     "terminate called after throwing an instance of 'c10::Error'" and
+//     SIGABRT; Worker does not return then (it must be the process's
+//     main; a core dump is disabled first).
+//   - The candidate cannot be run (not a valid batch file, no op, an
+//     unknown op, tensors or attributes the op does not take):
+//     a message on stderr and HarnessExitCode.
+func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(string) string) int {
+	if len(args) > 0 && args[0] == WorkerCommand {
+		args = args[1:]
+	}
+	if env == nil {
+		env = func(string) string { return "" }
+	}
+	harness := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "reduce worker: harness failure: "+format+"\n", a...)
+		return HarnessExitCode
+	}
+	fs := flag.NewFlagSet("reduce "+WorkerCommand, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	device := fs.String("device", "cpu", "cpu (CPU semantics) or cuda (CUDA emulation)")
+	abort := fs.Bool("abort", false, "after a device-side failure, die by SIGABRT as a broken CUDA context does at exit")
+	sms := fs.Int("sms", 0, "multiprocessor count of the emulated GPU (0: 108, an A100)")
+	if err := fs.Parse(args); err != nil {
+		return harness("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return harness("unexpected arguments %q (the batch is read from stdin)", fs.Args())
+	}
+	mode, err := kernels.ParseMode(*device)
+	if err != nil {
+		return harness("--device: %v", err)
+	}
+	b, err := fixtures.Decode(bufio.NewReaderSize(stdin, 1<<20), "<stdin>")
+	if err != nil {
+		return harness("%v", err)
+	}
+	if b.Op == "" {
+		return harness("the batch records no op (it was recorded for a step of its own): replay it with --backend torch --entry module:function or --backend exec --replay CMD")
+	}
+	op, err := kernels.Lookup(b.Op)
+	if err != nil {
+		return harness("%v", err)
+	}
+	tensors := make(map[string]*kernels.Tensor, len(b.Tensors))
+	for _, e := range b.Tensors {
+		tensors[e.Name] = e.Tensor
+	}
+	res, err := op.RunOptions(kernels.Options{Mode: mode, SMs: *sms}, tensors, b.Attrs)
+	if err != nil {
+		return harness("%v", err)
+	}
+	f := res.Failure
+	if f == nil {
+		writeSummary(stdout, op.Name, mode, res)
+		return 0
+	}
+	if mode == kernels.ModeCPU || !f.Device() {
+		if err := kernels.WriteCPUFailure(stderr, f); err != nil {
+			return harness("writing the failure: %v", err)
+		}
+		return 1
+	}
+	blocking := strings.TrimSpace(env("CUDA_LAUNCH_BLOCKING")) == "1"
+	o := kernels.TextOptions{LaunchBlocking: blocking, Frames: stepFrames(op, f, blocking)}
+	if err := kernels.WriteCUDAFailure(stderr, f, o); err != nil {
+		return harness("writing the failure: %v", err)
+	}
+	if *abort {
+		// The caching allocator's teardown meets the sticky error at exit.
+		fmt.Fprintf(stderr, "terminate called after throwing an instance of 'c10::Error'\n"+
+			"  what():  CUDA error: device-side assert triggered\n"+
+			"Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException.cpp:31 (most recent call first):\n")
+		if fl, ok := stderr.(interface{ Sync() error }); ok {
+			fl.Sync()
+		}
+		dieBySignal(syscall.SIGABRT)
+	}
+	return 1
+}
+
+// Where the emulated training step's frames say the error surfaced. A
+// device-side assert is reported asynchronously: at the next call that
+// synchronizes (here loss.item()), unless launches are blocking, when it is
+// the op's own call (and torch's frames under it).
+const torchDir = "/usr/lib/python3/dist-packages/torch"
+
+func stepFrames(op *kernels.Op, f *kernels.Failure, blocking bool) []kernels.Frame {
+	frames := []kernels.Frame{{File: "<replay>", Line: 1, Func: "<module>", Source: "train_step(batch)"}}
+	if !blocking && f.Async {
+		return append(frames, kernels.Frame{File: "<replay>", Line: 9, Func: "train_step",
+			Source: `print(f"loss {loss.item():.4f}")`})
+	}
+	call := op.Signature
+	if i := strings.IndexByte(call, '('); i >= 0 {
+		call = call[:i] + "(**batch)"
+	}
+	frames = append(frames, kernels.Frame{File: "<replay>", Line: 6, Func: "train_step", Source: "loss = " + call})
+	for _, fr := range f.Frames {
+		fr.File = strings.Replace(fr.File, "$TORCH", torchDir, 1)
+		frames = append(frames, fr)
+	}
+	return frames
+}
+
+// writeSummary prints one line per output: name, dtype, shape, up to four
+// values in row-major order, their sum and the CRC-32 of the values'
+// little-endian bytes in row-major order (the same for any layout).
+func writeSummary(w io.Writer, op string, mode kernels.Mode, res *kernels.Result) {
+	names := make([]string, 0, len(res.Outputs))
+	for n := range res.Outputs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	bw := bufio.NewWriter(w)
+	defer bw.Flush()
+	for _, n := range names {
+		t := res.Outputs[n]
+		if t == nil {
+			continue
+		}
+		var first []string
+		sum := 0.0
+		h := crc32.NewIEEE()
+		es := int64(t.DType.Size())
+		t.Each(func(_ []int64, e int64) {
+			v := t.LoadFloat(e)
+			sum += v
+			if len(first) < 4 {
+				first = append(first, strconv.FormatFloat(v, 'g', 6, 64))
+			}
+			h.Write(t.Data[e*es : (e+1)*es])
+		})
+		fmt.Fprintf(bw, "ok %s (%s): %s %s%v first=[%s] sum=%s crc32=%08x\n", op, mode, n, t.DType, t.Shape,
+			strings.Join(first, " "), strconv.FormatFloat(sum, 'g', 8, 64), h.Sum32())
+	}
+	for _, note := range res.Notes {
+		fmt.Fprintf(bw, "note: %s\n", note)
+	}
+}
+
+// dieBySignal ends the process by sig with the kernel's default action, as
+// a C++ abort() does: Go's own handler would print a goroutine dump and
+// exit 2. Core dumps are disabled first. It does not return (it exits with
+// 128+sig if the signal somehow does not kill).
+func dieBySignal(sig syscall.Signal) {
+	syscall.Setrlimit(syscall.RLIMIT_CORE, &syscall.Rlimit{})
+	// struct kernel_sigaction {handler, flags, restorer, mask}: handler 0
+	// is SIG_DFL.
+	var sa struct {
+		handler  uintptr
+		flags    uint64
+		restorer uintptr
+		mask     uint64
+	}
+	unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&sa)), 0, 8, 0, 0)
+	runtime.LockOSThread()
+	var set unix.Sigset_t
+	n := uint(sig) - 1
+	set.Val[n/64] |= 1 << (n % 64)
+	unix.PthreadSigmask(unix.SIG_UNBLOCK, &set, nil)
+	unix.Tgkill(unix.Getpid(), unix.Gettid(), sig)
+	time.Sleep(2 * time.Second)
+	os.Exit(128 + int(sig))
+}
