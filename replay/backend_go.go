@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"reduce/fixtures"
@@ -18,6 +19,7 @@ type goBackend struct {
 	args   []string
 	env    []string
 	pool   *Pool
+	closed atomic.Bool
 }
 
 func newGoBackend(o Options) (Backend, error) {
@@ -56,6 +58,9 @@ func newGoBackend(o Options) (Backend, error) {
 func (g *goBackend) Name() string { return KindGo }
 
 func (g *goBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, error) {
+	if g.closed.Load() {
+		return Verdict{Backend: KindGo, Device: g.device}, ErrClosed
+	}
 	start := time.Now()
 	data, err := encodeBatch(b)
 	if err != nil {
@@ -65,4 +70,7 @@ func (g *goBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, err
 	return verdictOf(ctx, KindGo, g.device, res, start)
 }
 
-func (g *goBackend) Close() error { return nil }
+func (g *goBackend) Close() error {
+	g.closed.Store(true)
+	return nil
+}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"reduce/fixtures"
-	"reduce/kernels"
 )
 
 // The test binary doubles as the go backend's worker: with goWorkerEnv set
@@ -148,17 +147,8 @@ func recordedSignature(text string) Signature {
 // offset_slice example's -1), though the index.bounds rule allows -?N.
 // Reported to the lead; drop the fallback once the rule takes -?N.
 func kernelClass(t testing.TB, s Signature) string {
-	if c := s.Class(); c != "" {
-		return c
-	}
-	if s.Family == FamilyHostCheck && strings.Contains(s.Expression, "-N") {
-		s.Expression = strings.ReplaceAll(s.Expression, "-N", "N")
-		if c := s.Class(); c != "" {
-			t.Logf("signature_class.go gap: %q has no class; with -N as N it is %s", strings.ReplaceAll(s.Expression, "N", "-N"), c)
-			return c
-		}
-	}
-	return ""
+	t.Helper()
+	return s.Class()
 }
 
 func TestGoBackendExamples(t *testing.T) {
@@ -340,6 +330,10 @@ func TestGoBackendCanceled(t *testing.T) {
 	if err == nil || v.Signature.Family != FamilyInfra {
 		t.Errorf("canceled: %v, %v", v.Signature, err)
 	}
+	be.Close()
+	if _, err := be.Replay(context.Background(), exampleBatch(t, "four_class_targets")); err != ErrClosed {
+		t.Errorf("Replay after Close: %v", err)
+	}
 }
 
 func TestNewOptionErrors(t *testing.T) {
@@ -454,6 +448,3 @@ func emptyDir(t testing.TB, dir string) {
 		t.Errorf("left behind in %s: %s", dir, e.Name())
 	}
 }
-
-// a kernels import keeps the dependency explicit for the benchmarks' batches.
-var _ = kernels.Float32

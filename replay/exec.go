@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"reduce/fixtures"
@@ -26,6 +27,7 @@ type execBackend struct {
 	device string
 	env    []string
 	pool   *Pool
+	closed atomic.Bool
 }
 
 func newExecBackend(o Options) (Backend, error) {
@@ -81,6 +83,9 @@ func newExecBackend(o Options) (Backend, error) {
 func (e *execBackend) Name() string { return KindExec }
 
 func (e *execBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, error) {
+	if e.closed.Load() {
+		return Verdict{Backend: KindExec, Device: e.device}, ErrClosed
+	}
 	start := time.Now()
 	var data []byte
 	var err error
@@ -109,7 +114,10 @@ func (e *execBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, e
 	return verdictOf(ctx, KindExec, e.device, res, start)
 }
 
-func (e *execBackend) Close() error { return nil }
+func (e *execBackend) Close() error {
+	e.closed.Store(true)
+	return nil
+}
 
 func isShell(prog string) bool {
 	switch filepath.Base(prog) {

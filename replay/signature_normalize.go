@@ -114,7 +114,8 @@ func basenameOfPath(p string) string {
 // normalizeMessage is Normalize followed by replacing every integer that
 // starts a word with N: "Target 4 is out of bounds." → "Target N is out of
 // bounds.", "batch_size (3)" → "batch_size (N)", "0D or 1D" → "ND or ND",
-// "-100" → "-N", "1.5" → "N". Digits inside identifiers (MulBackward0,
+// "-100" → "N" (the sign of a value is a value too: target -1 and target
+// 4 are one bug), "1.5" → "N". Digits inside identifiers (MulBackward0,
 // float32) and the "0x?" of rule 4 stay.
 func normalizeMessage(msg string) string {
 	return maskIntegers(Normalize(msg))
@@ -144,6 +145,11 @@ func maskIntegers(s string) string {
 			for j < len(s) && isDigit(s[j]) {
 				j++
 			}
+		}
+		// A minus sign that starts a word belongs to the number.
+		if out := b.String(); strings.HasSuffix(out, "-") && (i < 2 || !isWordByte(s[i-2])) {
+			b.Reset()
+			b.WriteString(out[:len(out)-1])
 		}
 		b.WriteByte('N')
 		i = j

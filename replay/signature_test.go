@@ -498,7 +498,7 @@ func TestNormalizeMessage(t *testing.T) {
 		{"index 12 is out of bounds for dimension 1 with size 4", "index N is out of bounds for dimension N with size N"},
 		{"Expected input batch_size (3) to match target batch_size (2).", "Expected input batch_size (N) to match target batch_size (N)."},
 		{"0D or 1D target tensor expected", "ND or ND target tensor expected"},
-		{"ignore_index -100, 1.5, float32, MulBackward0, 0x1f", "ignore_index -N, N, float32, MulBackward0, 0x?"},
+		{"ignore_index -100, 1.5, float32, MulBackward0, 0x1f", "ignore_index N, N, float32, MulBackward0, 0x?"},
 		{"index out of bounds: 0 <= tmp8 < 50265L", "index out of bounds: N <= tmp < NL"},
 	}
 	for _, tc := range tests {

@@ -1,0 +1,211 @@
+"""Tests of reduce_batch.py's replay worker (`replay`) and zygote (`zygote`), the torch backend
+of reduce. Run with `/usr/bin/python3 -m pytest replay/python -q`."""
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+EXAMPLES = os.path.join(ROOT, "fixtures", "examples")
+ENTRY = os.path.join(ROOT, "replay", "testdata", "entry")
+sys.path.insert(0, HERE)
+
+import reduce_batch as rb  # noqa: E402
+
+MODULE = os.path.join(HERE, "reduce_batch.py")
+
+
+def example(name):
+    return os.path.join(EXAMPLES, name + ".bin")
+
+
+def test_run_op_matches_torch():
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(5, 4, generator=g)
+    y = torch.tensor([0, 3, 1, 2, 1])
+    w = torch.rand(4, generator=g)
+    idx = torch.tensor([[0, 1], [3, 2], [1, 1], [0, 0], [2, 3]])
+    cases = [
+        ("cross_entropy", {"input": x, "target": y, "weight": w}, {"reduction": "sum", "label_smoothing": 0.1},
+         F.cross_entropy(x, y, weight=w, reduction="sum", label_smoothing=0.1)),
+        ("nll_loss", {"input": x.log_softmax(1), "target": y}, {"ignore_index": 3},
+         F.nll_loss(x.log_softmax(1), y, ignore_index=3)),
+        ("binary_cross_entropy", {"input": x.sigmoid(), "target": x.sigmoid().round()}, {"reduction": "none"},
+         F.binary_cross_entropy(x.sigmoid(), x.sigmoid().round(), reduction="none")),
+        ("embedding", {"input": idx, "weight": x}, {"padding_idx": 0}, F.embedding(idx, x, padding_idx=0)),
+        ("index_select", {"input": x, "index": y}, {"dim": 1}, torch.index_select(x, 1, y)),
+        ("gather", {"input": x, "index": idx}, {"dim": 1}, torch.gather(x, 1, idx)),
+        ("scatter_add", {"input": torch.zeros(5, 4), "index": idx, "src": x[:, :2]}, {"dim": 1},
+         torch.scatter_add(torch.zeros(5, 4), 1, idx, x[:, :2])),
+        ("one_hot", {"input": y}, {"num_classes": 6}, F.one_hot(y, 6)),
+        ("index", {"input": x, "index": y}, {"dim": 1}, x[:, y]),
+    ]
+    for op, tensors, attrs, want in cases:
+        got = rb.run_op(op, tensors, attrs)
+        assert torch.equal(got, want), op
+
+
+def test_run_op_errors():
+    x, y = torch.randn(3, 4), torch.tensor([0, 1, 4])
+    with pytest.raises(IndexError, match="Target 4 is out of bounds"):
+        rb.run_op("cross_entropy", {"input": x, "target": y}, {})
+    with pytest.raises(rb.HarnessError, match="unknown op 'conv2d'"):
+        rb.run_op("conv2d", {"input": x}, {})
+    with pytest.raises(rb.HarnessError, match="takes no tensor 'bias'"):
+        rb.run_op("cross_entropy", {"input": x, "target": y, "bias": y}, {})
+    with pytest.raises(rb.HarnessError, match="missing tensor 'target'"):
+        rb.run_op("cross_entropy", {"input": x}, {})
+    with pytest.raises(rb.HarnessError, match="takes no attribute 'pos_weight'"):
+        rb.run_op("cross_entropy", {"input": x, "target": y}, {"pos_weight": 2})
+    with pytest.raises(rb.HarnessError, match="missing attribute 'dim'"):
+        rb.run_op("gather", {"input": x, "index": y}, {})
+
+
+def test_resolve_entry(monkeypatch):
+    monkeypatch.syspath_prepend(ENTRY)
+    assert rb.resolve_entry("myproj.step:step").__name__ == "step"
+    assert rb.resolve_entry("myproj.step:TinyModel.forward").__name__ == "forward"
+    assert rb.resolve_entry(os.path.join(ENTRY, "faults.py") + ":run").__name__ == "run"
+    for bad, msg in [("nocolon", "want module:function"), ("myproj.step:nope", "no attribute"),
+                     ("no_such_module_xyz:f", "cannot import"), ("myproj.step:torch", "not callable")]:
+        with pytest.raises(rb.HarnessError, match=msg):
+            rb.resolve_entry(bad)
+
+
+def test_replay_command_in_process(capsys, tmp_path):
+    with pytest.raises(IndexError, match="Target 4 is out of bounds"):
+        rb.main(["replay", example("four_class_targets")])
+    with pytest.raises(IndexError, match="index out of range in self"):
+        rb.main(["replay", example("transposed_index"), "--device", "cpu"])
+    b = rb.load(example("four_class_targets"))
+    ok = str(tmp_path / "ok.bin")
+    rb.save(ok, {"input": b.tensors["input"][:2], "target": b.tensors["target"][:2]}, op="cross_entropy",
+            provenance=False)
+    capsys.readouterr()
+    assert rb.main(["replay", ok]) == 0
+    assert capsys.readouterr().out.startswith("reduce_batch: ok cross_entropy (cpu): float32[] first=[")
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"RDCBATCH garbage")
+    assert rb.main(["replay", str(bad)]) == rb.HARNESS_EXIT
+    assert "harness" in capsys.readouterr().err
+    noop = str(tmp_path / "noop.bin")
+    rb.save(noop, {"input": b.tensors["input"]}, provenance=False)
+    assert rb.main(["replay", noop]) == rb.HARNESS_EXIT
+    assert rb.main(["replay", ok, "--device", "tpu"]) == rb.HARNESS_EXIT
+
+
+def test_replay_command_process():
+    """The real traceback and exit status 1 of an uncaught torch exception."""
+    p = subprocess.run([sys.executable, MODULE, "replay", example("four_class_targets")],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    err = p.stderr.decode()
+    assert p.returncode == 1, err
+    assert "torch/nn/functional.py" in err and "in cross_entropy" in err
+    assert err.rstrip().endswith("IndexError: Target 4 is out of bounds.")
+
+
+class Zygote(object):
+    def __init__(self, tmp, *args):
+        self.tmp = tmp
+        env = dict(os.environ, PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1")
+        self.p = subprocess.Popen([sys.executable, MODULE, "zygote"] + list(args), stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, env=env, cwd=ENTRY)
+        self.buf = b""
+        self.events = []
+        self.hello = self.wait(lambda e: e["event"] == "hello")
+        self.n = 0
+
+    def wait(self, cond, timeout=120):
+        deadline = time.time() + timeout
+        while True:
+            for i, e in enumerate(self.events):
+                if cond(e):
+                    return self.events.pop(i)
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                self.events.append(json.loads(line))
+            if any(cond(e) for e in self.events):
+                continue
+            left = deadline - time.time()
+            assert left > 0, "no event; have %s" % self.events
+            r, _, _ = select.select([self.p.stdout], [], [], left)
+            if r:
+                data = os.read(self.p.stdout.fileno(), 65536)
+                assert data, "the zygote exited; events %s" % self.events
+                self.buf += data
+
+    def replay(self, path, slot=0):
+        self.n += 1
+        rid = str(self.n)
+        out, err = str(self.tmp / ("%s.out" % rid)), str(self.tmp / ("%s.err" % rid))
+        open(out, "w").close()
+        open(err, "w").close()
+        self.p.stdin.write((json.dumps({"id": rid, "slot": slot, "path": path, "stdout": out, "stderr": err,
+                                        "run_dir": str(self.tmp)}) + "\n").encode())
+        self.p.stdin.flush()
+        start = self.wait(lambda e: e["event"] in ("start", "error") and e.get("id") == rid)
+        if start["event"] == "error":
+            return start, None, None
+        exit_ = self.wait(lambda e: e["event"] == "exit" and e["id"] == rid)
+        assert exit_["pid"] == start["pid"] == start["pgid"]
+        return exit_, open(out).read(), open(err).read()
+
+    def close(self):
+        self.p.stdin.close()
+        return self.p.wait(timeout=30)
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_zygote(tmp_path):
+    b = rb.load(example("four_class_targets"))
+    segv = str(tmp_path / "segv.bin")
+    rb.save(segv, {"input": b.tensors["input"], "target": b.tensors["target"]}, meta={"fault": "segv"},
+            provenance=False)
+    ok = str(tmp_path / "ok.bin")
+    rb.save(ok, {"input": b.tensors["input"][:2], "target": b.tensors["target"][:2]}, meta={"fault": "pass"},
+            provenance=False)
+    z = Zygote(tmp_path, "--slots", "2", "--entry", "faults:run", "--slot-env",
+               json.dumps([{"SLOT_VAR": "a"}, {"SLOT_VAR": "b"}]))
+    try:
+        assert z.hello["torch"] == torch.__version__ and "error" not in z.hello
+        ready = [z.wait(lambda e: e["event"] == "ready" and e["slot"] == s) for s in (0, 1)]
+        ev, out, err = z.replay(segv)
+        assert ev["signal"] == signal.SIGSEGV and ev["status"] is None, err
+        assert "Fatal Python error: Segmentation fault" in err
+        ev, out, err = z.replay(ok, slot=1)
+        assert ev["status"] == 0 and ev["signal"] == 0, err
+        assert out.startswith("reduce_batch: ok faults:run (cpu): float32[] first=")
+        ev, out, err = z.replay(ok, slot=9)
+        assert ev["event"] == "error" and "slot 9" in ev["error"]
+        ev, out, err = z.replay(str(tmp_path / "missing.bin"))
+        assert ev["status"] == rb.HARNESS_EXIT and "cannot load the candidate" in err
+        children = [r["pid"] for r in ready]
+    finally:
+        assert z.close() == 0
+    for pid in children:
+        assert not alive(pid)
+
+
+def test_zygote_usage_errors(tmp_path):
+    z = Zygote(tmp_path, "--slots", "0")
+    assert "--slots 0" in z.hello["error"]
+    z.close()
+    z = Zygote(tmp_path, "--slot-env", "{}")
+    assert "--slot-env" in z.hello["error"]
+    z.close()

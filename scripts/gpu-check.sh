@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# gpu-check.sh: the device check of the torch backend, for a lent NVIDIA machine.
+#
+#   OUT=/some/dir scripts/gpu-check.sh        # from the repository root
+#
+# It builds reduce (or uses $REDUCE_BIN), then for every example in fixtures/examples:
+#   - reduce replay --backend torch --device cuda --json (zygote, then --no-zygote),
+#   - reduce replay --backend go --device cuda --json (the emulation, for comparison),
+#   - the torch worker directly, with and without CUDA_LAUNCH_BLOCKING=1, so that the
+#     real device-assert text is kept as CUDA prints it,
+# and saves stdout, stderr and exit status of each under $OUT/<example>/, plus
+# nvidia-smi, the torch/CUDA versions and a summary ($OUT/summary.txt). It never fails
+# half-way: a missing GPU, torch without CUDA or a failed build are reported and the
+# rest goes on. Runtime is bounded: each command by STEP_TIMEOUT (60 s), the whole by
+# BUDGET (270 s), after which the remaining steps are skipped.
+set -u
+
+OUT=${OUT:-./out/gpu-check}
+PYTHON=${PYTHON:-python3}
+STEP_TIMEOUT=${STEP_TIMEOUT:-60}
+BUDGET=${BUDGET:-270}
+START=$(date +%s)
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.txt"
+: >"$SUMMARY"
+
+say() { echo "$*" | tee -a "$SUMMARY"; }
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+
+# run NAME CMD...: run one step under the step timeout, saving its output.
+run() {
+	local name=$1
+	shift
+	if [ "$(left)" -le 5 ]; then
+		say "SKIP $name (time budget spent)"
+		return 0
+	fi
+	local t=$STEP_TIMEOUT
+	[ "$(left)" -lt "$t" ] && t=$(left)
+	mkdir -p "$(dirname "$OUT/$name")"
+	local s e rc
+	s=$(date +%s.%N)
+	timeout -k 5 "$t" "$@" >"$OUT/$name.stdout" 2>"$OUT/$name.stderr"
+	rc=$?
+	e=$(date +%s.%N)
+	echo "$rc" >"$OUT/$name.rc"
+	say "$(printf '%-55s rc=%-3s %6.2fs' "$name" "$rc" "$(echo "$e - $s" | bc 2>/dev/null || echo 0)")"
+	return 0
+}
+
+say "== gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+say "-- nvidia-smi"
+if command -v nvidia-smi >/dev/null 2>&1; then
+	timeout 30 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
+	timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv >>"$SUMMARY" 2>&1
+else
+	say "nvidia-smi: not found"
+fi
+
+say "-- python and torch ($PYTHON)"
+TORCH_OK=0
+CUDA_OK=0
+if timeout 120 "$PYTHON" -c 'import torch' >/dev/null 2>"$OUT/torch-import.stderr"; then
+	TORCH_OK=1
+	timeout 120 "$PYTHON" - >"$OUT/versions.json" 2>>"$OUT/torch-import.stderr" <<'EOF'
+import json, platform, torch
+d = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+     "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+     "cuda_available": torch.cuda.is_available()}
+if d["cuda_available"]:
+    d["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    d["capability"] = list(torch.cuda.get_device_capability(0))
+print(json.dumps(d))
+EOF
+	cat "$OUT/versions.json" >>"$SUMMARY"
+	if [ "$(timeout 120 "$PYTHON" -c 'import torch; print(torch.cuda.is_available())' 2>/dev/null)" = "True" ]; then
+		CUDA_OK=1
+	else
+		say "torch.cuda.is_available() is not True: the cuda replays below will report it"
+	fi
+else
+	say "cannot import torch with $PYTHON (pip torch missing?):"
+	tail -n 3 "$OUT/torch-import.stderr" | tee -a "$SUMMARY"
+fi
+
+say "-- build"
+REDUCE=${REDUCE_BIN:-}
+if [ -z "$REDUCE" ]; then
+	if command -v go >/dev/null 2>&1; then
+		REDUCE="$OUT/bin/reduce"
+		mkdir -p "$OUT/bin"
+		if ! timeout 180 go build -o "$REDUCE" ./cmd/reduce >"$OUT/build.log" 2>&1; then
+			say "go build failed (see build.log)"
+			tail -n 5 "$OUT/build.log" | tee -a "$SUMMARY"
+			REDUCE=
+		fi
+	else
+		say "go not found and REDUCE_BIN unset: the reduce replay steps are skipped"
+	fi
+fi
+[ -n "$REDUCE" ] && say "reduce: $REDUCE ($("$REDUCE" --version 2>/dev/null | head -n 1))"
+
+MODULE="$OUT/reduce_batch.py"
+cp replay/python/reduce_batch.py "$MODULE"
+
+for ex in fixtures/examples/*.bin; do
+	name=$(basename "$ex" .bin)
+	say "-- $name"
+	if [ -n "$REDUCE" ]; then
+		run "$name/go-cuda" "$REDUCE" replay --backend go --device cuda --json "$ex"
+		if [ "$TORCH_OK" = 1 ]; then
+			run "$name/torch-cuda-zygote" "$REDUCE" replay --backend torch --device cuda --python "$PYTHON" --timeout 50s --json "$ex"
+			run "$name/torch-cuda-no-zygote" "$REDUCE" replay --backend torch --device cuda --python "$PYTHON" --no-zygote --timeout 50s --json "$ex"
+			run "$name/torch-cpu-zygote" "$REDUCE" replay --backend torch --device cpu --python "$PYTHON" --timeout 50s --json "$ex"
+		fi
+	fi
+	if [ "$TORCH_OK" = 1 ]; then
+		# The real stderr, as torch prints it: blocking (the traceback at the op) and
+		# asynchronous (at a later call).
+		run "$name/worker-cuda-blocking" env CUDA_LAUNCH_BLOCKING=1 PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 "$PYTHON" "$MODULE" replay "$ex" --device cuda
+		run "$name/worker-cuda-async" env -u CUDA_LAUNCH_BLOCKING PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 "$PYTHON" "$MODULE" replay "$ex" --device cuda
+	fi
+	for f in "$OUT/$name"/*.stdout; do
+		[ -s "$f" ] || continue
+		# The signature line of each --json run: the last JSON line with one.
+		sig=$(grep -o '"signature":{[^}]*}' "$f" | tail -n 1)
+		[ -n "$sig" ] && say "   $(basename "$f" .stdout): $sig"
+	done
+	for f in "$OUT/$name"/worker-*.stderr; do
+		[ -s "$f" ] || continue
+		say "   $(basename "$f" .stderr): $(grep -m 1 -E 'Assertion|Error' "$f" | cut -c1-200)"
+	done
+done
+
+say "== done in $(($(date +%s) - START))s; files under $OUT"
+exit 0
