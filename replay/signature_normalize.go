@@ -122,17 +122,16 @@ func normalizeMessage(msg string) string {
 }
 
 func maskIntegers(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
+	b := make([]byte, 0, len(s))
 	for i := 0; i < len(s); {
 		c := s[i]
 		if !isDigit(c) || (i > 0 && isWordByte(s[i-1])) {
-			b.WriteByte(c)
+			b = append(b, c)
 			i++
 			continue
 		}
 		if strings.HasPrefix(s[i:], "0x?") {
-			b.WriteString("0x?")
+			b = append(b, "0x?"...)
 			i += 3
 			continue
 		}
@@ -147,14 +146,13 @@ func maskIntegers(s string) string {
 			}
 		}
 		// A minus sign that starts a word belongs to the number.
-		if out := b.String(); strings.HasSuffix(out, "-") && (i < 2 || !isWordByte(s[i-2])) {
-			b.Reset()
-			b.WriteString(out[:len(out)-1])
+		if len(b) > 0 && b[len(b)-1] == '-' && (i < 2 || !isWordByte(s[i-2])) {
+			b = b[:len(b)-1]
 		}
-		b.WriteByte('N')
+		b = append(b, 'N')
 		i = j
 	}
-	return b.String()
+	return string(b)
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }

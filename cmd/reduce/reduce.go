@@ -141,7 +141,7 @@ func mainJob(c *cli.Context) error {
 	r.phase = "confirm"
 	var recorded *replay.Signature
 	if b.Error != nil {
-		s := replay.Parse([]byte(b.Error.Text), replay.ExitInfo{Code: 1})
+		s := recordedSignature(b)
 		recorded = &s
 		r.want = s
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -41,8 +40,11 @@ func newBackend(c *cli.Context, b *fixtures.Batch) (replay.Backend, error) {
 		return nil, usagef("--gpus %q: %v", c.String("gpus"), err)
 	}
 	device := c.String("device")
-	if device == "" && c.String("backend") == "go" && b != nil && b.Error != nil && gpuFailure(b.Error.Text) {
-		device = "cuda"
+	if device == "" && c.String("backend") == "go" && b != nil && b.Error != nil {
+		switch recordedSignature(b).Backend {
+		case replay.BackendCUDA, replay.BackendHIP, replay.BackendTriton:
+			device = "cuda"
+		}
 	}
 	blocking := !c.Bool("async")
 	be, err := replay.New(replay.Options{
@@ -56,13 +58,11 @@ func newBackend(c *cli.Context, b *fixtures.Batch) (replay.Backend, error) {
 	return be, nil
 }
 
-func gpuFailure(text string) bool {
-	for _, s := range []string{"CUDA error", "device-side assert", "HIP error", "cuda runtime error", "Device-side assertion"} {
-		if strings.Contains(text, s) {
-			return true
-		}
-	}
-	return false
+// recordedSignature is the signature of the failure recorded with b, which
+// must have one. The recorder keeps the error's text, not the process's
+// exit, so it is read as an uncaught exception's (exit 1).
+func recordedSignature(b *fixtures.Batch) replay.Signature {
+	return replay.Parse([]byte(b.Error.Text), replay.ExitInfo{Code: 1})
 }
 
 func replayCommand() *cli.Command {
@@ -131,7 +131,7 @@ func replayOnce(c *cli.Context) error {
 		Exit: v.Exit, Seconds: v.Duration.Seconds(), Stderr: string(v.Result.Stderr),
 	}
 	if b.Error != nil {
-		rec := replay.Parse([]byte(b.Error.Text), replay.ExitInfo{Code: 1})
+		rec := recordedSignature(b)
 		out.Recorded = &rec
 		out.Reproduces = reproduces(v.Signature, rec, level)
 	} else {
