@@ -86,6 +86,11 @@ type Options struct {
 	// for further independent ones. Default false: find them all.
 	StopAfterFirst bool
 
+	// MaxCulprits stops after that many culprit sets (StopAfterFirst is
+	// MaxCulprits = 1). Default 0: no cap. A batch where every sample fails
+	// alone has as many culprit sets as samples; the caller caps them.
+	MaxCulprits int
+
 	// Jobs is the number of oracle calls in flight at once. Default 1.
 	// With Jobs > 1 the engine speculates down the search's decision tree;
 	// results are accepted in the order the sequential search asks for
@@ -144,6 +149,8 @@ func (o Options) resolved() (Options, error) {
 		return bad("unknown Policy %d", o.Policy)
 	case o.Confirm > ConfirmNever:
 		return bad("unknown Confirm mode %d", o.Confirm)
+	case o.MaxCulprits < 0:
+		return bad("MaxCulprits = %d, want >= 0 (0 means no cap)", o.MaxCulprits)
 	case o.MaxTests < 0:
 		return bad("MaxTests = %d, want >= 0 (0 means no cap)", o.MaxTests)
 	case o.MaxDuration < 0:

@@ -203,7 +203,8 @@ func (u *unitRun) run(e *engine) error {
 			u.callsToFirst = e.accepted - confirmCalls
 		}
 		rest = minus(rest, found)
-		if found.empty() || rest.empty() || e.opts.StopAfterFirst {
+		capped := e.opts.MaxCulprits > 0 && len(u.culprits) >= e.opts.MaxCulprits
+		if found.empty() || rest.empty() || e.opts.StopAfterFirst || capped {
 			break
 		}
 	}

@@ -561,3 +561,18 @@ func TestOutcomeText(t *testing.T) {
 	var o Outcome
 	assert.Error(t, o.UnmarshalText([]byte("maybe")))
 }
+
+// TestMaxCulprits: the search stops after MaxCulprits sets, each still
+// 1-minimal, and a negative cap is refused.
+func TestMaxCulprits(t *testing.T) {
+	d := singles(2, 9, 17, 30)
+	all := run(t, 32, d.oracle(), Options{})
+	require.Len(t, all.Culprits, 4)
+	for _, max := range []int{1, 2, 3} {
+		r := run(t, 32, d.oracle(), Options{MaxCulprits: max})
+		assert.Equal(t, all.Culprits[:max], r.Culprits, "MaxCulprits=%d", max)
+		assert.Less(t, r.Accepted, all.Accepted, "MaxCulprits=%d saves calls", max)
+	}
+	_, err := Run(context.Background(), 8, d.oracle(), Options{MaxCulprits: -1})
+	require.ErrorIs(t, err, ErrInvalidOptions)
+}
