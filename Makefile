@@ -15,6 +15,12 @@ APT_PACKAGES := python3-torch python3-numpy python3-pytest
 export REDUCE_PYTHON := $(PYTHON)
 
 .PHONY: all build test test-go test-python fuzz-short fuzz bench demo deps vet clean
+.PHONY: slurm-up slurm-down test-slurm bench-slurm
+
+# The one-node Slurm cluster of the --launcher slurm tests (scripts/slurm-local.sh;
+# it installs slurm-wlm and munge through apt-get when they are missing).
+SLURM_LOCAL := scripts/slurm-local.sh
+SLURM_ENV = SLURM_CONF=$$($(SLURM_LOCAL) env | sed 's/^export SLURM_CONF=//') REDUCE_SLURM=1
 
 all: build
 
@@ -38,13 +44,29 @@ vet:
 
 # REDUCE_REQUIRE_TORCH turns the torch-dependent tests' skips into failures:
 # under make test, a missing torch is a broken setup, not a reason to pass.
-test: deps vet test-go test-python fuzz-short
+test: deps vet test-go test-python fuzz-short test-slurm
 
 test-go:
 	REDUCE_REQUIRE_TORCH=1 $(GO) test -race -count=1 ./...
 
 test-python:
 	$(PYTHON) -m pytest -q -p no:cacheprovider replay/python
+	if [ -d fixtures/regress ]; then REDUCE_BATCH_PATH=replay/python $(PYTHON) -m pytest -q -p no:cacheprovider fixtures/regress || [ $$? -eq 5 ]; fi
+
+# test-slurm starts the local cluster, runs the tests that need it and stops
+# the cluster again, also when they fail. They run alone (-p 1): they check
+# that the queue is empty after each reduction. REDUCE_REQUIRE_SLURM turns
+# their skips into failures.
+test-slurm:
+	$(SLURM_LOCAL) start
+	status=0; $(SLURM_ENV) REDUCE_REQUIRE_SLURM=1 $(GO) test -race -count=1 -p 1 -run 'Slurm' ./replay/ ./cmd/reduce/ || status=$$?; \
+	$(SLURM_LOCAL) stop; exit $$status
+
+slurm-up:
+	$(SLURM_LOCAL) start
+
+slurm-down:
+	$(SLURM_LOCAL) stop
 
 fuzz-short:
 	$(GO) test -run='^$$' -fuzz='^FuzzRead$$' -fuzztime=$(FUZZTIME) ./fixtures
@@ -56,6 +78,17 @@ fuzz:
 bench: build
 	$(GO) test -run='^$$' -bench=. -benchmem ./shrink/ ./kernels/ ./replay/
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1x ./fixtures/
+	# The main job: every example, go and torch backends, -j 1 and -j 2; a
+	# 100,000-sample batch. Replays and the reduce process's peak memory.
+	REDUCE_PYTHON=$(PYTHON) $(GO) test -run='^$$' -bench=Reduce -benchtime=1x ./cmd/reduce/
+	$(MAKE) bench-slurm
+
+# Replays per second through the local Slurm cluster against local processes
+# (the go backend, -j 2), and their ratio, in one run.
+bench-slurm:
+	$(SLURM_LOCAL) start
+	status=0; $(SLURM_ENV) $(GO) test -run='^$$' -bench='^BenchmarkSlurmVsLocal$$' -benchtime=40x ./replay/ || status=$$?; \
+	$(SLURM_LOCAL) stop; exit $$status
 
 # The main job on the seed example (four classes, targets [0, 2, 4]) with the
 # go backend; the fixture goes under out/regress.

@@ -126,6 +126,11 @@ type Options struct {
 	// sizes (index_select's kernels launch at most 8·SMs blocks). 0 means 108
 	// (an A100).
 	SMs int
+	// DeviceMemory emulates a device of that many bytes: a run whose
+	// allocations (Memory) do not fit fails with torch's out-of-memory
+	// error of the mode, before the op's own checks of values. 0 means no
+	// limit.
+	DeviceMemory int64
 }
 
 // Result is what a run produced: outputs, or a failure.
@@ -178,6 +183,30 @@ func (op *Op) Run(mode Mode, tensors map[string]*Tensor, attrs map[string]any) (
 // attribute of the wrong type); PyTorch's own errors come back as
 // Result.Failure.
 func (op *Op) RunOptions(o Options, tensors map[string]*Tensor, attrs map[string]any) (*Result, error) {
+	c, err := op.bind(o, tensors, attrs)
+	if err != nil {
+		return nil, err
+	}
+	if o.DeviceMemory > 0 {
+		if plan := memoryPlan(c); plan != nil {
+			if f := outOfMemory(op.Name, o.Mode, plan, o.DeviceMemory); f != nil {
+				return fail(f)
+			}
+		}
+	}
+	res, err := op.run(c)
+	if err != nil {
+		return nil, err
+	}
+	if res.Failure != nil && res.Failure.Op == "" {
+		res.Failure.Op = op.Name
+	}
+	return res, nil
+}
+
+// bind checks and normalises a run's arguments (RunOptions' bad-input
+// errors) into a call.
+func (op *Op) bind(o Options, tensors map[string]*Tensor, attrs map[string]any) (*call, error) {
 	if o.Mode != ModeCPU && o.Mode != ModeCUDA {
 		return nil, fmt.Errorf("%w: mode %d", ErrAttr, int(o.Mode))
 	}
@@ -239,14 +268,7 @@ func (op *Op) RunOptions(o Options, tensors map[string]*Tensor, attrs map[string
 		}
 		c.a[at.Name] = at.Default
 	}
-	res, err := op.run(c)
-	if err != nil {
-		return nil, err
-	}
-	if res.Failure != nil && res.Failure.Op == "" {
-		res.Failure.Op = op.Name
-	}
-	return res, nil
+	return c, nil
 }
 
 func (op *Op) tensorList() string {

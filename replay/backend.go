@@ -97,6 +97,39 @@ type Options struct {
 	// CaptureLimit bounds the kept output of each stream of a replay, as
 	// Runner.CaptureLimit.
 	CaptureLimit int
+	// DeviceMemory (--device-memory) is the memory the op may allocate, in
+	// bytes, emulating a device of that size: a replay whose op needs more
+	// fails with an out-of-memory error, so that a failure that depends on
+	// the batch size alone reproduces without the device. 0 means no
+	// limit. go: the worker adds up the op's outputs and intermediates
+	// (kernels.Op.Memory; the inputs do not count). torch: the candidate
+	// may allocate that much more once its batch is loaded (RLIMIT_DATA
+	// on CPU, torch.cuda.set_per_process_memory_fraction on cuda). Not
+	// for exec, whose command is the user's.
+	DeviceMemory int64
+
+	// Launcher is where replays run (--launcher): LauncherLocal ("" too),
+	// or LauncherSlurm: each replay a Slurm job of its own through srun
+	// (the torch backend then starts one interpreter per candidate, as
+	// with NoZygote: a zygote cannot fork onto another node).
+	Launcher string
+	// SlurmArgs are the user's srun options (--slurm-args), split like
+	// --replay: "--partition=gpu --gres=gpu:1 --time=5".
+	SlurmArgs string
+	// SharedDir is a directory every node sees at the same path
+	// (--shared-dir); candidates go through it instead of the step's
+	// standard input. It is also TempRoot's default.
+	SharedDir string
+	// QueueTimeout bounds how long a replay's job may wait to start
+	// (--queue-timeout): 0 means DefaultQueueTimeout (10 min), negative no
+	// bound.
+	QueueTimeout time.Duration
+	// Retries is how many times a replay whose Slurm job was lost is
+	// submitted again (--retries): 0 means DefaultRetries (2), negative
+	// none.
+	Retries int
+
+	launcher Launcher // built by New
 }
 
 // Verdict is what one replay of a candidate gave.
@@ -122,6 +155,15 @@ type Verdict struct {
 	// Duration is the wall time of the whole replay, as the caller saw it:
 	// writing the candidate, the process, collecting its output.
 	Duration time.Duration
+	// Launcher is where the replay ran: LauncherLocal or LauncherSlurm.
+	Launcher string
+	// JobID and Node are the Slurm job that ran the replay (its last
+	// attempt) and the node it ran on; empty for a local replay.
+	JobID, Node string
+	// Requeued counts the Slurm jobs of this replay that were lost
+	// (cancelled from outside, preempted, a node failure, not started in
+	// time) and submitted again.
+	Requeued int
 }
 
 // Reproduces reports whether v's signature reproduces want at level.
@@ -169,16 +211,39 @@ func New(o Options) (Backend, error) {
 	if o.Replay != "" && kind != KindExec {
 		return nil, fmt.Errorf("replay: --replay is for --backend exec (it was given with --backend %s)", kind)
 	}
+	if o.DeviceMemory < 0 {
+		return nil, fmt.Errorf("replay: --device-memory %d: want a size in bytes, or 0 for no limit", o.DeviceMemory)
+	}
+	if o.DeviceMemory > 0 && kind == KindExec {
+		return nil, fmt.Errorf("replay: --device-memory is for --backend go or torch (--backend exec runs the --replay command as it is)")
+	}
 	if f := strings.ToLower(o.ReplayFormat); f != "" && f != FormatBin && kind != KindExec {
 		return nil, fmt.Errorf("replay: --replay-format is for --backend exec (--backend %s reads the native format)", kind)
 	}
+	l, err := newLauncher(&o)
+	if err != nil {
+		return nil, err
+	}
+	if l != nil {
+		o.launcher = l
+		o.NoZygote = true
+		if o.TempRoot == "" {
+			o.TempRoot = o.SharedDir
+		}
+	}
+	var be Backend
 	switch kind {
 	case KindGo:
-		return newGoBackend(o)
+		be, err = newGoBackend(o)
 	case KindTorch:
-		return newTorchBackend(o)
+		be, err = newTorchBackend(o)
+	default:
+		be, err = newExecBackend(o)
 	}
-	return newExecBackend(o)
+	if err != nil || l == nil {
+		return be, err
+	}
+	return &launched{Backend: be, l: l}, nil
 }
 
 // blocking is o.Blocking with its default.
@@ -191,7 +256,7 @@ func (o *Options) runner() *Runner {
 
 // pool is the Pool of o's slots on the given device kind.
 func (o *Options) pool(kind string) *Pool {
-	return &Pool{Runner: o.runner(), Jobs: o.Jobs, GPUs: o.GPUs, Kind: kind}
+	return &Pool{Runner: o.runner(), Jobs: o.Jobs, GPUs: o.GPUs, Kind: kind, Launcher: o.launcher}
 }
 
 // exitInfo converts a Result for Parse.
@@ -203,9 +268,17 @@ func exitInfo(r Result) ExitInfo {
 // stop the reduction: the process could not be started (not for a
 // cancellation: ctx's error comes with an infra verdict).
 func verdictOf(ctx context.Context, name, device string, res Result, start time.Time) (Verdict, error) {
-	v := Verdict{Result: res, Backend: name, Device: device, Exit: exitInfo(res)}
+	v := Verdict{Result: res, Backend: name, Device: device, Exit: exitInfo(res), Launcher: LauncherLocal}
 	v.Signature = Parse(res.Stderr, v.Exit)
 	v.Duration = time.Since(start)
+	if l := res.Launch; l != nil {
+		v.Launcher, v.JobID, v.Node, v.Requeued = l.Launcher, l.JobID, l.Node, max(l.Attempts-1, 0)
+		if l.Infra != "" {
+			// The job was lost: the outcome says nothing about the
+			// candidate, whatever it printed.
+			v.Signature = Signature{Family: FamilyInfra, Expression: "slurm: " + l.Infra}
+		}
+	}
 	if res.Canceled {
 		err := ctx.Err()
 		if err == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,9 @@ func newGoBackend(o Options) (Backend, error) {
 	g := &goBackend{exe: exe, device: dev, args: []string{WorkerCommand, "--device", dev}}
 	if o.Abort {
 		g.args = append(g.args, "--abort")
+	}
+	if o.DeviceMemory > 0 {
+		g.args = append(g.args, "--device-memory", strconv.FormatInt(o.DeviceMemory, 10))
 	}
 	if dev == DeviceCUDA {
 		g.env = append(g.env, DeviceEnv(DeviceCUDA, o.blocking())...)

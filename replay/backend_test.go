@@ -65,8 +65,51 @@ type example struct {
 			Text      string `json:"text"`
 			Exception string `json:"exception"`
 		} `json:"error"`
+		// What a reduction answers (make_examples.py's doc): mode
+		// "samples" or "size", and for "size" the boundary.
+		Mode            string `json:"mode"`
+		LargestPassing  int64  `json:"largest_passing"`
+		SmallestFailing int64  `json:"smallest_failing"`
+		// Flags are the reduce flags the replay needs (--device-memory).
+		Flags []string `json:"flags"`
+		// OtherFailureSamples: samples that fail otherwise once the
+		// culprits are gone (trap_first_failure).
+		OtherFailureSamples []struct {
+			Samples []int64 `json:"samples"`
+			Error   string  `json:"error"`
+		} `json:"other_failure_samples"`
 	}
 }
+
+// deviceMemory is the example's --device-memory in bytes (its flags give
+// it as 95MiB), 0 without one.
+func (ex *example) deviceMemory(t testing.TB) int64 {
+	t.Helper()
+	for i, f := range ex.want.Flags {
+		if f != "--device-memory" || i+1 >= len(ex.want.Flags) {
+			continue
+		}
+		v := ex.want.Flags[i+1]
+		n, err := strconv.ParseFloat(strings.TrimSuffix(v, "MiB"), 64)
+		if err != nil || !strings.HasSuffix(v, "MiB") {
+			t.Fatalf("%s: --device-memory %q: the tests read MiB", ex.name, v)
+		}
+		return int64(n * (1 << 20))
+	}
+	return 0
+}
+
+// otherSamples are the samples of ex.want.OtherFailureSamples.
+func (ex *example) otherSamples() []int64 {
+	var out []int64
+	for _, o := range ex.want.OtherFailureSamples {
+		out = append(out, o.Samples...)
+	}
+	return out
+}
+
+// first is 0..n-1.
+func first(n int64) []int64 { return without(n, nil)[:n] }
 
 func loadExamples(t testing.TB) []example {
 	t.Helper()
@@ -153,17 +196,52 @@ func kernelClass(t testing.TB, s Signature) string {
 
 func TestGoBackendExamples(t *testing.T) {
 	t.Parallel()
-	cpu := newBackend(t, goOptions(t, "cpu"))
-	cuda := newBackend(t, goOptions(t, "cuda"))
 	for _, ex := range loadExamples(t) {
 		t.Run(ex.name, func(t *testing.T) {
+			co, go_ := goOptions(t, "cpu"), goOptions(t, "cuda")
+			co.DeviceMemory, go_.DeviceMemory = ex.deviceMemory(t), ex.deviceMemory(t)
+			cpu, cuda := newBackend(t, co), newBackend(t, go_)
 			vc := replayOK(t, cpu, ex.batch)
 			want := recordedSignature(ex.want.Error.Text)
-			if vc.Signature.Family != FamilyHostCheck || vc.Signature.Expression != want.Expression {
+			if vc.Signature.Family != want.Family || vc.Signature.Expression != want.Expression ||
+				want.Family != FamilyHostCheck && want.Family != FamilyOOM {
 				t.Errorf("go cpu: %v, want the recorded %v\nstderr:\n%s", vc.Signature, want, vc.Result.Stderr)
 			}
 			if vc.Signature.Backend != BackendCPU || vc.Backend != KindGo || vc.Device != "cpu" {
 				t.Errorf("go cpu: backend %q/%q/%q", vc.Signature.Backend, vc.Backend, vc.Device)
+			}
+			if ex.want.Mode == "size" {
+				// Any largest_passing samples pass, any smallest_failing
+				// fail the same way, on CPU and in CUDA emulation (whose
+				// OOM is the device's).
+				e := ex.want
+				for _, be := range []Backend{cpu, cuda} {
+					if v := replayOK(t, be, subset(t, ex.batch, first(e.LargestPassing))); v.Signature.Family != FamilyPass {
+						t.Errorf("go %s, %d samples: %v\n%s", be.(*goBackend).device, e.LargestPassing, v.Signature, v.Result.Stderr)
+					}
+					v := replayOK(t, be, subset(t, ex.batch, first(e.SmallestFailing)))
+					if v.Signature.Family != FamilyOOM || be == cpu && !v.Signature.Matches(vc.Signature, MatchStrict) {
+						t.Errorf("go %s, %d samples: %v, want %v\n%s", be.(*goBackend).device, e.SmallestFailing, v.Signature, vc.Signature, v.Result.Stderr)
+					}
+				}
+				return
+			}
+			if len(ex.want.OtherFailureSamples) > 0 {
+				// The trap: without the culprits another failure fires
+				// first, which is not a reproduction; without the other
+				// samples too, the batch passes. (CPU only: on CUDA both
+				// bugs are scatter's one device assert.)
+				rest := without(ex.batch.Samples, ex.want.Culprits)
+				v := replayOK(t, cpu, subset(t, ex.batch, rest))
+				if v.Signature.Family != FamilyHostCheck || v.Signature.Matches(vc.Signature, MatchStrict) ||
+					v.Signature.Expression != recordedSignature(ex.want.OtherFailureSamples[0].Error).Expression {
+					t.Errorf("go cpu without the culprits: %v, want the other failure %q\n%s", v.Signature, ex.want.OtherFailureSamples[0].Error, v.Result.Stderr)
+				}
+				clean := without(ex.batch.Samples, append(ex.otherSamples(), ex.want.Culprits...))
+				if v := replayOK(t, cpu, subset(t, ex.batch, clean)); v.Signature.Family != FamilyPass {
+					t.Errorf("go cpu without the culprits and the other samples: %v\n%s", v.Signature, v.Result.Stderr)
+				}
+				return
 			}
 			vg := replayOK(t, cuda, ex.batch)
 			if c := kernelClass(t, vg.Signature); c == "" || c != kernelClass(t, vc.Signature) {

@@ -28,6 +28,9 @@ type Pool struct {
 	// Kind is the device kind (DeviceCUDA, DeviceROCm); it says which
 	// visible-devices variables are set. "" is CUDA's.
 	Kind string
+	// Launcher runs the commands somewhere else (a Slurm job each); nil
+	// runs them here, through Runner.
+	Launcher Launcher
 
 	once  sync.Once
 	free  chan int // the free slots: a bounded semaphore that names them
@@ -86,6 +89,9 @@ func (p *Pool) Run(ctx context.Context, c Command) Result {
 	r := p.Runner
 	if r == nil {
 		r = &Runner{}
+	}
+	if p.Launcher != nil {
+		return p.Launcher.Run(ctx, r, c)
 	}
 	return r.Run(ctx, c)
 }

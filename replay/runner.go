@@ -145,6 +145,9 @@ type Result struct {
 	// not be killed (stuck in the kernel), or the context was done before
 	// the start. nil for any outcome of the child itself, crashes included.
 	Err error
+	// Launch is where a launcher other than the local one ran the command
+	// (a Slurm job: its id, node, attempts); nil for a local run.
+	Launch *Launch
 }
 
 // Runner runs each Command in a fresh process of its own process group,

@@ -159,7 +159,7 @@ func TestParseCorpusCoverage(t *testing.T) {
 		"cuda_nll_loss_2d_aten", "cuda_nll_loss_113_pytorch_path", "cuda_nll_loss_conda_path",
 		"cuda_nll_loss_windows_msvc", "cuda_nll_loss_accelerator_error", "cuda_nll_loss_many_threads",
 		"hip_nll_loss", "hip_index_select", "thc_nll_loss", "inductor_old", "inductor_new",
-		"oom_old_runtimeerror", "oom_old_cuda_class", "oom_new_cuda_class", "oom_new_torch_class", "cpu_alloc_oom",
+		"oom_old_runtimeerror", "oom_old_cuda_class", "oom_new_cuda_class", "oom_new_torch_class", "cpu_alloc_oom", "cpu_alloc_oom_embedding",
 		"illegal_address", "launch_failure", "misaligned", "rocm_memfault",
 		"device_mismatch_old", "device_mismatch_new", "cpu_nan_anomaly", "c10_error_abort_assert",
 		"cpu_segfault", "cpu_timeout", "cpu_pass_warning", "cpu_pass_garbage",
@@ -215,6 +215,9 @@ func TestMatchCorpusPairs(t *testing.T) {
 		{"oom_old_runtimeerror", "oom_old_cuda_class"},
 		{"oom_old_runtimeerror", "oom_new_cuda_class"},
 		{"oom_old_runtimeerror", "oom_new_torch_class"},
+		// DefaultCPUAllocator with other byte counts, through other frames
+		// (--device-memory's OOM of a batch size, as real torch gives it).
+		{"cpu_alloc_oom", "cpu_alloc_oom_embedding"},
 		{"device_mismatch_old", "device_mismatch_new"},
 		{"device_mismatch_old", "cpu_device_mismatch_meta"},
 		{"rocm_memfault", "rocm_memfault_node2"},

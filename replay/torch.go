@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,12 +24,16 @@ import (
 // module) once; its children, forked ahead of need, initialize the device
 // and wait for one candidate each. With NoZygote every candidate gets an
 // interpreter of its own through the Runner: `python reduce_batch.py replay
-// FILE --device D [--entry M:F]`, which pays for `import torch` every time.
+// FILE --device D [--entry M:F] [--device-memory BYTES]`, which pays for
+// `import torch` every time. With --device-memory the candidate's process
+// limits what the op may allocate once the batch is loaded
+// (limit_device_memory in reduce_batch.py).
 type torchBackend struct {
 	python  string
 	device  string // the torch device: cpu, cuda, cuda:N
 	kind    string // DeviceCPU, DeviceCUDA, DeviceROCm
 	entry   string
+	memory  int64  // Options.DeviceMemory
 	dir     string // holds reduce_batch.py
 	module  string
 	env     []string
@@ -166,7 +171,7 @@ func newTorchBackend(o Options) (Backend, error) {
 		return nil, err
 	}
 	t := &torchBackend{
-		python: python, device: dev, kind: kind, entry: o.Entry, runner: o.runner(),
+		python: python, device: dev, kind: kind, entry: o.Entry, memory: o.DeviceMemory, runner: o.runner(),
 		noZyg: o.NoZygote, seenPIDs: map[int]bool{},
 	}
 	t.env = append(append(PythonEnv(), DeviceEnv(kind, o.blocking())...), o.Env...)
@@ -189,6 +194,12 @@ func newTorchBackend(o Options) (Backend, error) {
 	if err := os.WriteFile(t.module, PythonModule, 0o644); err != nil {
 		os.RemoveAll(t.dir)
 		return nil, fmt.Errorf("replay: torch backend: %w", err)
+	}
+	if t.noZyg && o.launcher != nil {
+		// The interpreter runs on the cluster's nodes, which may see
+		// another Python, and GPUs this login node lacks: a Python that
+		// cannot import torch shows in the replays' verdicts (infra).
+		return t, nil
 	}
 	if t.noZyg {
 		info, err := checkPython(python)
@@ -213,6 +224,15 @@ func newTorchBackend(o Options) (Backend, error) {
 
 func (t *torchBackend) Name() string { return KindTorch }
 
+// memoryArgs pass Options.DeviceMemory to reduce_batch.py (replay and
+// zygote take the same flag).
+func (t *torchBackend) memoryArgs() []string {
+	if t.memory <= 0 {
+		return nil
+	}
+	return []string{"--device-memory", strconv.FormatInt(t.memory, 10)}
+}
+
 func (t *torchBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, error) {
 	start := time.Now()
 	t.zmu.Lock()
@@ -226,12 +246,18 @@ func (t *torchBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, 
 		return Verdict{Backend: KindTorch, Device: t.device}, err
 	}
 	if t.noZyg {
-		args := []string{t.module, "replay", RunDirArg + "/candidate.bin", "--device", t.device}
+		module, files := t.module, map[string][]byte{"candidate.bin": data}
+		if t.pool.remote() {
+			// The node does not see this machine's files: the module
+			// travels with the candidate.
+			module, files[PythonModuleName] = RunDirArg+"/"+PythonModuleName, PythonModule
+		}
+		args := []string{module, "replay", RunDirArg + "/candidate.bin", "--device", t.device}
 		if t.entry != "" {
 			args = append(args, "--entry", t.entry)
 		}
-		res := t.pool.Run(ctx, Command{Path: t.python, Args: args, Env: t.env,
-			Files: map[string][]byte{"candidate.bin": data}})
+		args = append(args, t.memoryArgs()...)
+		res := t.pool.Run(ctx, Command{Path: t.python, Args: args, Env: t.env, Files: files})
 		return verdictOf(ctx, KindTorch, t.device, res, start)
 	}
 	return t.replayZygote(ctx, data, start)

@@ -21,8 +21,9 @@ import (
 // The zygote of the torch backend.
 //
 // `python reduce_batch.py zygote --device D --slots N --slot-env JSON
-// [--entry M:F]` imports torch (and the entry's module) once and never
-// touches the device or runs an op itself, so that forking it is safe: no
+// [--entry M:F] [--device-memory BYTES]` imports torch (and the entry's
+// module) once and never touches the device or runs an op itself, so that
+// forking it is safe: no
 // CUDA context, no OpenMP pool. It keeps one pre-forked child per slot;
 // each child arms a parent-death SIGKILL, puts itself in a process group of
 // its own, takes its slot's environment (CUDA_VISIBLE_DEVICES), initializes
@@ -146,6 +147,7 @@ func startZygote(t *torchBackend) (*zygote, error) {
 	if t.entry != "" {
 		args = append(args, "--entry", t.entry)
 	}
+	args = append(args, t.memoryArgs()...)
 	cmd := exec.Command(t.python, args...)
 	cmd.Env = MergeEnv(t.runner.environ(), t.env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

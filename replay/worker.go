@@ -22,8 +22,9 @@ import (
 )
 
 // Worker is the go backend's worker, `reduce __worker --device cpu|cuda
-// [--abort] [--sms N]`: it reads one batch file (the native format) from
-// stdin, runs the batch's built-in op in the mode the device names, and
+// [--abort] [--sms N] [--device-memory BYTES]`: it reads one batch file
+// (the native format) from stdin, runs the batch's built-in op in the mode
+// the device names, and
 // returns the process's exit status. args are the arguments after the
 // program name; a leading WorkerCommand is skipped. env reads the
 // environment (os.Getenv).
@@ -46,6 +47,10 @@ import (
 //     "terminate called after throwing an instance of 'c10::Error'" and
 //     SIGABRT; Worker does not return then (it must be the process's
 //     main; a core dump is disabled first).
+//   - With --device-memory, an op whose outputs and intermediates
+//     (kernels.Op.Memory) do not fit fails as torch does out of memory:
+//     DefaultCPUAllocator's RuntimeError in CPU mode, the caching
+//     allocator's torch.cuda.OutOfMemoryError in CUDA mode; exit 1.
 //   - The candidate cannot be run (not a valid batch file, no op, an
 //     unknown op, tensors or attributes the op does not take):
 //     a message on stderr and HarnessExitCode.
@@ -65,6 +70,7 @@ func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(s
 	device := fs.String("device", "cpu", "cpu (CPU semantics) or cuda (CUDA emulation)")
 	abort := fs.Bool("abort", false, "after a device-side failure, die by SIGABRT as a broken CUDA context does at exit")
 	sms := fs.Int("sms", 0, "multiprocessor count of the emulated GPU (0: 108, an A100)")
+	deviceMemory := fs.Int64("device-memory", 0, "bytes the op may allocate, emulating a device of that size (0: no limit)")
 	if err := fs.Parse(args); err != nil {
 		return harness("%v", err)
 	}
@@ -90,7 +96,10 @@ func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(s
 	for _, e := range b.Tensors {
 		tensors[e.Name] = e.Tensor
 	}
-	res, err := op.RunOptions(kernels.Options{Mode: mode, SMs: *sms}, tensors, b.Attrs)
+	if *deviceMemory < 0 {
+		return harness("--device-memory %d: want a size in bytes, or 0 for no limit", *deviceMemory)
+	}
+	res, err := op.RunOptions(kernels.Options{Mode: mode, SMs: *sms, DeviceMemory: *deviceMemory}, tensors, b.Attrs)
 	if err != nil {
 		return harness("%v", err)
 	}

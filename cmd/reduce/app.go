@@ -24,11 +24,20 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Usage:     "shrink a recorded failing PyTorch batch to the smallest input that fails the same way",
 		UsageText: "reduce --batch crash.bin [flags]\nreduce COMMAND [flags] ARGS",
 		Description: "reduce replays subsets of a recorded batch, each in a fresh process, until it has the\n" +
-			"minimal input that still triggers the same failure, then writes a regression fixture.\n\n" +
+			"minimal input that still triggers the same failure, then writes a regression fixture:\n" +
+			"the minimal batch, fixture.json, report.md, a pytest file and a Go test, in a directory\n" +
+			"named by op and content hash under --out. Progress goes to stderr; the fixture path is\n" +
+			"the last line of stdout (--json: one JSON event per line, the last the summary).\n\n" +
 			"Record a batch with the Python module that `reduce recorder` prints.\n\n" +
 			"Examples:\n" +
+			"   reduce --batch crash.bin                          # reduce with the built-in kernels\n" +
+			"   reduce --batch crash.bin --backend torch --device cuda -j 4\n" +
+			"   reduce --batch crash.bin --backend exec --replay 'python step.py {batch}'\n" +
+			"   reduce --batch oom.bin --backend torch --device cuda   # OOM: the largest size that passes\n" +
+			"   reduce --batch crash.bin --resume                 # continue after Ctrl-C\n" +
 			"   reduce recorder > reduce_batch.py     # the recorder, for the training loop\n" +
 			"   reduce inspect crash.bin              # what the batch holds\n" +
+			"   reduce replay crash.bin               # one replay: does it reproduce?\n" +
 			"   reduce convert batch.npz -o crash.bin --op cross_entropy\n\n" +
 			"Exit codes: 0 done, 1 internal error, 2 bad usage or bad input,\n" +
 			"3 the original does not reproduce, 4 interrupted (a partial fixture was written).",

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -45,7 +46,8 @@ func TestScript(t *testing.T) {
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"exits": cmdExits,
+			"exits":  cmdExits,
+			"nodups": cmdNoDups,
 		},
 	})
 }
@@ -71,5 +73,25 @@ func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if got != want {
 		ts.Fatalf("exit status %d, want %d", got, want)
+	}
+}
+
+// cmdNoDups is the script command `nodups FILE`: it fails when a line of
+// FILE occurs twice (a candidate replayed twice, in the resume scripts),
+// or when FILE is empty.
+func cmdNoDups(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: nodups FILE")
+	}
+	lines := strings.Fields(ts.ReadFile(args[0]))
+	if len(lines) == 0 {
+		ts.Fatalf("nodups: %s is empty", args[0])
+	}
+	seen := map[string]int{}
+	for i, l := range lines {
+		if j, ok := seen[l]; ok {
+			ts.Fatalf("nodups: line %d repeats line %d: %s", i+1, j+1, l)
+		}
+		seen[l] = i
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -27,71 +27,160 @@ func mainFlags() []cli.Flag {
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: "batch", Aliases: []string{"b"}, Usage: "the recorded failing batch `FILE` (crash.bin)"},
 		&cli.IntFlag{Name: "confirm", Value: 2, Usage: "replay the original `N` times before reducing"},
+		&cli.IntFlag{Name: "trials", Value: 1, Usage: "replay every candidate `N` times; it fails if any trial fails (for flaky failures)"},
 		&cli.StringFlag{Name: "match", Value: "strict", Usage: "what counts as the same failure: strict, family or any"},
 		&cli.StringFlag{Name: "strategy", Value: "auto", Usage: "the search: auto (group testing) or ddmin"},
 		&cli.StringFlag{Name: "out", Value: filepath.Join("fixtures", "regress"), Usage: "write the regression fixture under `DIR`"},
-		&cli.BoolFlag{Name: "json", Usage: "print JSON lines on stdout, the last one the summary"},
+		&cli.BoolFlag{Name: "resume", Usage: "continue an interrupted reduction from its journal under --out: no candidate is replayed twice"},
+		&cli.Int64Flag{Name: "seed", Value: 1, Usage: "seed of the replayed step's random generators (REDUCE_SEED; torch.manual_seed in the torch backend)"},
+		&cli.BoolFlag{Name: "json", Usage: "print JSON lines on stdout, one event per line, the last one the summary"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress on stderr"},
 		maxSizeFlag(),
 	}, backendFlags()...)
 }
 
+// maxFindings caps the culprit sets searched for: a batch where every
+// sample fails alone would otherwise cost a search per sample.
+const maxFindings = 8
+
 // reduction is one run of the main job: the batch, the backend, the
 // signature to keep, and what was observed along the way.
 type reduction struct {
-	c       *cli.Context
-	path    string
-	batch   *fixtures.Batch
-	backend replay.Backend
-	level   replay.MatchLevel
-	want    replay.Signature
-	start   time.Time
+	c        *cli.Context
+	path     string
+	srcHash  string
+	batch    *fixtures.Batch
+	backend  replay.Backend
+	level    replay.MatchLevel
+	want     replay.Signature
+	recorded *replay.Signature
+	strategy shrink.Strategy
+	jobs     int
+	trials   int
+	start    time.Time
+	rep      *reporter
+	journal  *journal
+
+	mode       string
+	modeReason string
+	size       *fixtures.SizeResult
 
 	mu      sync.Mutex
 	replays int
-	others  map[string]*otherFailure
+	others  map[string]*fixtures.OtherFailure
 	phase   string
 	phases  map[string]int
+	asked   map[string]int
 }
 
-type otherFailure struct {
-	Signature replay.Signature `json:"signature"`
-	Count     int              `json:"count"`
+// finding is one culprit set, reduced.
+type finding struct {
+	indices  []int
+	ids      []string
+	batch    *fixtures.Batch // the minimal failing batch
+	boundary *fixtures.Batch // the same with every triggering element at its passing value
+	elements []foundElement
+	// contentFree: with every element neutralized it still fails; the
+	// cause is in the shapes, dtypes or the size, not in the values.
+	contentFree bool
+	partial     bool
 }
 
-// verdict replays b and says whether it reproduces the failure kept.
-func (r *reduction) verdict(ctx context.Context, b *fixtures.Batch) (shrink.Outcome, replay.Signature, error) {
-	v, err := r.backend.Replay(ctx, b)
-	if err != nil {
-		return shrink.Unresolved, v.Signature, err
+func (r *reduction) shrinkOptions() shrink.Options {
+	return shrink.Options{Strategy: r.strategy, Jobs: r.jobs, Trials: r.trials}
+}
+
+func (r *reduction) setPhase(p string, units int) {
+	r.mu.Lock()
+	r.phase = p
+	r.mu.Unlock()
+	r.rep.setPhase(p, units)
+}
+
+// ask says whether the candidate that key names reproduces the failure
+// kept: from the journal when it was answered before, else by replaying
+// the batch build makes (built only then: building costs as much as the
+// selected rows).
+//
+// The same candidate asked again (from another phase) is answered from
+// this run's journal, except with --trials above 1, where each ask is a
+// trial of its own: the n-th ask of a candidate is its trial n.
+func (r *reduction) ask(ctx context.Context, base string, size int, build func() (*fixtures.Batch, error)) (shrink.Outcome, error) {
+	trial := 0
+	if r.trials > 1 {
+		r.mu.Lock()
+		trial = r.asked[base]
+		r.asked[base]++
+		r.mu.Unlock()
 	}
+	key := fmt.Sprintf("%s#%d", base, trial)
+	if e, ok := r.journal.lookup(key); ok {
+		o := r.classify(e.Signature)
+		r.rep.event(map[string]any{"event": "replay", "phase": r.currentPhase(), "key": key, "size": size,
+			"outcome": o, "signature": e.Signature, "resumed": true})
+		return o, nil
+	}
+	b, err := build()
+	if err != nil {
+		return shrink.Unresolved, err
+	}
+	v, err := r.backend.Replay(ctx, b)
+	if ctx.Err() != nil {
+		// A replay stopped by cancellation says nothing about the candidate.
+		return shrink.Unresolved, ctx.Err()
+	}
+	if err != nil {
+		return shrink.Unresolved, err
+	}
+	o := r.classify(v.Signature)
 	r.mu.Lock()
 	r.replays++
 	r.phases[r.phase]++
+	phase := r.phase
 	r.mu.Unlock()
-	s := v.Signature
-	switch {
-	case reproduces(s, r.want, r.level):
-		return shrink.Fail, s, nil
-	case s.Family == replay.FamilyPass:
-		return shrink.Pass, s, nil
+	if o != shrink.Fail && o != shrink.Pass {
+		r.other(v.Signature)
 	}
-	// A different failure is not a reproduction: counted, reported, and
-	// never followed.
-	r.mu.Lock()
-	key := s.String()
-	if r.others[key] == nil {
-		r.others[key] = &otherFailure{Signature: s}
-	}
-	r.others[key].Count++
-	r.mu.Unlock()
-	return shrink.Unresolved, s, nil
+	r.journal.record(key, o, v.Signature)
+	r.rep.replayed(size, o == shrink.Fail)
+	ev := map[string]any{"event": "replay", "phase": phase, "key": key, "size": size, "outcome": o,
+		"signature": v.Signature, "seconds": v.Duration.Seconds()}
+	launchEvent(ev, v)
+	r.rep.event(ev)
+	return o, nil
 }
 
-func (r *reduction) progress(format string, args ...any) {
-	if !r.c.Bool("quiet") {
-		fmt.Fprintf(r.c.App.ErrWriter, "reduce: "+format+"\n", args...)
+func (r *reduction) currentPhase() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.phase
+}
+
+// classify turns a replay's signature into an outcome: the kept failure
+// is Fail, no failure is Pass, and a different failure is Unresolved: it
+// is counted, reported, and never followed.
+func (r *reduction) classify(s replay.Signature) shrink.Outcome {
+	switch {
+	case reproduces(s, r.want, r.level):
+		return shrink.Fail
+	case s.Family == replay.FamilyPass:
+		return shrink.Pass
 	}
+	return shrink.Unresolved
+}
+
+func (r *reduction) other(s replay.Signature) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := s.String()
+	if r.others[key] == nil {
+		r.others[key] = &fixtures.OtherFailure{Signature: recordSig(s)}
+	}
+	r.others[key].Count++
+}
+
+func recordSig(s replay.Signature) fixtures.RecordSignature {
+	return fixtures.RecordSignature{Family: s.Family, Backend: s.Backend, Kernel: s.Kernel, Expression: s.Expression, Exception: s.Exception}
 }
 
 // mainJob is `reduce --batch FILE`.
@@ -119,6 +208,16 @@ func mainJob(c *cli.Context) error {
 	if c.Int("confirm") < 1 {
 		return usagef("--confirm %d: want at least 1", c.Int("confirm"))
 	}
+	if c.Int("trials") < 1 {
+		return usagef("--trials %d: want at least 1", c.Int("trials"))
+	}
+	if c.Int("jobs") < 1 {
+		return usagef("--jobs %d: want at least 1", c.Int("jobs"))
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return usagef("read batch %s: %v", path, errors.Unwrap(err))
+	}
 	b, err := readBatch(c, path)
 	if err != nil {
 		return err
@@ -126,131 +225,452 @@ func mainJob(c *cli.Context) error {
 	if b.Samples == 0 {
 		return usagef("%s: the batch has no samples to reduce", path)
 	}
+	if c.String("backend") == replay.KindGo {
+		if b.Op == "" {
+			return usagef("%s records no op (it was recorded for a step of its own): reduce it with --backend torch --entry MODULE:FUNCTION or --backend exec --replay CMD", path)
+		}
+		if _, err := kernels.Lookup(b.Op); err != nil {
+			return usagef("%s: op %q is not built into the go backend (it has %s): reduce it with --backend torch or --backend exec",
+				path, b.Op, strings.Join(kernels.OpNames(), ", "))
+		}
+	}
 	be, err := newBackend(c, b)
 	if err != nil {
 		return err
 	}
 	defer be.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	r := &reduction{c: c, path: path, batch: b, backend: be, level: level, start: time.Now(),
-		others: map[string]*otherFailure{}, phases: map[string]int{}}
-
-	// Confirm: the original must fail, the same way, in a fresh process.
-	r.phase = "confirm"
-	var recorded *replay.Signature
+	sum := sha256.Sum256(src)
+	r := &reduction{c: c, path: path, srcHash: hex.EncodeToString(sum[:]), batch: b, backend: be, level: level,
+		strategy: strategy, jobs: c.Int("jobs"), trials: c.Int("trials"), start: time.Now(),
+		rep:    newReporter(c.App.Writer, c.App.ErrWriter, c.Bool("json"), c.Bool("quiet")),
+		others: map[string]*fixtures.OtherFailure{}, phases: map[string]int{}, asked: map[string]int{}}
+	defer r.rep.close()
 	if b.Error != nil {
 		s := recordedSignature(b)
-		recorded = &s
+		r.recorded = &s
 		r.want = s
 	}
-	fails := 0
-	var seen []replay.Signature
-	for i := 0; i < c.Int("confirm"); i++ {
-		v, err := be.Replay(ctx, b)
-		if err != nil {
-			return interrupted(ctx, fmt.Errorf("replay %s: %w", path, err))
-		}
-		r.replays++
-		r.phases["confirm"]++
-		seen = append(seen, v.Signature)
-		if recorded == nil && replay.Failing(v.Signature) && fails == 0 {
-			r.want = v.Signature
-		}
-		if replay.Failing(v.Signature) && reproduces(v.Signature, r.want, level) {
-			fails++
-		}
-	}
-	r.progress("confirm: %d of %d replays reproduce %s", fails, c.Int("confirm"), r.want)
-	if fails == 0 {
-		return withCode(ExitNoRepro, fmt.Errorf("%s does not reproduce: wanted %s, got %s (try --match family, --confirm, another --backend or --device)",
-			path, r.want, seen[len(seen)-1]))
-	}
-
-	// Samples: the smallest sets of samples that still fail.
-	r.phase = "samples"
-	res, err := shrink.Run(ctx, int(b.Samples), func(ctx context.Context, cand shrink.Candidate) (shrink.Outcome, error) {
-		sub, err := b.Select(units64(cand.Units()))
-		if err != nil {
-			return shrink.Unresolved, err
-		}
-		o, _, err := r.verdict(ctx, sub)
-		return o, err
-	}, shrink.Options{Strategy: strategy, Jobs: c.Int("jobs"), Confirm: shrink.ConfirmNever})
-	if err != nil && !errors.Is(err, context.Canceled) {
-		return interrupted(ctx, fmt.Errorf("shrink samples: %w", err))
-	}
-	if len(res.Culprits) == 0 {
-		return interrupted(ctx, fmt.Errorf("shrink samples: no failing subset found"))
-	}
-
-	var culprits []culpritReport
-	var minimal *fixtures.Batch
-	for k, set := range res.Culprits {
-		cr := culpritReport{Indices: set}
-		for _, i := range set {
-			if b.SampleIDs != nil {
-				cr.IDs = append(cr.IDs, b.SampleIDs[i])
-			}
-		}
-		sub, err := b.Select(units64(set))
-		if err != nil {
-			return err
-		}
-		r.progress("samples: culprit %d: samples %v %v", k+1, set, cr.IDs)
-		elems, reduced, err := r.elements(ctx, sub, set)
-		if err != nil {
-			return interrupted(ctx, err)
-		}
-		cr.Elements = elems
-		if minimal == nil {
-			minimal = reduced
-		}
-		culprits = append(culprits, cr)
-	}
-
-	dir, err := r.writeFixture(minimal, culprits, recorded)
+	r.journal, err = openJournal(journalPath(c.String("out"), r.srcHash), r.journalHeader(), c.Bool("resume"))
 	if err != nil {
 		return err
 	}
-	sum := summary{
-		Event: "summary", Fixture: dir, Signature: r.want, Mode: "samples", Culprits: culprits,
-		Replays: r.replays, Phases: map[string]phaseCount{}, OtherFailures: []otherFailure{},
-		Seconds: time.Since(r.start).Seconds(), Partial: res.Incomplete,
+	r.rep.event(map[string]any{"event": "start", "batch": path, "samples": b.Samples, "op": b.Op,
+		"backend": be.Name(), "match": string(level), "recorded": r.recorded, "resumed": c.Bool("resume")})
+
+	if err := r.confirm(ctx); err != nil {
+		r.journal.close(ctx.Err() == nil)
+		return err
 	}
-	for p, n := range r.phases {
-		sum.Phases[p] = phaseCount{Replays: n}
+	var found []finding
+	if r.want.Family == replay.FamilyOOM {
+		found, err = r.sizeMode(ctx, "the failure is out of memory, which depends on how many samples there are, not on which")
+	} else {
+		found, err = r.sampleMode(ctx)
 	}
-	for _, o := range r.others {
-		sum.OtherFailures = append(sum.OtherFailures, *o)
+	interrupted := ctx.Err() != nil
+	if err != nil && !interrupted {
+		r.journal.close(false)
+		return err
 	}
-	sort.Slice(sum.OtherFailures, func(i, j int) bool {
-		return sum.OtherFailures[i].Signature.String() < sum.OtherFailures[j].Signature.String()
-	})
-	w := c.App.Writer
-	if c.Bool("json") {
-		enc := json.NewEncoder(w)
-		enc.SetEscapeHTML(false)
-		return enc.Encode(sum)
+	if len(found) == 0 {
+		r.journal.close(!interrupted)
+		if interrupted {
+			return withCode(ExitInterrupted, fmt.Errorf("interrupted before any candidate failed; nothing to write (resume with --resume)"))
+		}
+		return fmt.Errorf("shrink samples: no failing subset found")
 	}
-	fmt.Fprintf(w, "signature: %s\n", r.want)
-	for _, cr := range culprits {
-		fmt.Fprintf(w, "culprit: samples %v %s\n", cr.Indices, strings.Join(cr.IDs, " "))
-		for _, e := range cr.Elements {
-			fmt.Fprintf(w, "  %s\n", e.diagnosis())
+	if interrupted {
+		for i := range found {
+			found[i].partial = true
 		}
 	}
-	fmt.Fprintf(w, "replays: %d in %.1fs\n", r.replays, sum.Seconds)
-	fmt.Fprintln(w, dir)
+	dirs, err := r.writeFixtures(found)
+	r.journal.close(err == nil && !interrupted)
+	if err != nil {
+		return err
+	}
+	r.printSummary(found, dirs, interrupted)
+	if interrupted {
+		return withCode(ExitInterrupted, fmt.Errorf("interrupted: the best result so far is in %s, marked partial; continue with --resume", dirs[0]))
+	}
 	return nil
 }
 
-func interrupted(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return withCode(ExitInterrupted, fmt.Errorf("interrupted: %w", err))
+// answerFlags are the flags besides those of the header that can change
+// what a replay answers.
+var answerFlags = []string{"replay-format", "device-memory", "seed", "async", "timeout", "trials", "launcher", "slurm-args"}
+
+func (r *reduction) journalHeader() journalHeader {
+	h := journalHeader{Source: r.srcHash, Backend: r.backend.Name(), Device: r.c.String("device"),
+		Match: string(r.level), Entry: r.c.String("entry"), Replay: r.c.String("replay"), Want: r.want}
+	for _, f := range answerFlags {
+		if r.c.IsSet(f) {
+			if h.Settings == nil {
+				h.Settings = map[string]string{}
+			}
+			h.Settings[f] = fmt.Sprint(r.c.Value(f))
+		}
 	}
-	return err
+	return h
+}
+
+// confirm replays the original: it must fail, the same way, in a fresh
+// process. Without a recorded failure, the first failure seen is the one
+// kept.
+func (r *reduction) confirm(ctx context.Context) error {
+	n := r.c.Int("confirm")
+	r.setPhase("confirm", int(r.batch.Samples))
+	fails := 0
+	var seen []replay.Signature
+	lastStderr := ""
+	for i := 0; i < n; i++ {
+		key := fmt.Sprintf("confirm:%d", i)
+		var sig replay.Signature
+		if e, ok := r.journal.lookup(key); ok {
+			sig = e.Signature
+		} else {
+			v, err := r.backend.Replay(ctx, r.batch)
+			if ctx.Err() != nil {
+				return withCode(ExitInterrupted, fmt.Errorf("interrupted while confirming %s; nothing was written", r.path))
+			}
+			if err != nil {
+				return fmt.Errorf("replay %s: %w", r.path, err)
+			}
+			sig = v.Signature
+			lastStderr = lastLines(v.Result.Stderr, 3)
+			r.replays++
+			r.phases["confirm"]++
+			r.journal.record(key, r.classify(sig), sig)
+			r.rep.replayed(int(r.batch.Samples), replay.Failing(sig))
+			ev := map[string]any{"event": "replay", "phase": "confirm", "key": key, "size": r.batch.Samples,
+				"signature": sig, "seconds": v.Duration.Seconds()}
+			launchEvent(ev, v)
+			r.rep.event(ev)
+		}
+		seen = append(seen, sig)
+		if r.recorded == nil && replay.Failing(sig) && fails == 0 {
+			r.want = sig
+		}
+		if replay.Failing(sig) && reproduces(sig, r.want, r.level) {
+			fails++
+		}
+	}
+	r.rep.logf("confirm: %d of %d replays reproduce %s", fails, n, r.want)
+	r.rep.event(map[string]any{"event": "confirm", "replays": n, "reproduced": fails, "signature": r.want})
+	if fails == 0 {
+		last := seen[len(seen)-1]
+		what := "got " + last.String()
+		switch {
+		case last.Family == replay.FamilyPass:
+			what = "it passed"
+		case last.Family == replay.FamilyTimeout:
+			what = "it timed out (try a longer --timeout)"
+		case last.Family == replay.FamilyInfra:
+			return fmt.Errorf("%s: the replay itself broke: %s", r.path, lastStderr)
+		}
+		return withCode(ExitNoRepro, fmt.Errorf("%s does not reproduce: wanted %s, %s (try --match family, --trials, another --backend or --device)",
+			r.path, r.want, what))
+	}
+	return nil
+}
+
+// sampleMode finds the culprit sets by dropping samples, then reduces
+// each. It switches to neutralizing (keeping the size) when the failure
+// needs samples only for their number, and to the size search when it
+// needs no values at all.
+func (r *reduction) sampleMode(ctx context.Context) ([]finding, error) {
+	r.mode, r.modeReason = "samples", "the failure depends on which samples are in the batch"
+	n := int(r.batch.Samples)
+	oracle := func(ctx context.Context, cand shrink.Candidate) (shrink.Outcome, error) {
+		units := cand.Units()
+		if len(units) == 0 {
+			// A batch without samples is not a candidate.
+			return shrink.Unresolved, nil
+		}
+		key := fmt.Sprintf("samples:%s", cand)
+		return r.ask(ctx, key, len(units), func() (*fixtures.Batch, error) { return r.batch.Select(units64(units)) })
+	}
+	opts := r.shrinkOptions()
+	opts.StopAfterFirst = true
+	opts.Seed = []shrink.CacheEntry{{Candidate: []shrink.Range{{Lo: 0, Hi: n}}, Outcome: shrink.Fail}}
+	r.setPhase("samples", n)
+	res, err := shrink.Run(ctx, n, oracle, opts)
+	if ctx.Err() != nil || res.Incomplete {
+		return r.partialSamples(res), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("shrink samples: %w", err)
+	}
+	if len(res.Culprits) == 0 {
+		return nil, nil
+	}
+	first, err := r.reduceSet(ctx, res.Culprits[0])
+	if err != nil || ctx.Err() != nil {
+		return []finding{first}, err
+	}
+	switch {
+	case first.contentFree && len(first.indices) == 1:
+		r.modeReason = "every value neutralized, one sample still fails: the cause is a shape or dtype, which any sample has"
+		return []finding{first}, nil
+	case first.contentFree:
+		return r.sizeMode(ctx, fmt.Sprintf("the failure needs %d samples but none of their values: it depends on the batch size", len(first.indices)))
+	case len(first.elements) > 0 && len(first.indices) > 1 && len(rowsWithElements(first)) < len(first.indices):
+		return r.neutralizeMode(ctx, first)
+	}
+
+	// Further, independent culprit sets: the cache answers the first
+	// set's candidates again, so only new ones are replayed.
+	opts.StopAfterFirst = false
+	opts.MaxCulprits = maxFindings
+	opts.Seed = res.Cache
+	r.setPhase("samples", n)
+	all, err := shrink.Run(ctx, n, oracle, opts)
+	found := []finding{first}
+	if ctx.Err() != nil || all.Incomplete {
+		return found, nil
+	}
+	if err != nil {
+		return found, fmt.Errorf("shrink samples: %w", err)
+	}
+	for _, set := range all.Culprits[1:] {
+		f, err := r.reduceSet(ctx, set)
+		found = append(found, f)
+		if err != nil || ctx.Err() != nil {
+			return found, err
+		}
+	}
+	if len(all.Culprits) == maxFindings {
+		r.rep.logf("samples: stopped after %d culprit sets; more may exist", maxFindings)
+	}
+	return found, nil
+}
+
+// partialSamples is the finding of an interrupted sample search: its
+// smallest failing candidate, or the original.
+func (r *reduction) partialSamples(res shrink.Result) []finding {
+	set := res.Partial
+	if set == nil {
+		set = make([]int, r.batch.Samples)
+		for i := range set {
+			set[i] = i
+		}
+	}
+	if len(res.Culprits) > 0 {
+		set = res.Culprits[0]
+	}
+	sub, err := r.batch.Select(units64(set))
+	if err != nil {
+		return nil
+	}
+	return []finding{{indices: set, ids: r.idsOf(set), batch: sub, partial: true}}
+}
+
+func (r *reduction) idsOf(set []int) []string {
+	if r.batch.SampleIDs == nil {
+		return nil
+	}
+	ids := make([]string, len(set))
+	for i, x := range set {
+		ids[i] = r.batch.SampleIDs[x]
+	}
+	return ids
+}
+
+// reduceSet reduces the elements of one culprit set of samples.
+func (r *reduction) reduceSet(ctx context.Context, set []int) (finding, error) {
+	r.rep.logf("samples: culprit set %v %s", set, strings.Join(r.idsOf(set), " "))
+	r.rep.event(map[string]any{"event": "culprit", "indices": set, "ids": r.idsOf(set)})
+	sub, err := r.batch.Select(units64(set))
+	if err != nil {
+		return finding{}, err
+	}
+	f := finding{indices: set, ids: r.idsOf(set), batch: sub}
+	es := elementSearch{sub: sub, orig: func(pos int64) int64 { return int64(set[pos]) },
+		key: fmt.Sprintf("samples%v", set)}
+	er, err := r.elements(ctx, es)
+	f.elements, f.contentFree, f.partial = er.elements, er.contentFree, er.partial
+	if er.reduced != nil {
+		f.batch = er.reduced
+	}
+	f.boundary = er.boundary
+	return f, err
+}
+
+func rowsWithElements(f finding) map[int64]bool {
+	rows := map[int64]bool{}
+	for _, e := range f.elements {
+		rows[e.row] = true
+	}
+	return rows
+}
+
+// neutralizeMode keeps the batch size and replaces every sample not kept
+// by a benign one from the batch: for a failure that needs some samples'
+// values and a certain number of samples besides.
+func (r *reduction) neutralizeMode(ctx context.Context, first finding) ([]finding, error) {
+	n := int(r.batch.Samples)
+	needed := rowsWithElements(first)
+	// A benign sample: one whose copies fill the batch without failing.
+	var candidates []int
+	for pos, i := range first.indices {
+		if !needed[int64(pos)] {
+			candidates = append(candidates, i)
+		}
+	}
+	in := map[int]bool{}
+	for _, i := range first.indices {
+		in[i] = true
+	}
+	for i := 0; i < n && len(candidates) < 4; i++ {
+		if !in[i] {
+			candidates = append(candidates, i)
+		}
+	}
+	benign := -1
+	r.setPhase("neutralize", n)
+	for _, cand := range candidates[:min(len(candidates), 4)] {
+		o, err := r.ask(ctx, fmt.Sprintf("benign:%d", cand), n, func() (*fixtures.Batch, error) {
+			return r.batch.Select(repeat(int64(cand), n))
+		})
+		if err != nil {
+			return []finding{first}, err
+		}
+		if o == shrink.Pass {
+			benign = cand
+			break
+		}
+	}
+	if benign < 0 {
+		r.modeReason = fmt.Sprintf("the failure needs %d samples although only %d hold triggering values, but no sample of the batch could fill it without failing, so they were dropped, not neutralized", len(first.indices), len(needed))
+		return []finding{first}, nil
+	}
+	r.mode = "neutralize"
+	r.modeReason = fmt.Sprintf("the failure needs %d samples but only %d of them for their values: the batch size matters, so samples were replaced by copies of sample %d (a batch of its copies passes) instead of dropped", len(first.indices), len(needed), benign)
+	r.rep.logf("neutralize: %s", r.modeReason)
+	build := func(keep []int) []int64 {
+		idx := repeat(int64(benign), n)
+		for _, u := range keep {
+			idx[u] = int64(u)
+		}
+		return idx
+	}
+	oracle := func(ctx context.Context, cand shrink.Candidate) (shrink.Outcome, error) {
+		units := cand.Units()
+		key := fmt.Sprintf("neutralize:%d:%s", benign, cand)
+		return r.ask(ctx, key, len(units), func() (*fixtures.Batch, error) { return r.batch.Select(build(units)) })
+	}
+	opts := r.shrinkOptions()
+	opts.MaxCulprits = maxFindings
+	opts.Seed = []shrink.CacheEntry{{Candidate: []shrink.Range{{Lo: 0, Hi: n}}, Outcome: shrink.Fail}}
+	res, err := shrink.Run(ctx, n, oracle, opts)
+	if ctx.Err() != nil || res.Incomplete {
+		set := res.Partial
+		if len(res.Culprits) > 0 {
+			set = res.Culprits[0]
+		}
+		if set == nil {
+			return []finding{first}, nil
+		}
+		sub, err := r.batch.Select(build(set))
+		if err != nil {
+			return nil, err
+		}
+		return []finding{{indices: set, ids: r.idsOf(set), batch: sub, partial: true}}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("neutralize samples: %w", err)
+	}
+	var found []finding
+	for _, set := range res.Culprits {
+		r.rep.logf("neutralize: culprit set %v %s", set, strings.Join(r.idsOf(set), " "))
+		r.rep.event(map[string]any{"event": "culprit", "indices": set, "ids": r.idsOf(set)})
+		sub, err := r.batch.Select(build(set))
+		if err != nil {
+			return found, err
+		}
+		f := finding{indices: set, ids: r.idsOf(set), batch: sub}
+		rows := make([]int64, len(set))
+		for i, u := range set {
+			rows[i] = int64(u)
+		}
+		es := elementSearch{sub: sub, rows: rows, orig: func(pos int64) int64 { return pos },
+			key: fmt.Sprintf("neutralize:%d:%v", benign, set)}
+		er, err := r.elements(ctx, es)
+		f.elements, f.contentFree, f.partial, f.boundary = er.elements, er.contentFree, er.partial, er.boundary
+		if er.reduced != nil {
+			f.batch = er.reduced
+		}
+		found = append(found, f)
+		if err != nil || ctx.Err() != nil {
+			return found, err
+		}
+	}
+	return found, nil
+}
+
+func repeat(v int64, n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// sizeMode finds by bisection the largest batch size that passes, taking
+// the first k samples for size k.
+func (r *reduction) sizeMode(ctx context.Context, why string) ([]finding, error) {
+	r.mode, r.modeReason = "size", why
+	n := int64(r.batch.Samples)
+	prefix := func(k int64) []int64 {
+		idx := make([]int64, k)
+		for i := range idx {
+			idx[i] = int64(i)
+		}
+		return idx
+	}
+	r.setPhase("size", int(n))
+	largest := int64(0)
+	if n > 1 {
+		res, err := shrink.LargestPassing(ctx, 1, n-1, func(ctx context.Context, k int64) (shrink.Outcome, error) {
+			return r.ask(ctx, fmt.Sprintf("size:%d", k), int(k), func() (*fixtures.Batch, error) { return r.batch.Select(prefix(k)) })
+		}, r.shrinkOptions())
+		switch {
+		case errors.Is(err, shrink.ErrNoPassing):
+		case ctx.Err() != nil || res.Incomplete || errors.Is(err, shrink.ErrBudget):
+			largest = res.Value
+			sub, _ := r.batch.Select(prefix(n))
+			return []finding{{indices: toInts(prefix(n)), ids: r.idsOf(toInts(prefix(n))), batch: sub, partial: true}}, nil
+		case err != nil:
+			return nil, fmt.Errorf("size search: %w", err)
+		default:
+			largest = res.Value
+		}
+	}
+	r.size = &fixtures.SizeResult{LargestPassing: largest, SmallestFailing: largest + 1}
+	r.rep.logf("size: %d samples fail, %d pass", largest+1, largest)
+	set := toInts(prefix(largest + 1))
+	sub, err := r.batch.Select(prefix(largest + 1))
+	if err != nil {
+		return nil, err
+	}
+	f := finding{indices: set, ids: r.idsOf(set), batch: sub, contentFree: true}
+	if largest > 0 {
+		if f.boundary, err = r.batch.Select(prefix(largest)); err != nil {
+			return nil, err
+		}
+	}
+	return []finding{f}, nil
+}
+
+func toInts(v []int64) []int {
+	out := make([]int, len(v))
+	for i, x := range v {
+		out[i] = int(x)
+	}
+	return out
 }
 
 func units64(u []int) []int64 {
@@ -261,245 +681,142 @@ func units64(u []int) []int64 {
 	return out
 }
 
+// printSummary prints the result: with --json the summary event, else
+// lines for a person; the fixture path is the last line either way.
+func (r *reduction) printSummary(found []finding, dirs []string, partial bool) {
+	sum := r.summary(found, dirs, partial)
+	if r.c.Bool("json") {
+		r.rep.event(sum)
+		return
+	}
+	w := r.c.App.Writer
+	fmt.Fprintf(w, "signature: %s\n", r.want)
+	fmt.Fprintf(w, "mode: %s (%s)\n", r.mode, r.modeReason)
+	if r.size != nil {
+		fmt.Fprintf(w, "size: %d samples fail, %d pass\n", r.size.SmallestFailing, r.size.LargestPassing)
+	}
+	for i, f := range found {
+		if r.mode != "size" {
+			fmt.Fprintf(w, "culprit: samples %v %s\n", f.indices, strings.Join(f.ids, " "))
+		}
+		for _, e := range f.elements {
+			fmt.Fprintf(w, "  %s\n", e.diagnosis())
+		}
+		if f.contentFree && r.mode != "size" {
+			fmt.Fprintf(w, "  no value triggers it: every element neutralized still fails\n")
+		}
+		if len(found) > 1 {
+			fmt.Fprintf(w, "  fixture: %s\n", dirs[i])
+		}
+	}
+	if len(sum.OtherFailures) > 0 {
+		for _, o := range sum.OtherFailures {
+			fmt.Fprintf(w, "other failure (not followed), %d times: %s\n", o.Count, sigString(o.Signature))
+		}
+	}
+	if l := sum.Launcher; l.Launcher == replay.LauncherSlurm {
+		fmt.Fprintf(w, "slurm: %d jobs on %s, %d retried, %d lost %v\n", l.Jobs, strings.Join(l.Nodes, ","), l.Retried, sumCounts(l.Unresolved), l.Unresolved)
+	}
+	resumed := ""
+	if n := r.journal.Resumed(); n > 0 {
+		resumed = fmt.Sprintf(", %d answers from the journal", n)
+	}
+	state := ""
+	if partial {
+		state = " (interrupted: partial)"
+	}
+	fmt.Fprintf(w, "replays: %d in %.1fs%s%s\n", r.replays, sum.Seconds, resumed, state)
+	fmt.Fprintln(w, dirs[0])
+}
+
+func sigString(s fixtures.RecordSignature) string {
+	return replay.Signature{Family: s.Family, Backend: s.Backend, Kernel: s.Kernel, Expression: s.Expression, Exception: s.Exception}.String()
+}
+
+// summary is the last JSON line of --json (DESIGN.md, "The CLI").
 type summary struct {
-	Event         string                `json:"event"`
-	Fixture       string                `json:"fixture"`
-	Signature     replay.Signature      `json:"signature"`
-	Mode          string                `json:"mode"`
-	Culprits      []culpritReport       `json:"culprits"`
-	Size          any                   `json:"size"`
-	Replays       int                   `json:"replays"`
-	Phases        map[string]phaseCount `json:"phases"`
-	OtherFailures []otherFailure        `json:"other_failures"`
-	Seconds       float64               `json:"seconds"`
-	Partial       bool                  `json:"partial"`
+	Event         string                  `json:"event"`
+	Fixture       string                  `json:"fixture"`
+	Fixtures      []string                `json:"fixtures"`
+	Signature     replay.Signature        `json:"signature"`
+	Mode          string                  `json:"mode"`
+	ModeReason    string                  `json:"mode_reason"`
+	Culprits      []fixtures.Culprit      `json:"culprits"`
+	Size          *fixtures.SizeResult    `json:"size"`
+	Replays       int                     `json:"replays"`
+	Resumed       int                     `json:"resumed"`
+	Phases        map[string]phaseCount   `json:"phases"`
+	OtherFailures []fixtures.OtherFailure `json:"other_failures"`
+	// Launcher is where the replays ran; for Slurm with the jobs
+	// submitted, retried and lost.
+	Launcher replay.LaunchInfo `json:"launcher"`
+	Seconds  float64           `json:"seconds"`
+	Partial  bool              `json:"partial"`
 }
 
 type phaseCount struct {
 	Replays int `json:"replays"`
 }
 
-type culpritReport struct {
-	Indices  []int           `json:"indices"`
-	IDs      []string        `json:"ids"`
-	Elements []elementReport `json:"elements"`
-}
-
-type elementReport struct {
-	Tensor  string  `json:"tensor"`
-	Index   []int64 `json:"index"`
-	Value   float64 `json:"value"`
-	Passing *int64  `json:"passing"`
-}
-
-func (e elementReport) diagnosis() string {
-	s := fmt.Sprintf("%s%v = %v triggers the failure", e.Tensor, e.Index, e.Value)
-	if e.Passing != nil {
-		s += fmt.Sprintf("; %d passes", *e.Passing)
+func (r *reduction) summary(found []finding, dirs []string, partial bool) summary {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := summary{Event: "summary", Fixture: dirs[0], Fixtures: dirs, Signature: r.want, Mode: r.mode, ModeReason: r.modeReason,
+		Culprits: []fixtures.Culprit{}, Size: r.size, Replays: r.replays, Resumed: r.journal.Resumed(),
+		Phases: map[string]phaseCount{}, OtherFailures: r.otherFailures(), Seconds: time.Since(r.start).Seconds(), Partial: partial,
+		Launcher: replay.Provenance(r.backend)}
+	for p, n := range r.phases {
+		s.Phases[p] = phaseCount{Replays: n}
+	}
+	for i, f := range found {
+		s.Culprits = append(s.Culprits, f.culprit(dirs[i]))
 	}
 	return s
 }
 
-// maxElementUnits bounds the element phase: past it the samples are
-// reported without their elements.
-const maxElementUnits = 1 << 20
-
-// element is one unit of the element phase: an element of a batched
-// integer tensor of the reduced batch.
-type element struct {
-	tensor  int
-	storage int64
-	index   []int64
+// otherFailures lists the different failures met, in a stable order; mu
+// is held.
+func (r *reduction) otherFailures() []fixtures.OtherFailure {
+	out := []fixtures.OtherFailure{}
+	for _, o := range r.others {
+		out = append(out, *o)
+	}
+	sort.Slice(out, func(i, j int) bool { return sigString(out[i].Signature) < sigString(out[j].Signature) })
+	return out
 }
 
-// elements finds, inside the kept samples, the elements that trigger the
-// failure: the others are set to a benign value (the op's ignore_index for
-// a target, else zero). Only integer tensors are searched: they hold the
-// indices, targets and ids that go out of range. It returns the elements
-// (indices in the original batch along the batch axis), each with the
-// nearest value that passes, and the reduced batch.
-func (r *reduction) elements(ctx context.Context, sub *fixtures.Batch, set []int) ([]elementReport, *fixtures.Batch, error) {
-	var units []element
-	benign := map[int]int64{}
-	for ti, e := range sub.Tensors {
-		if e.BatchDim == nil || e.DType.IsFloat() || e.DType == kernels.Bool || e.Layout().Has(kernels.LayoutExpanded) || e.Layout().Has(kernels.LayoutOverlapping) {
-			continue
-		}
-		benign[ti] = 0
-		if v, ok := intAttr(sub.Attrs, "ignore_index"); ok && e.Name == "target" {
-			benign[ti] = v
-		}
-		e.Each(func(idx []int64, s int64) {
-			units = append(units, element{tensor: ti, storage: s, index: append([]int64(nil), idx...)})
-		})
+func (f finding) culprit(dir string) fixtures.Culprit {
+	c := fixtures.Culprit{Indices: f.indices, IDs: f.ids, Elements: []fixtures.Element{}, Fixture: dir}
+	if c.IDs == nil {
+		c.IDs = []string{}
 	}
-	if len(units) == 0 || len(units) > maxElementUnits {
-		return nil, sub, nil
+	for _, e := range f.elements {
+		c.Elements = append(c.Elements, e.Element)
 	}
-	build := func(keep []int, set map[int]int64) *fixtures.Batch {
-		kept := make(map[int]bool, len(keep))
-		for _, u := range keep {
-			kept[u] = true
-		}
-		out := *sub
-		out.Tensors = append([]*fixtures.Entry(nil), sub.Tensors...)
-		clones := map[int]*kernels.Tensor{}
-		for ui, u := range units {
-			v, override := set[ui]
-			if kept[ui] && !override {
-				continue
-			}
-			t := clones[u.tensor]
-			if t == nil {
-				t = sub.Tensors[u.tensor].Tensor.Clone()
-				clones[u.tensor] = t
-				e := *sub.Tensors[u.tensor]
-				e.Tensor = t
-				out.Tensors[u.tensor] = &e
-			}
-			if !override {
-				v = benign[u.tensor]
-			}
-			t.StoreInt(u.storage, v)
-		}
-		return &out
-	}
-	r.phase = "elements"
-	res, err := shrink.Run(ctx, len(units), func(ctx context.Context, cand shrink.Candidate) (shrink.Outcome, error) {
-		o, _, err := r.verdict(ctx, build(cand.Units(), nil))
-		return o, err
-	}, shrink.Options{Jobs: r.c.Int("jobs"), Confirm: shrink.ConfirmNever, StopAfterFirst: true})
-	if err != nil || len(res.Culprits) == 0 {
-		// The failure needs the samples, not particular elements (a shape
-		// check, say): report the samples alone.
-		if err != nil && ctx.Err() != nil {
-			return nil, nil, err
-		}
-		return nil, sub, nil
-	}
-	keep := res.Culprits[0]
-	reduced := build(keep, nil)
-
-	r.phase = "boundary"
-	var reports []elementReport
-	for _, ui := range keep {
-		u := units[ui]
-		e := sub.Tensors[u.tensor]
-		value := e.LoadInt(u.storage)
-		idx := append([]int64(nil), u.index...)
-		idx[*e.BatchDim] = int64(set[idx[*e.BatchDim]])
-		rep := elementReport{Tensor: e.Name, Index: idx, Value: float64(value)}
-		// Search toward zero, the first valid index of every op here;
-		// toward the benign value when the element is zero itself.
-		lo, hi := int64(0), value
-		if value == 0 {
-			lo = benign[u.tensor]
-		}
-		if lo > hi {
-			lo, hi = hi, lo
-		}
-		if lo < hi {
-			br, err := shrink.Boundary(ctx, lo, hi, func(ctx context.Context, x int64) (shrink.Outcome, error) {
-				o, _, err := r.verdict(ctx, build(keep, map[int]int64{ui: x}))
-				return o, err
-			}, shrink.Options{Jobs: r.c.Int("jobs")})
-			if err == nil && !br.Incomplete && br.PassOutcome == shrink.Pass {
-				p := br.Pass
-				rep.Passing = &p
-			}
-		}
-		reports = append(reports, rep)
-	}
-	return reports, reduced, nil
+	return c
 }
 
-func intAttr(attrs map[string]any, name string) (int64, bool) {
-	switch v := attrs[name].(type) {
-	case json.Number:
-		n, err := v.Int64()
-		return n, err == nil
-	case int64:
-		return v, true
-	case int:
-		return int64(v), true
-	case float64:
-		return int64(v), v == float64(int64(v))
-	}
-	return 0, false
-}
-
-// writeFixture writes the regression fixture: a directory named by op and
-// content hash holding the minimal batch and fixture.json, made in a
-// temporary directory beside it and renamed into place, so a reader never
-// sees half a fixture. An existing fixture of the same name holds the same
-// batch and is kept as it is.
-func (r *reduction) writeFixture(minimal *fixtures.Batch, culprits []culpritReport, recorded *replay.Signature) (string, error) {
-	out := r.c.String("out")
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return "", fmt.Errorf("--out %s: %w", out, err)
-	}
-	src, err := os.ReadFile(r.path)
-	if err != nil {
-		return "", err
-	}
-	srcHash := sha256.Sum256(src)
-	min := *minimal
-	min.Meta = map[string]string{}
-	for k, v := range minimal.Meta {
-		min.Meta[k] = v
-	}
-	min.Meta["source_file"] = filepath.Base(r.path)
-	min.Meta["source_hash"] = "sha256:" + hex.EncodeToString(srcHash[:])
-	var kept []string
-	for _, cr := range culprits[:1] {
-		for _, i := range cr.Indices {
-			kept = append(kept, fmt.Sprint(i))
+// lastLines returns the last n non-empty lines of out, joined by " | ".
+func lastLines(out []byte, n int) string {
+	var keep []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			keep = append(keep, l)
 		}
 	}
-	min.Meta["kept_samples"] = strings.Join(kept, ",")
-	if culprits[0].IDs != nil {
-		min.Meta["kept_ids"] = strings.Join(culprits[0].IDs, ",")
+	if len(keep) > n {
+		keep = keep[len(keep)-n:]
 	}
+	if len(keep) == 0 {
+		return "(no output)"
+	}
+	return strings.Join(keep, " | ")
+}
 
-	tmp, err := os.MkdirTemp(out, ".tmp-fixture-")
-	if err != nil {
-		return "", fmt.Errorf("--out %s: %w", out, err)
+func sumCounts(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
 	}
-	defer os.RemoveAll(tmp)
-	if err := fixtures.Write(filepath.Join(tmp, "batch.bin"), &min, fixtures.WithCompression(fixtures.CompressionNone)); err != nil {
-		return "", fmt.Errorf("write fixture batch: %w", err)
-	}
-	data, err := os.ReadFile(filepath.Join(tmp, "batch.bin"))
-	if err != nil {
-		return "", err
-	}
-	h := sha256.Sum256(data)
-	op := r.batch.Op
-	if op == "" {
-		op = "exec"
-	}
-	name := op + "-" + hex.EncodeToString(h[:6])
-	record := map[string]any{
-		"signature": r.want, "recorded": recorded, "match": string(r.level), "mode": "samples",
-		"culprits": culprits, "replays": r.replays, "seconds": time.Since(r.start).Seconds(),
-		"backend": r.backend.Name(), "source": min.Meta["source_file"], "source_hash": min.Meta["source_hash"],
-	}
-	js, err := json.MarshalIndent(record, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "fixture.json"), append(js, '\n'), 0o644); err != nil {
-		return "", err
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return "", err
-	}
-	final := filepath.Join(out, name)
-	if _, err := os.Stat(filepath.Join(final, "batch.bin")); err == nil {
-		return final, nil
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		return "", fmt.Errorf("write fixture %s: %w", final, err)
-	}
-	return final, nil
+	return n
 }

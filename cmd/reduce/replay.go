@@ -28,6 +28,12 @@ func backendFlags() []cli.Flag {
 		&cli.StringFlag{Name: "gpus", Usage: "give each replay slot its own device: `LIST` such as 0,1"},
 		&cli.BoolFlag{Name: "no-zygote", Usage: "torch backend: one interpreter per candidate instead of forking from a zygote"},
 		&cli.BoolFlag{Name: "async", Usage: "do not set CUDA_LAUNCH_BLOCKING=1 / AMD_SERIALIZE_KERNEL=3 for replays"},
+		&cli.StringFlag{Name: "launcher", Value: replay.LauncherLocal, Usage: "run replays with `LAUNCHER`: local, or slurm (each replay a Slurm job through srun; -j is the jobs in flight)"},
+		&cli.StringFlag{Name: "slurm-args", Usage: "slurm launcher: srun `OPTIONS` for every job, such as '--partition=gpu --gres=gpu:1 --time=5'"},
+		&cli.StringFlag{Name: "shared-dir", Usage: "slurm launcher: a `DIR` the nodes see at the same path; candidates go through it instead of the job's standard input"},
+		&cli.DurationFlag{Name: "queue-timeout", Value: replay.DefaultQueueTimeout, Usage: "slurm launcher: a job not started within `DURATION` is lost (retried, then counted as infra)"},
+		&cli.IntFlag{Name: "retries", Value: replay.DefaultRetries, Usage: "slurm launcher: submit a lost job (cancelled, preempted, node failure, queue timeout) again up to `N` times"},
+		&cli.StringFlag{Name: "device-memory", Usage: "go and torch backends: the memory the op may allocate, emulating a device of that `SIZE` (such as 47.5MiB): a replay whose op needs more fails with an out-of-memory error; 0 or unset: no limit"},
 	}
 }
 
@@ -47,10 +53,25 @@ func newBackend(c *cli.Context, b *fixtures.Batch) (replay.Backend, error) {
 		}
 	}
 	blocking := !c.Bool("async")
+	var deviceMemory int64
+	if s := c.String("device-memory"); s != "" && s != "0" {
+		if deviceMemory, err = parseSize(s); err != nil {
+			return nil, usagef("--device-memory %q: %v", s, err)
+		}
+	}
+	var env []string
+	if c.IsSet("seed") || c.Int64("seed") != 0 {
+		// The replayed step's random generators (torch.manual_seed in the
+		// torch backend; a user's step may read it too).
+		env = append(env, fmt.Sprintf("REDUCE_SEED=%d", c.Int64("seed")))
+	}
 	be, err := replay.New(replay.Options{
 		Kind: c.String("backend"), Device: device, Python: c.String("python"), Entry: c.String("entry"),
 		Replay: c.String("replay"), ReplayFormat: c.String("replay-format"), Jobs: c.Int("jobs"),
 		GPUs: gpus, Timeout: c.Duration("timeout"), NoZygote: c.Bool("no-zygote"), Blocking: &blocking,
+		Env: env, DeviceMemory: deviceMemory,
+		Launcher: c.String("launcher"), SlurmArgs: c.String("slurm-args"), SharedDir: c.String("shared-dir"),
+		QueueTimeout: slurmFlag(c, "queue-timeout", c.Duration("queue-timeout")), Retries: retriesFlag(c),
 	})
 	if err != nil {
 		return nil, usageErr(err)
@@ -97,6 +118,9 @@ type replayVerdict struct {
 	Exit       replay.ExitInfo   `json:"exit"`
 	Seconds    float64           `json:"seconds"`
 	Stderr     string            `json:"stderr"`
+	Launcher   string            `json:"launcher,omitempty"`
+	JobID      string            `json:"job_id,omitempty"`
+	Node       string            `json:"node,omitempty"`
 }
 
 func replayOnce(c *cli.Context) error {
@@ -130,6 +154,9 @@ func replayOnce(c *cli.Context) error {
 		File: path, Backend: v.Backend, Device: v.Device, Signature: v.Signature, Match: string(level),
 		Exit: v.Exit, Seconds: v.Duration.Seconds(), Stderr: string(v.Result.Stderr),
 	}
+	if v.Launcher != replay.LauncherLocal {
+		out.Launcher, out.JobID, out.Node = v.Launcher, v.JobID, v.Node
+	}
 	if b.Error != nil {
 		rec := recordedSignature(b)
 		out.Recorded = &rec
@@ -145,7 +172,11 @@ func replayOnce(c *cli.Context) error {
 		}
 	} else {
 		w := c.App.Writer
-		fmt.Fprintf(w, "%s: replayed with %s on %s in %.3fs\n", path, out.Backend, out.Device, out.Seconds)
+		fmt.Fprintf(w, "%s: replayed with %s on %s in %.3fs", path, out.Backend, out.Device, out.Seconds)
+		if out.JobID != "" {
+			fmt.Fprintf(w, " (slurm job %s on %s)", out.JobID, out.Node)
+		}
+		fmt.Fprintln(w)
 		fmt.Fprintf(w, "signature: %s\n", out.Signature)
 		if out.Recorded != nil {
 			fmt.Fprintf(w, "recorded:  %s\n", *out.Recorded)

@@ -1158,27 +1158,96 @@ def _summary(out):
     return text if len(text) <= 200 else text[:200] + "..."
 
 
-def replay(path, device="cpu", entry=None):
+def _vm_data():
+    """The process's data size in bytes (VmData of /proc/self/status: what RLIMIT_DATA limits)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+    raise HarnessError("--device-memory: no VmData in /proc/self/status")
+
+
+def _malloc_top():
+    """The free bytes at the top of glibc's main heap (mallinfo2().keepcost), 0 when unknown. They
+    are inside VmData already; an allocation that glibc cannot mmap under the limit extends the
+    heap from them (brk), so the limit must leave them out to count what the op allocates."""
+
+    class _MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in
+                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                     "fordblks", "keepcost")]
+
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return 0
+    fn.restype = _MallInfo2
+    return int(fn().keepcost)
+
+
+def limit_device_memory(device, nbytes):
+    """Let this process allocate at most `nbytes` more on `device` from now on (--device-memory:
+    emulating a device of that size, so that a failure that depends on the batch size alone
+    reproduces). On cuda, the caching allocator's memory fraction: what it has reserved so far
+    (the CUDA context's first block, the loaded batch) plus nbytes. On the CPU, RLIMIT_DATA:
+    the data size now plus nbytes, less the free top of the heap (_malloc_top); an allocation
+    past it makes torch's DefaultCPUAllocator raise "can't allocate memory". The intra-op thread
+    pool is started first: its threads' stacks are data mappings too, and must not count against
+    the op. Free chunks inside the heap may still serve small allocations unseen: the limit is
+    exact to a page for an op's large buffers, not for its small ones. Returns a function that
+    lifts the limit again (for the summary of the output, which is the harness's, not the op's)."""
+    torch = _torch()
+    d = torch.device(device)
+    if d.type == "cuda":
+        index = d.index if d.index is not None else torch.cuda.current_device()
+        total = torch.cuda.get_device_properties(index).total_memory
+        reserved = torch.cuda.memory_reserved(index)
+        torch.cuda.set_per_process_memory_fraction(min(1.0, (reserved + nbytes) / float(total)), index)
+        return lambda: torch.cuda.set_per_process_memory_fraction(1.0, index)
+    import resource
+
+    if torch.get_num_threads() > 1:
+        torch.ones(1 << 18).sum()  # a parallel reduction: the pool's threads exist from here on
+    old = resource.getrlimit(resource.RLIMIT_DATA)
+    soft = max(_vm_data() + nbytes - _malloc_top(), 0)
+    if old[1] != resource.RLIM_INFINITY:
+        soft = min(soft, old[1])
+    resource.setrlimit(resource.RLIMIT_DATA, (soft, old[1]))
+    return lambda: resource.setrlimit(resource.RLIMIT_DATA, old)
+
+
+def replay(path, device="cpu", entry=None, device_memory=0):
     """Run one candidate: load the batch with as_strided on `device`, run its built-in op (or the
     --entry function, called with the Batch), synchronize the device, print a summary line. A
-    failure of the candidate is the exception the op raises; HarnessError when it cannot run."""
+    failure of the candidate is the exception the op raises; HarnessError when it cannot run.
+    With device_memory (bytes), the op may allocate that much (limit_device_memory)."""
     torch = _torch()
     fn = resolve_entry(entry) if entry else None
     try:
         batch = load(path, device=device)
     except (OSError, BatchFileError) as e:
         raise HarnessError("cannot load the candidate: %s" % e)
+    if fn is None and not batch.op:
+        raise HarnessError("%s: the batch records no op (it was recorded for a step of its own): replay "
+                           "it with --entry module:function or --backend exec" % path)
+    seed = os.environ.get("REDUCE_SEED", "").strip()
+    if seed:
+        # reduce --seed: the step's random generators start the same in every replay.
+        try:
+            torch.manual_seed(int(seed))
+        except ValueError:
+            raise HarnessError("REDUCE_SEED=%r is not an integer" % seed)
+    lift = limit_device_memory(device, device_memory) if device_memory and device_memory > 0 else None
     if fn is not None:
         out = fn(batch)
         what = entry
     else:
-        if not batch.op:
-            raise HarnessError("%s: the batch records no op (it was recorded for a step of its own): replay "
-                               "it with --entry module:function or --backend exec" % path)
         out = run_op(batch.op, batch.tensors, batch.attrs)
         what = batch.op
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
+    if lift is not None:
+        lift()
     sys.stdout.write("reduce_batch: ok %s (%s): %s\n" % (what, device, _summary(out)))
     return out
 
@@ -1195,13 +1264,14 @@ def _check_device(device):
 
 
 def _cmd_replay(args):
-    """replay FILE [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION]: run one candidate batch."""
+    """replay FILE [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION] [--device-memory BYTES]: run one candidate batch."""
     import argparse
 
     p = argparse.ArgumentParser(prog="reduce_batch.py replay")
     p.add_argument("file")
     p.add_argument("--device", default="cpu")
     p.add_argument("--entry")
+    p.add_argument("--device-memory", type=int, default=0, help="bytes the op may allocate (0: no limit)")
     o = p.parse_args(args)
     _cwd_on_path()
     try:
@@ -1214,7 +1284,7 @@ def _cmd_replay(args):
         return HARNESS_EXIT
     try:
         _check_device(o.device)
-        replay(o.file, o.device, o.entry)
+        replay(o.file, o.device, o.entry, o.device_memory)
     except HarnessError as e:
         sys.stderr.write("reduce_batch: harness: %s\n" % e)
         return HARNESS_EXIT
@@ -1243,13 +1313,13 @@ def _flush():
             pass
 
 
-def _run_candidate(path, device, entry):
+def _run_candidate(path, device, entry, device_memory=0):
     """replay() in a forked child, ending as the interpreter would end: the exit status and the
     traceback of an uncaught exception, death by SIGINT after a KeyboardInterrupt."""
     import signal
 
     try:
-        replay(path, device, entry)
+        replay(path, device, entry, device_memory)
         code = 0
     except HarnessError as e:
         sys.stderr.write("reduce_batch: harness: %s\n" % e)
@@ -1296,9 +1366,10 @@ class _Zygote(object):
     null when it was killed by a signal); {"event": "error", "id", "error"} for a request that
     could not be handed over. EOF on stdin: every child is killed, and the zygote exits."""
 
-    def __init__(self, device, entry, slots, slot_env, proto_in, proto_out):
+    def __init__(self, device, entry, slots, slot_env, proto_in, proto_out, device_memory=0):
         self.device = device
         self.entry = entry
+        self.device_memory = device_memory
         self.slots = slots
         self.slot_env = slot_env
         self.proto_in = proto_in
@@ -1454,7 +1525,7 @@ class _Zygote(object):
             sys.stderr.write("reduce_batch: harness: cannot initialize device %s\n" % self.device)
             _flush()
             return HARNESS_EXIT
-        return _run_candidate(req["path"], self.device, self.entry)
+        return _run_candidate(req["path"], self.device, self.entry, self.device_memory)
 
     def init_device(self):
         torch = _torch()
@@ -1606,7 +1677,7 @@ class _Zygote(object):
 
 
 def _cmd_zygote(args):
-    """zygote [--device D] [--entry MODULE:FUNCTION] [--slots N] [--slot-env JSON]: fork a child per candidate."""
+    """zygote [--device D] [--entry MODULE:FUNCTION] [--slots N] [--slot-env JSON] [--device-memory BYTES]: fork a child per candidate."""
     import argparse
     import traceback
 
@@ -1615,6 +1686,7 @@ def _cmd_zygote(args):
     p.add_argument("--entry")
     p.add_argument("--slots", type=int, default=1)
     p.add_argument("--slot-env", default="[]", help="JSON list: the environment of each slot's children")
+    p.add_argument("--device-memory", type=int, default=0, help="bytes each candidate's op may allocate (0: no limit)")
     o = p.parse_args(args)
     # The protocol moves off fds 0 and 1, so that nothing else (a print in an imported module, a
     # child before it redirects) can write into it.
@@ -1670,7 +1742,7 @@ def _cmd_zygote(args):
         hello["warning"] = ("CUDA was initialized in the zygote (by the --entry module's import?): "
                             "forked children cannot use it; pass --no-zygote")
     say(hello)
-    return _Zygote(o.device, o.entry, o.slots, slot_env, proto_in, proto_out).run()
+    return _Zygote(o.device, o.entry, o.slots, slot_env, proto_in, proto_out, o.device_memory).run()
 
 
 # Subcommands by name.

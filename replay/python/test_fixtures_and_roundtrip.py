@@ -18,20 +18,56 @@ sys.path.insert(0, HERE)
 import reduce_batch as rb  # noqa: E402
 import check_go_roundtrip  # noqa: E402
 
-NAMES = ["four_class_targets", "one_hot_labels", "channels_last_bf16", "transposed_index", "offset_slice"]
+NAMES = ["four_class_targets", "one_hot_labels", "channels_last_bf16", "transposed_index", "offset_slice",
+         "token_id_vocab", "gather_out_of_range", "bce_out_of_range", "two_bad_samples", "size_dependent",
+         "trap_first_failure"]
 
 
-def run(op, attrs, t):
+def run(op, attrs, t, memory=None):
+    """The error text of the op on t, or None; with memory (bytes), in a forked child that may
+    allocate only that much (the torch backend's --device-memory)."""
+    if memory is not None:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                rb.limit_device_memory("cpu", memory)
+                out = run(op, attrs, t)
+            finally:
+                os.write(w, json.dumps(out).encode())
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            data = f.read()
+        os.waitpid(pid, 0)
+        return json.loads(data.decode())
     try:
         if op == "cross_entropy":
             F.cross_entropy(t["input"], t["target"], weight=t.get("weight"), **attrs)
         elif op == "embedding":
             F.embedding(t["input"], t["weight"], **attrs)
+        elif op == "gather":
+            torch.gather(t["input"], attrs["dim"], t["index"])
+        elif op == "binary_cross_entropy":
+            F.binary_cross_entropy(t["input"], t["target"], weight=t.get("weight"), **attrs)
+        elif op == "one_hot":
+            F.one_hot(t["tensor"], **attrs)
         else:
             raise AssertionError(op)
     except Exception as e:
         return "%s: %s" % (type(e).__name__, str(e).splitlines()[0])
     return None
+
+
+def device_memory(want):
+    """The example's --device-memory in bytes (given in MiB), or None."""
+    flags = want.get("flags", [])
+    if "--device-memory" not in flags:
+        return None
+    v = flags[flags.index("--device-memory") + 1]
+    assert v.endswith("MiB")
+    return int(float(v[:-3]) * (1 << 20))
 
 
 def subset(b, idx):
@@ -48,7 +84,8 @@ def test_example(name):
     b = rb.load(path)
     assert b.op == want["op"] and b.attrs == want["attrs"] and b.samples == want["samples"]
     assert b.error["text"] == want["error"]["text"]
-    assert run(b.op, b.attrs, b.tensors) == b.error["text"]  # real torch fails the same way
+    memory = device_memory(want)
+    assert run(b.op, b.attrs, b.tensors, memory) == b.error["text"]  # real torch fails the same way
     for n, d in want["tensors"].items():
         t = b.tensors[n]
         assert str(t.dtype) == "torch." + d["dtype"] and list(t.shape) == d["shape"]
@@ -58,12 +95,28 @@ def test_example(name):
         if "is_channels_last" in d:
             assert t.is_contiguous(memory_format=torch.channels_last) == d["is_channels_last"]
         assert b.recorded_offsets.get(n) == d.get("recorded_offset")
-    single = [run(b.op, b.attrs, subset(b, [i])) is not None for i in range(b.samples)]
+    if want["mode"] == "size":
+        k, n = want["largest_passing"], want["smallest_failing"]
+        assert n == k + 1 and want["culprits"] is None
+        assert run(b.op, b.attrs, subset(b, list(range(k))), memory) is None
+        got = run(b.op, b.attrs, subset(b, list(range(b.samples - n, b.samples))), memory)
+        assert got is not None and got.startswith("RuntimeError: [enforce fail at alloc_cpu.cpp")
+        assert "DefaultCPUAllocator: can't allocate memory" in got
+        return
+    other = {i: o["error"] for o in want.get("other_failure_samples", []) for i in o["samples"]}
+    assert bool(other) == want.get("other_failures", False)
+    results = [run(b.op, b.attrs, subset(b, [i])) for i in range(b.samples)]
+    single = [r == b.error["text"] for r in results]
+    assert all(r in (None, b.error["text"]) or other.get(i) == r for i, r in enumerate(results))
     if want["any_sample_fails"]:
-        assert all(single)
+        assert all(single) and want["mode"] == "samples" and want["minimal_samples"] == 1
     else:
         assert [i for i, bad in enumerate(single) if bad] == want["culprits"]
+        assert sorted(i for s in want.get("culprit_sets", [want["culprits"]]) for i in s) == want["culprits"]
         rest = [i for i in range(b.samples) if i not in want["culprits"]]
+        if other:  # the trap: another failure fires once the culprits are gone
+            assert run(b.op, b.attrs, subset(b, rest)) in other.values()
+            rest = [i for i in rest if i not in other]
         assert run(b.op, b.attrs, subset(b, rest)) is None
     for e in want["bad_elements"]:
         assert b.tensors[e["tensor"]][tuple(e["index"])].item() == e["value"]

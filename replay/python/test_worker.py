@@ -209,3 +209,21 @@ def test_zygote_usage_errors(tmp_path):
     z = Zygote(tmp_path, "--slot-env", "{}")
     assert "--slot-env" in z.hello["error"]
     z.close()
+
+
+def test_seed_makes_the_step_repeatable(tmp_path, monkeypatch):
+    # reduce --seed sets REDUCE_SEED; replay() seeds torch with it before the step, so a step
+    # that draws random numbers draws the same ones in every replay.
+    mod = tmp_path / "drawstep.py"
+    mod.write_text("import torch\n\ndef step(batch):\n    return torch.rand(4)\n")
+    path = example("four_class_targets")
+    entry = str(mod) + ":step"
+    monkeypatch.setenv("REDUCE_SEED", "7")
+    a = rb.replay(path, entry=entry)
+    b = rb.replay(path, entry=entry)
+    assert torch.equal(a, b)
+    monkeypatch.setenv("REDUCE_SEED", "8")
+    assert not torch.equal(a, rb.replay(path, entry=entry))
+    monkeypatch.setenv("REDUCE_SEED", "x")
+    with pytest.raises(rb.HarnessError, match="REDUCE_SEED"):
+        rb.replay(path, entry=entry)

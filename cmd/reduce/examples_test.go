@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"reduce/internal/torchtest"
+)
+
+// expectedAnswer is the part of an example's .expected.json that states
+// what a reduction must find.
+type expectedAnswer struct {
+	Name           string          `json:"name"`
+	Flags          []string        `json:"flags"`
+	Mode           string          `json:"mode"`
+	Culprits       json.RawMessage `json:"culprits"`
+	CulpritSets    [][]int         `json:"culprit_sets"`
+	AnySampleFails bool            `json:"any_sample_fails"`
+	MinimalSamples int             `json:"minimal_samples"`
+	LargestPassing *int64          `json:"largest_passing"`
+	SmallestFail   *int64          `json:"smallest_failing"`
+	OtherFailures  *bool           `json:"other_failures"`
+	BadElements    []struct {
+		Sample int      `json:"sample"`
+		Tensor string   `json:"tensor"`
+		Index  []int64  `json:"index"`
+		Value  float64  `json:"value"`
+		Pass   *float64 `json:"passing"`
+	} `json:"bad_elements"`
+	Boundary *struct {
+		ValidMax *float64 `json:"valid_max"`
+		ValidMin *float64 `json:"valid_min"`
+	} `json:"boundary"`
+}
+
+// sets returns the expected culprit sets: culprit_sets, or culprits as
+// one set per listed sample when they are independent singletons.
+func (e expectedAnswer) sets(t *testing.T) [][]int {
+	if e.CulpritSets != nil {
+		return e.CulpritSets
+	}
+	if len(e.Culprits) == 0 || string(e.Culprits) == "null" {
+		return nil
+	}
+	var flat []int
+	require.NoError(t, json.Unmarshal(e.Culprits, &flat), "%s: culprits", e.Name)
+	return [][]int{flat}
+}
+
+// TestExamplesReduce reduces every example of fixtures/examples with the
+// go backend and with the torch backend on real PyTorch, and checks the
+// summary against the example's expected answer.
+func TestExamplesReduce(t *testing.T) {
+	paths, err := filepath.Glob("../../fixtures/examples/*.expected.json")
+	require.NoError(t, err)
+	require.NotEmpty(t, paths)
+	backends := []string{"go", "torch"}
+	if testing.Short() {
+		backends = backends[:1]
+	}
+	for _, backend := range backends {
+		t.Run(backend, func(t *testing.T) {
+			var extra []string
+			if backend == "torch" {
+				extra = []string{"--python", torchtest.Python(t, "torch")}
+			}
+			for _, p := range paths {
+				data, err := os.ReadFile(p)
+				require.NoError(t, err)
+				var exp expectedAnswer
+				require.NoError(t, json.Unmarshal(data, &exp), p)
+				name := strings.TrimSuffix(filepath.Base(p), ".expected.json")
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					args := append([]string{"reduce", "--batch", strings.TrimSuffix(p, ".expected.json") + ".bin",
+						"--backend", backend, "--out", t.TempDir(), "--json", "-q"}, extra...)
+					args = append(args, exp.Flags...)
+					var stdout, stderr bytes.Buffer
+					code := run(args, &stdout, &stderr)
+					require.Equal(t, 0, code, "stderr: %s", stderr.String())
+					lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+					var sum summary
+					require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &sum))
+					checkAnswer(t, exp, sum)
+				})
+			}
+		})
+	}
+}
+
+func checkAnswer(t *testing.T, exp expectedAnswer, sum summary) {
+	t.Helper()
+	assert.False(t, sum.Partial)
+	if exp.Mode != "" {
+		assert.Equal(t, exp.Mode, sum.Mode, "mode (%s)", sum.ModeReason)
+	}
+	if exp.LargestPassing != nil {
+		require.NotNil(t, sum.Size, "size result")
+		assert.Equal(t, *exp.LargestPassing, sum.Size.LargestPassing, "largest passing size")
+		if exp.SmallestFail != nil {
+			assert.Equal(t, *exp.SmallestFail, sum.Size.SmallestFailing, "smallest failing size")
+		}
+		return
+	}
+	if exp.OtherFailures != nil {
+		assert.Equal(t, *exp.OtherFailures, len(sum.OtherFailures) > 0, "other failures: %v", sum.OtherFailures)
+	}
+	var got [][]int
+	for _, c := range sum.Culprits {
+		got = append(got, c.Indices)
+	}
+	if exp.AnySampleFails {
+		n := max(exp.MinimalSamples, 1)
+		require.Len(t, got, 1, "one finding")
+		assert.Len(t, got[0], n, "any %d sample(s)", n)
+		return
+	}
+	want := exp.sets(t)
+	norm := func(s [][]int) []string {
+		var out []string
+		for _, x := range s {
+			out = append(out, fmt.Sprint(x))
+		}
+		slices.Sort(out)
+		return out
+	}
+	assert.Equal(t, norm(want), norm(got), "culprit sets")
+	for _, be := range exp.BadElements {
+		found := false
+		for _, c := range sum.Culprits {
+			for _, e := range c.Elements {
+				if e.Tensor != be.Tensor || !slices.Equal(e.Index, be.Index) {
+					continue
+				}
+				found = true
+				assert.InDelta(t, be.Value, e.Value, 1e-6, "%s%v value", e.Tensor, e.Index)
+				wantPass := be.Pass
+				if wantPass == nil && exp.Boundary != nil {
+					switch {
+					case exp.Boundary.ValidMax != nil && be.Value > *exp.Boundary.ValidMax:
+						wantPass = exp.Boundary.ValidMax
+					case exp.Boundary.ValidMin != nil && be.Value < *exp.Boundary.ValidMin:
+						wantPass = exp.Boundary.ValidMin
+					}
+				}
+				if wantPass != nil && assert.NotNil(t, e.Passing, "%s%v passing value", e.Tensor, e.Index) {
+					assert.InDelta(t, *wantPass, *e.Passing, 1e-6, "%s%v passing value", e.Tensor, e.Index)
+				}
+			}
+		}
+		assert.True(t, found, "element %s%v = %v not reported: %+v", be.Tensor, be.Index, be.Value, sum.Culprits)
+	}
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+)
+
+// reporter tells a person at the terminal how the main job goes, and a
+// program, with --json, what happened, one JSON object per line.
+//
+// Progress goes to stderr: a bar redrawn in place when stderr is a
+// terminal (phase, replays done, current and best size, replays per
+// second), plain lines otherwise, nothing with --quiet. Results go to
+// stdout: with --json the events and the summary, else the human summary
+// the main job prints at the end. The two never mix, so `reduce ... |
+// tail -1` is the fixture path either way.
+type reporter struct {
+	stderr io.Writer
+	stdout io.Writer
+	json   bool
+	quiet  bool
+	start  time.Time
+
+	mu      sync.Mutex
+	enc     *json.Encoder
+	bar     *progressbar.ProgressBar
+	phase   string
+	replays int
+	size    int
+	best    int
+}
+
+func newReporter(stdout, stderr io.Writer, jsonLines, quiet bool) *reporter {
+	p := &reporter{stderr: stderr, stdout: stdout, json: jsonLines, quiet: quiet, start: time.Now()}
+	if jsonLines {
+		p.enc = json.NewEncoder(stdout)
+		p.enc.SetEscapeHTML(false)
+	}
+	if f, ok := stderr.(*os.File); ok && !quiet && term.IsTerminal(int(f.Fd())) {
+		p.bar = progressbar.NewOptions(-1,
+			progressbar.OptionSetWriter(stderr),
+			progressbar.OptionSpinnerType(14),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionClearOnFinish(),
+			progressbar.OptionSetElapsedTime(false),
+		)
+	}
+	return p
+}
+
+// event writes one JSON line on stdout with --json; v is a struct or map
+// with an "event" field.
+func (p *reporter) event(v any) {
+	if p.enc == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_ = p.enc.Encode(v)
+}
+
+// logf writes a line of progress on stderr, above the bar on a terminal.
+func (p *reporter) logf(format string, args ...any) {
+	if p.quiet {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bar != nil {
+		_ = p.bar.Clear()
+	}
+	fmt.Fprintf(p.stderr, "reduce: "+format+"\n", args...)
+	p.redraw()
+}
+
+// setPhase starts a phase over size units.
+func (p *reporter) setPhase(phase string, size int) {
+	p.mu.Lock()
+	p.phase, p.size, p.best = phase, size, size
+	p.redraw()
+	p.mu.Unlock()
+	p.event(map[string]any{"event": "phase", "phase": phase, "units": size})
+}
+
+// replayed counts one replay of a candidate of the given size; failing
+// ones of a smaller size become the best so far.
+func (p *reporter) replayed(size int, fails bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.replays++
+	if size >= 0 {
+		p.size = size
+		if fails && size < p.best {
+			p.best = size
+		}
+	}
+	if p.bar != nil {
+		_ = p.bar.Add(1)
+		p.redraw()
+	}
+}
+
+// redraw updates the bar's description; mu is held.
+func (p *reporter) redraw() {
+	if p.bar == nil {
+		return
+	}
+	rate := float64(p.replays) / time.Since(p.start).Seconds()
+	p.bar.Describe(fmt.Sprintf("%-9s %4d replays  size %d  best %d  %.1f/s", p.phase, p.replays, p.size, p.best, rate))
+}
+
+// close removes the bar.
+func (p *reporter) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bar != nil {
+		_ = p.bar.Finish()
+		p.bar = nil
+	}
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"reduce/fixtures"
+	"reduce/kernels"
+	"reduce/replay"
+)
+
+// writeFixtures writes one regression fixture per finding and returns
+// their directories, in the order of the findings.
+func (r *reduction) writeFixtures(found []finding) ([]string, error) {
+	out := r.c.String("out")
+	culprits := make([]fixtures.Culprit, len(found))
+	for i, f := range found {
+		culprits[i] = f.culprit("")
+	}
+	dirs := make([]string, len(found))
+	for i, f := range found {
+		reg := r.regression(f, i, culprits)
+		dir, err := fixtures.WriteRegression(out, reg)
+		if err != nil {
+			return nil, fmt.Errorf("write fixture under --out %s: %w", out, err)
+		}
+		dirs[i] = dir
+		culprits[i].Fixture = dir
+	}
+	return dirs, nil
+}
+
+// regression is the fixture of finding k.
+func (r *reduction) regression(f finding, k int, culprits []fixtures.Culprit) *fixtures.Regression {
+	min := *f.batch
+	min.Meta = maps.Clone(f.batch.Meta)
+	if min.Meta == nil {
+		min.Meta = map[string]string{}
+	}
+	min.Meta["source_file"] = filepath.Base(r.path)
+	min.Meta["source_hash"] = "sha256:" + r.srcHash
+	min.Meta["kept_samples"] = joinIntsComma(f.indices)
+	if len(f.ids) > 0 {
+		min.Meta["kept_ids"] = strings.Join(f.ids, ",")
+	}
+	min.Meta["reduce_mode"] = r.mode
+	if f.partial {
+		min.Meta["partial"] = "true"
+	}
+	r.mu.Lock()
+	phases := maps.Clone(r.phases)
+	replays := r.replays
+	others := r.otherFailures()
+	r.mu.Unlock()
+	rec := fixtures.Record{
+		Version: fixtures.RecordVersion, Op: r.batch.Op, Signature: recordSig(r.want), Match: string(r.level),
+		Mode: r.mode, ModeReason: r.modeReason, Culprits: culprits, Finding: k, Size: r.size,
+		Diagnosis: r.diagnosis(f), Replays: replays, Phases: phases, OtherFailures: others,
+		Seconds: time.Since(r.start).Seconds(), Partial: f.partial,
+		Source:      fixtures.RecordSource{File: filepath.Base(r.path), Hash: "sha256:" + r.srcHash, Samples: r.batch.Samples},
+		Environment: r.environment(), Attrs: r.batch.Attrs, Entry: r.c.String("entry"),
+	}
+	if r.backend.Name() == replay.KindExec {
+		if args, err := replay.SplitCommand(r.c.String("replay")); err == nil {
+			rec.ReplayArgs = args
+			rec.ReplayFormat = r.c.String("replay-format")
+		}
+	}
+	if r.recorded != nil {
+		s := recordSig(*r.recorded)
+		rec.Recorded = &s
+	}
+	reg := &fixtures.Regression{Batch: &min, Record: rec}
+	if _, err := kernels.Lookup(r.batch.Op); err == nil && rec.Entry == "" {
+		if cpu, _, err := fixtures.Expect(&min); err == nil {
+			reg.Record.CPU = cpu
+		}
+		if f.boundary != nil {
+			if cpu, outs, err := fixtures.Expect(f.boundary); err == nil && cpu == nil {
+				reg.Boundary = f.boundary
+				reg.Record.Boundary = &fixtures.BoundaryBatch{File: "boundary.bin", Outputs: outs}
+			}
+		}
+	} else if f.boundary != nil {
+		reg.Boundary = f.boundary
+		reg.Record.Boundary = &fixtures.BoundaryBatch{File: "boundary.bin"}
+	}
+	return reg
+}
+
+// environment is where the replays ran.
+func (r *reduction) environment() fixtures.RecordEnv {
+	env := fixtures.RecordEnv{Backend: r.backend.Name(), Device: r.c.String("device"), Launcher: "local",
+		Jobs: r.jobs, Reduce: reduceVersion(), GoOS: runtime.GOOS, GoArch: runtime.GOARCH}
+	if env.Device == "" {
+		env.Device = "cpu"
+	}
+	launcherEnv(&env, r.backend)
+	return env
+}
+
+func reduceVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+		return bi.Main.Version
+	}
+	return "unknown"
+}
+
+func joinIntsComma(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
