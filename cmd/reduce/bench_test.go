@@ -28,7 +28,10 @@ var (
 	benchBinErr  error
 )
 
-func reduceBinary(b *testing.B) string {
+// reduceBinary builds the reduce binary once per test binary: without
+// the race detector, whatever the tests are built with, since a reduction
+// starts it once per replay as its worker.
+func reduceBinary(b testing.TB) string {
 	benchBinOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "reduce-bench-")
 		if err != nil {

@@ -1206,6 +1206,12 @@ def limit_device_memory(device, nbytes):
         return lambda: torch.cuda.set_per_process_memory_fraction(1.0, index)
     import resource
 
+    try:
+        # One malloc arena: a thread's first allocation would otherwise map an arena of its own,
+        # counted against the limit though the op never asked for it.
+        ctypes.CDLL(None).mallopt(-8, 1)  # M_ARENA_MAX (glibc malloc.h)
+    except (OSError, AttributeError):
+        pass
     if torch.get_num_threads() > 1:
         torch.ones(1 << 18).sum()  # a parallel reduction: the pool's threads exist from here on
     old = resource.getrlimit(resource.RLIMIT_DATA)
