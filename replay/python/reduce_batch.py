@@ -1084,6 +1084,71 @@ def run_op(op, tensors, attrs):
     return t["input"][(slice(None),) * dim + (t["index"],)]
 
 
+def _exception_class(name):
+    """The class a dotted name (torch.cuda.OutOfMemoryError) or a builtin's name names, or None."""
+    import builtins
+    import importlib
+
+    if "." not in name:
+        cls = getattr(builtins, name, None)
+        return cls if isinstance(cls, type) else None
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for part in parts[i:]:
+            obj = getattr(obj, part, None)
+        return obj if isinstance(obj, type) else None
+    return None
+
+
+def check_exception(e, name, message):
+    """For the regression tests reduce generates: assert that exception e is of the class `name`
+    (a builtin's name or a dotted path) and carries `message` (None: any), which torch may follow
+    with more lines (a C++ backtrace)."""
+    short = name.rpartition(".")[2]
+    assert type(e).__name__ == short, "raised %s: %s; want %s" % (type(e).__name__, e, name)
+    cls = _exception_class(name)
+    if cls is not None:
+        assert isinstance(e, cls), "raised %s, not a %s" % (type(e), name)
+    if message is not None:
+        text = str(e)
+        assert text == message or text.startswith(message + "\n"), "message %r, want %r" % (text, message)
+
+
+def _outputs(out):
+    if isinstance(out, dict):
+        return dict(out)
+    if isinstance(out, (tuple, list)):
+        return {"output%d" % i: v for i, v in enumerate(out)}
+    return {"output": out}
+
+
+def check_outputs(out, expected):
+    """For the regression tests reduce generates: assert that a step's outputs (a tensor, a
+    tuple or list, or a dict of them) match `expected`, fixture.json's boundary outputs: for each,
+    name, dtype, shape, and its values (or their sum) within rtol/atol, compared in float64."""
+    torch = _torch()
+    got = _outputs(out)
+    for want in expected:
+        name = want["name"]
+        assert name in got, "no output %r (got %s)" % (name, sorted(got))
+        t = got[name]
+        assert isinstance(t, torch.Tensor), "output %r is a %s, not a tensor" % (name, type(t).__name__)
+        t = t.detach().cpu()
+        assert str(t.dtype).replace("torch.", "") == want["dtype"], "output %r: dtype %s" % (name, t.dtype)
+        assert list(t.shape) == want["shape"], "output %r: shape %s" % (name, list(t.shape))
+        flat = t.reshape(-1).to(torch.float64)
+        if want.get("sum") is not None:
+            got_v, want_v = flat.sum(), torch.tensor(want["sum"], dtype=torch.float64)
+        else:
+            got_v, want_v = flat, torch.tensor(want["values"], dtype=torch.float64)
+        torch.testing.assert_close(got_v, want_v, rtol=want["rtol"], atol=want["atol"], equal_nan=True,
+                                   msg=lambda m: "output %r: %s" % (name, m))
+
+
 def _cwd_on_path():
     # The script's directory is sys.path[0]; the user's project is the working directory.
     cwd = os.getcwd()
