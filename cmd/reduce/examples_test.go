@@ -165,3 +165,31 @@ func checkAnswer(t *testing.T, exp expectedAnswer, sum summary) {
 		assert.True(t, found, "element %s%v = %v not reported: %+v", be.Tensor, be.Index, be.Value, sum.Culprits)
 	}
 }
+
+// TestProgressOnTerminal runs a reduction under a pseudo-terminal
+// (util-linux's script): stderr gets the bar, redrawn in place with the
+// phase, replays, sizes and rate, and cleared before the summary, which
+// shares the terminal.
+func TestProgressOnTerminal(t *testing.T) {
+	scriptCmd, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("no script(1) to give reduce a terminal")
+	}
+	bin := reduceBinary(t)
+	cmdline := bin + " --batch ../../fixtures/examples/token_id_vocab.bin --out " + t.TempDir()
+	out, err := exec.Command(scriptCmd, "-qec", cmdline, "/dev/null").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	text := string(out)
+	assert.Regexp(t, `elements +\d+ replays  size \d+  best \d+  [\d.]+/s`, text, "the bar")
+	assert.Contains(t, text, "\r", "redrawn in place")
+	// Each line of the summary starts a line of its own, the bar cleared.
+	assert.Regexp(t, `(?m)(^|\r)signature: host_check`, text)
+	assert.NotRegexp(t, `/s +signature:`, text)
+	assert.Regexp(t, `(?m)^.*embedding-f4ef39be4a89\r?$`, text)
+
+	// -q: no bar, no progress lines, only the summary.
+	out, err = exec.Command(scriptCmd, "-qec", cmdline+" -q", "/dev/null").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.NotContains(t, string(out), "replays  size")
+	assert.NotContains(t, string(out), "reduce: confirm")
+}

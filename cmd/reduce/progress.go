@@ -116,7 +116,8 @@ func (p *reporter) redraw() {
 	p.bar.Describe(fmt.Sprintf("%-9s %4d replays  size %d  best %d  %.1f/s", p.phase, p.replays, p.size, p.best, rate))
 }
 
-// close removes the bar.
+// close removes the bar; later lines go to stderr as plain lines. It may
+// be called more than once.
 func (p *reporter) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -292,6 +292,7 @@ func mainJob(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	r.rep.close() // the bar goes before the summary: they may share a terminal
 	r.printSummary(found, dirs, interrupted)
 	if interrupted {
 		return withCode(ExitInterrupted, fmt.Errorf("interrupted: the best result so far is in %s, marked partial; continue with --resume", dirs[0]))
@@ -359,6 +360,9 @@ func (r *reduction) confirm(ctx context.Context) error {
 		}
 	}
 	r.rep.logf("confirm: %d of %d replays reproduce %s", fails, n, r.want)
+	if fails > 0 && fails < n && r.trials == 1 {
+		r.rep.logf("confirm: the failure is flaky; --trials %d replays each candidate that often and counts it failing if any trial fails", 2*n/fails+1)
+	}
 	r.rep.event(map[string]any{"event": "confirm", "replays": n, "reproduced": fails, "signature": r.want})
 	if fails == 0 {
 		last := seen[len(seen)-1]
