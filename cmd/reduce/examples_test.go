@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"reduce/fixtures"
 	"reduce/internal/torchtest"
+	"reduce/kernels"
 )
 
 // expectedAnswer is the part of an example's .expected.json that states
@@ -192,4 +195,49 @@ func TestProgressOnTerminal(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	assert.NotContains(t, string(out), "replays  size")
 	assert.NotContains(t, string(out), "reduce: confirm")
+}
+
+// TestExtremeValues: a sentinel INT64_MAX target and a NaN probability
+// are reported exactly (value_text), the sentinel's boundary is searched
+// in a range the engine can bisect, and neither stops the reduction.
+func TestExtremeValues(t *testing.T) {
+	bin := reduceBinary(t)
+	zero := 0
+	write := func(name string, b *fixtures.Batch) string {
+		b.Samples = b.Tensors[0].Shape[0]
+		for _, e := range b.Tensors {
+			e.BatchDim = &zero
+		}
+		path := filepath.Join(t.TempDir(), name)
+		require.NoError(t, fixtures.Write(path, b))
+		return path
+	}
+	input := kernels.MustNew(kernels.Float32, 4, 4)
+	target := kernels.MustNew(kernels.Int64, 4)
+	for i, v := range []int64{1, math.MaxInt64, 2, 0} {
+		target.StoreInt(int64(i), v)
+	}
+	sentinel := write("sentinel.bin", &fixtures.Batch{Op: "cross_entropy",
+		Tensors: []*fixtures.Entry{{Name: "input", Tensor: input}, {Name: "target", Tensor: target}},
+		Error:   &fixtures.Failure{Text: "IndexError: Target 9223372036854775807 is out of bounds."}})
+	probs := kernels.MustNew(kernels.Float32, 3)
+	labels := kernels.MustNew(kernels.Float32, 3)
+	probs.StoreFloat(0, 0.25)
+	probs.StoreFloat(1, math.NaN())
+	probs.StoreFloat(2, 0.5)
+	nan := write("nan.bin", &fixtures.Batch{Op: "binary_cross_entropy",
+		Tensors: []*fixtures.Entry{{Name: "input", Tensor: probs}, {Name: "target", Tensor: labels}},
+		Error:   &fixtures.Failure{Text: "RuntimeError: all elements of input should be between 0 and 1"}})
+
+	for _, tc := range []struct {
+		path, want string
+	}{
+		{sentinel, `"indices":[1],"ids":[],"elements":[{"tensor":"target","index":[1],"value":9223372036854776000,"passing":3,"value_text":"9223372036854775807",`},
+		{nan, `"indices":[1],"ids":[],"elements":[{"tensor":"input","index":[1],"value":0,"passing":null,"value_text":"NaN",`},
+	} {
+		out, err := exec.Command(bin, "--batch", tc.path, "--out", t.TempDir(), "--json", "-q").Output()
+		require.NoError(t, err)
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		assert.Contains(t, lines[len(lines)-1], tc.want)
+	}
 }

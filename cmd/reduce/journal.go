@@ -66,49 +66,55 @@ func journalPath(out, srcHash string) string {
 
 // openJournal starts the journal at path. With resume it must exist, match
 // head, and its answers are loaded; without, any old one is replaced.
-func openJournal(path string, head journalHeader, resume bool) (*journal, error) {
-	j := &journal{path: path, answers: map[string]journalEntry{}, loaded: map[string]bool{}}
+// replaced reports that a journal was there and was started afresh.
+func openJournal(path string, head journalHeader, resume bool) (j *journal, replaced bool, err error) {
+	j = &journal{path: path, answers: map[string]journalEntry{}, loaded: map[string]bool{}}
 	head.Journal = journalVersion
 	if resume {
-		data, err := os.ReadFile(path)
+		var data []byte
+		data, err = os.ReadFile(path)
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, usagef("--resume: no journal at %s (it is kept when a reduction with the same --out is interrupted); run without --resume", path)
+			return nil, false, usagef("--resume: no journal at %s (it is kept when a reduction with the same --out is interrupted); run without --resume", path)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("--resume: %w", err)
+			return nil, false, fmt.Errorf("--resume: %w", err)
 		}
 		if err := j.load(data, head); err != nil {
-			return nil, usagef("--resume: journal %s: %v", path, err)
+			return nil, false, usagef("--resume: journal %s: %v", path, err)
 		}
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
+		var f *os.File
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
-			return nil, fmt.Errorf("--resume: %w", err)
+			return nil, false, fmt.Errorf("--resume: %w", err)
 		}
 		// A line cut short by a crash is dropped, so that the next answer
 		// starts a line of its own.
 		if i := bytes.LastIndexByte(data, '\n'); i < len(data)-1 {
 			if err := f.Truncate(int64(i + 1)); err != nil {
 				f.Close()
-				return nil, fmt.Errorf("--resume: %w", err)
+				return nil, false, fmt.Errorf("--resume: %w", err)
 			}
 		}
 		j.f = f
-		return j, nil
+		return j, replaced, nil
+	}
+	if _, err := os.Stat(path); err == nil {
+		replaced = true
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("--out: %w", err)
+		return nil, false, fmt.Errorf("--out: %w", err)
 	}
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, fmt.Errorf("journal: %w", err)
+		return nil, false, fmt.Errorf("journal: %w", err)
 	}
 	line, _ := json.Marshal(head)
 	if _, err := f.Write(append(line, '\n')); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("journal %s: %w", path, err)
+		return nil, false, fmt.Errorf("journal %s: %w", path, err)
 	}
 	j.f = f
-	return j, nil
+	return j, replaced, nil
 }
 
 func (j *journal) load(data []byte, head journalHeader) error {
@@ -151,18 +157,21 @@ func (j *journal) load(data []byte, head journalHeader) error {
 // lookup returns the answer recorded for key, if any: one of an earlier
 // run (counted as resumed) or one of this run's (the same candidate asked
 // again from another phase).
-func (j *journal) lookup(key string) (journalEntry, bool) {
+//
+// fromFile is set the first time an answer of an earlier run is used.
+func (j *journal) lookup(key string) (e journalEntry, ok, fromFile bool) {
 	if j == nil {
-		return journalEntry{}, false
+		return journalEntry{}, false, false
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	e, ok := j.answers[key]
+	e, ok = j.answers[key]
 	if ok && j.loaded[key] {
 		j.resumed++
 		delete(j.loaded, key)
+		fromFile = true
 	}
-	return e, ok
+	return e, ok, fromFile
 }
 
 // record appends an answer. A journal that cannot be written is not worth

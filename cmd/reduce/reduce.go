@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -71,6 +73,9 @@ type reduction struct {
 	phase   string
 	phases  map[string]int
 	asked   map[string]int
+	// resumedPhases counts, by phase, the answers taken from an earlier
+	// run's journal.
+	resumedPhases map[string]int
 }
 
 // finding is one culprit set, reduced.
@@ -114,10 +119,20 @@ func (r *reduction) ask(ctx context.Context, base string, size int, build func()
 		r.mu.Unlock()
 	}
 	key := fmt.Sprintf("%s#%d", base, trial)
-	if e, ok := r.journal.lookup(key); ok {
+	if e, ok, fromFile := r.journal.lookup(key); ok {
 		o := r.classify(e.Signature)
-		r.rep.event(map[string]any{"event": "replay", "phase": r.currentPhase(), "key": key, "size": size,
-			"outcome": o, "signature": e.Signature, "resumed": true})
+		if fromFile {
+			// An earlier run's replay: counted where this run's are, so
+			// the summary and the fixture tell the whole reduction.
+			r.mu.Lock()
+			r.resumedPhases[r.phase]++
+			r.mu.Unlock()
+			if o == shrink.Unresolved {
+				r.other(e.Signature)
+			}
+			r.rep.event(map[string]any{"event": "replay", "phase": r.currentPhase(), "key": key, "size": size,
+				"outcome": o, "signature": e.Signature, "resumed": true})
+		}
 		return o, nil
 	}
 	b, err := build()
@@ -214,13 +229,13 @@ func mainJob(c *cli.Context) error {
 	if c.Int("jobs") < 1 {
 		return usagef("--jobs %d: want at least 1", c.Int("jobs"))
 	}
-	src, err := os.ReadFile(path)
-	if err != nil {
-		return usagef("read batch %s: %v", path, errors.Unwrap(err))
-	}
 	b, err := readBatch(c, path)
 	if err != nil {
 		return err
+	}
+	srcHash, err := hashFile(path)
+	if err != nil {
+		return usagef("read batch %s: %v", path, err)
 	}
 	if b.Samples == 0 {
 		return usagef("%s: the batch has no samples to reduce", path)
@@ -242,20 +257,24 @@ func mainJob(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	sum := sha256.Sum256(src)
-	r := &reduction{c: c, path: path, srcHash: hex.EncodeToString(sum[:]), batch: b, backend: be, level: level,
+	r := &reduction{c: c, path: path, srcHash: srcHash, batch: b, backend: be, level: level,
 		strategy: strategy, jobs: c.Int("jobs"), trials: c.Int("trials"), start: time.Now(),
 		rep:    newReporter(c.App.Writer, c.App.ErrWriter, c.Bool("json"), c.Bool("quiet")),
-		others: map[string]*fixtures.OtherFailure{}, phases: map[string]int{}, asked: map[string]int{}}
+		others: map[string]*fixtures.OtherFailure{}, phases: map[string]int{}, asked: map[string]int{}, resumedPhases: map[string]int{}}
 	defer r.rep.close()
 	if b.Error != nil {
 		s := recordedSignature(b)
 		r.recorded = &s
 		r.want = s
 	}
-	r.journal, err = openJournal(journalPath(c.String("out"), r.srcHash), r.journalHeader(), c.Bool("resume"))
+	jpath := journalPath(c.String("out"), r.srcHash)
+	var replaced bool
+	r.journal, replaced, err = openJournal(jpath, r.journalHeader(), c.Bool("resume"))
 	if err != nil {
 		return err
+	}
+	if replaced {
+		r.rep.logf("started afresh over the journal of an earlier, unfinished reduction (%s); --resume would have continued it", jpath)
 	}
 	r.rep.event(map[string]any{"event": "start", "batch": path, "samples": b.Samples, "op": b.Op,
 		"backend": be.Name(), "match": string(level), "recorded": r.recorded, "resumed": c.Bool("resume")})
@@ -302,7 +321,7 @@ func mainJob(c *cli.Context) error {
 
 // answerFlags are the flags besides those of the header that can change
 // what a replay answers.
-var answerFlags = []string{"replay-format", "device-memory", "seed", "async", "timeout", "trials", "launcher", "slurm-args"}
+var answerFlags = []string{"python", "replay-format", "device-memory", "seed", "async", "timeout", "trials", "gpus", "no-zygote", "launcher", "slurm-args"}
 
 func (r *reduction) journalHeader() journalHeader {
 	h := journalHeader{Source: r.srcHash, Backend: r.backend.Name(), Device: r.c.String("device"),
@@ -330,8 +349,9 @@ func (r *reduction) confirm(ctx context.Context) error {
 	for i := 0; i < n; i++ {
 		key := fmt.Sprintf("confirm:%d", i)
 		var sig replay.Signature
-		if e, ok := r.journal.lookup(key); ok {
+		if e, ok, _ := r.journal.lookup(key); ok {
 			sig = e.Signature
+			r.resumedPhases["confirm"]++
 		} else {
 			v, err := r.backend.Replay(ctx, r.batch)
 			if ctx.Err() != nil {
@@ -357,6 +377,8 @@ func (r *reduction) confirm(ctx context.Context) error {
 		}
 		if replay.Failing(sig) && reproduces(sig, r.want, r.level) {
 			fails++
+		} else if replay.Failing(sig) && sig.Family != replay.FamilyInfra {
+			r.other(sig)
 		}
 	}
 	r.rep.logf("confirm: %d of %d replays reproduce %s", fails, n, r.want)
@@ -374,6 +396,17 @@ func (r *reduction) confirm(ctx context.Context) error {
 			what = "it timed out (try a longer --timeout)"
 		case last.Family == replay.FamilyInfra:
 			return fmt.Errorf("%s: the replay itself broke: %s", r.path, lastStderr)
+		}
+		if !allSame(seen) {
+			var all []string
+			for _, s := range seen {
+				all = append(all, s.String())
+			}
+			what += " (the replays gave: " + strings.Join(all, "; ") + ")"
+		}
+		if r.recorded == nil {
+			return withCode(ExitNoRepro, fmt.Errorf("%s records no failure and none of %d replays failed: %s (try --trials, another --backend or --device)",
+				r.path, n, what))
 		}
 		return withCode(ExitNoRepro, fmt.Errorf("%s does not reproduce: wanted %s, %s (try --match family, --trials, another --backend or --device)",
 			r.path, r.want, what))
@@ -411,6 +444,9 @@ func (r *reduction) sampleMode(ctx context.Context) ([]finding, error) {
 	if len(res.Culprits) == 0 {
 		return nil, nil
 	}
+	if slices.Contains(res.Unconfirmed, 0) {
+		r.rep.logf("samples: culprit set %v failed in the search but not in its fresh replays: the failure is flaky (a higher --trials helps)", res.Culprits[0])
+	}
 	first, err := r.reduceSet(ctx, res.Culprits[0])
 	if err != nil || ctx.Err() != nil {
 		return []finding{first}, err
@@ -439,7 +475,13 @@ func (r *reduction) sampleMode(ctx context.Context) ([]finding, error) {
 	if err != nil {
 		return found, fmt.Errorf("shrink samples: %w", err)
 	}
-	for _, set := range all.Culprits[1:] {
+	for k, set := range all.Culprits[1:] {
+		if slices.Contains(all.Unconfirmed, k+1) {
+			// Found, but its fresh replays did not fail: not a finding to
+			// write a regression test for.
+			r.rep.logf("samples: culprit set %v did not fail again in fresh replays; left out (flaky)", set)
+			continue
+		}
 		f, err := r.reduceSet(ctx, set)
 		found = append(found, f)
 		if err != nil || ctx.Err() != nil {
@@ -635,34 +677,59 @@ func (r *reduction) sizeMode(ctx context.Context, why string) ([]finding, error)
 		}
 		return idx
 	}
-	r.setPhase("size", int(n))
-	largest := int64(0)
-	if n > 1 {
-		res, err := shrink.LargestPassing(ctx, 1, n-1, func(ctx context.Context, k int64) (shrink.Outcome, error) {
-			return r.ask(ctx, fmt.Sprintf("size:%d", k), int(k), func() (*fixtures.Batch, error) { return r.batch.Select(prefix(k)) })
-		}, r.shrinkOptions())
-		switch {
-		case errors.Is(err, shrink.ErrNoPassing):
-		case ctx.Err() != nil || res.Incomplete || errors.Is(err, shrink.ErrBudget):
-			largest = res.Value
-			sub, _ := r.batch.Select(prefix(n))
-			return []finding{{indices: toInts(prefix(n)), ids: r.idsOf(toInts(prefix(n))), batch: sub, partial: true}}, nil
-		case err != nil:
-			return nil, fmt.Errorf("size search: %w", err)
-		default:
-			largest = res.Value
+	// What the answers showed: the smallest size that failed as kept (the
+	// original's n, confirmed) and the largest that passed.
+	var mu sync.Mutex
+	smallestFail, largestPass := n, int64(0)
+	pred := func(ctx context.Context, k int64) (shrink.Outcome, error) {
+		o, err := r.ask(ctx, fmt.Sprintf("size:%d", k), int(k), func() (*fixtures.Batch, error) { return r.batch.Select(prefix(k)) })
+		if err == nil {
+			mu.Lock()
+			switch {
+			case o == shrink.Fail && k < smallestFail:
+				smallestFail = k
+			case o == shrink.Pass && k > largestPass && k < smallestFail:
+				largestPass = k
+			}
+			mu.Unlock()
 		}
+		return o, err
 	}
-	r.size = &fixtures.SizeResult{LargestPassing: largest, SmallestFailing: largest + 1}
-	r.rep.logf("size: %d samples fail, %d pass", largest+1, largest)
-	set := toInts(prefix(largest + 1))
-	sub, err := r.batch.Select(prefix(largest + 1))
+	r.setPhase("size", int(n))
+	if n > 1 {
+		res, err := shrink.LargestPassing(ctx, 1, n-1, pred, r.shrinkOptions())
+		mu.Lock()
+		sf, lp := smallestFail, largestPass
+		mu.Unlock()
+		switch {
+		case ctx.Err() != nil || res.Incomplete || errors.Is(err, shrink.ErrBudget):
+			// The best so far: the smallest batch that failed as kept.
+			sub, err := r.batch.Select(prefix(sf))
+			if err != nil {
+				return nil, err
+			}
+			r.size = &fixtures.SizeResult{LargestPassing: lp, SmallestFailing: sf}
+			return []finding{{indices: toInts(prefix(sf)), ids: r.idsOf(toInts(prefix(sf))), batch: sub, partial: true, contentFree: true}}, nil
+		case err != nil && !errors.Is(err, shrink.ErrNoPassing):
+			return nil, fmt.Errorf("size search: %w", err)
+		}
+		if sf != lp+1 {
+			// The size after the largest pass failed otherwise (a
+			// different failure): the answer is the gap between them.
+			r.modeReason += fmt.Sprintf("; sizes %d to %d fail otherwise, so the smallest batch failing as recorded has %d samples", lp+1, sf-1, sf)
+		}
+		smallestFail, largestPass = sf, lp
+	}
+	r.size = &fixtures.SizeResult{LargestPassing: largestPass, SmallestFailing: smallestFail}
+	r.rep.logf("size: %d samples fail, %d pass", smallestFail, largestPass)
+	set := toInts(prefix(smallestFail))
+	sub, err := r.batch.Select(prefix(smallestFail))
 	if err != nil {
 		return nil, err
 	}
 	f := finding{indices: set, ids: r.idsOf(set), batch: sub, contentFree: true}
-	if largest > 0 {
-		if f.boundary, err = r.batch.Select(prefix(largest)); err != nil {
+	if largestPass > 0 {
+		if f.boundary, err = r.batch.Select(prefix(largestPass)); err != nil {
 			return nil, err
 		}
 	}
@@ -760,6 +827,8 @@ type summary struct {
 
 type phaseCount struct {
 	Replays int `json:"replays"`
+	// Resumed: answers of an earlier run, from the journal.
+	Resumed int `json:"resumed,omitempty"`
 }
 
 func (r *reduction) summary(found []finding, dirs []string, partial bool) summary {
@@ -771,6 +840,11 @@ func (r *reduction) summary(found []finding, dirs []string, partial bool) summar
 		Launcher: replay.Provenance(r.backend)}
 	for p, n := range r.phases {
 		s.Phases[p] = phaseCount{Replays: n}
+	}
+	for p, n := range r.resumedPhases {
+		pc := s.Phases[p]
+		pc.Resumed = n
+		s.Phases[p] = pc
 	}
 	for i, f := range found {
 		s.Culprits = append(s.Culprits, f.culprit(dirs[i]))
@@ -823,4 +897,27 @@ func sumCounts(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// hashFile is the hex SHA-256 of the file at path, read as a stream.
+func hashFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func allSame(s []replay.Signature) bool {
+	for _, x := range s[1:] {
+		if x != s[0] {
+			return false
+		}
+	}
+	return true
 }

@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/x448/float16"
 
 	"reduce/fixtures"
 	"reduce/kernels"
@@ -25,7 +28,7 @@ type foundElement struct {
 }
 
 func (e foundElement) diagnosis() string {
-	s := fmt.Sprintf("%s%v = %s triggers the failure", e.Tensor, e.Index, fmtValue(e.Value))
+	s := fmt.Sprintf("%s%v = %s triggers the failure", e.Tensor, e.Index, e.valueText())
 	if e.Passing != nil {
 		s += fmt.Sprintf("; %s passes", fmtValue(*e.Passing))
 	}
@@ -36,6 +39,13 @@ func (e foundElement) diagnosis() string {
 }
 
 func fmtValue(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+func (e foundElement) valueText() string {
+	if e.ValueText != "" {
+		return e.ValueText
+	}
+	return fmtValue(e.Value)
+}
 
 // elementSearch says which elements the element phase searches: those of
 // sub's batched tensors at the positions rows along the batch axis (all
@@ -202,7 +212,10 @@ func (r *reduction) elements(ctx context.Context, es elementSearch) (elementResu
 			return out, nil
 		}
 		if err != nil {
-			return out, err
+			// The boundary is extra: without it the element is still
+			// reported (a flaky failure, a budget).
+			fe.Rule = "no passing value found: " + boundaryTrouble(err)
+			p = nil
 		}
 		if p != nil {
 			passing[ui] = *p
@@ -220,6 +233,9 @@ func (r *reduction) elements(ctx context.Context, es elementSearch) (elementResu
 // value when v is zero itself.
 func (r *reduction) intBoundary(ctx context.Context, v, benign int64, fe *foundElement, try func(context.Context, forced) (shrink.Outcome, error)) (*forced, error) {
 	fe.Value = float64(v)
+	if v > 1<<53 || v < -(1<<53) {
+		fe.ValueText = strconv.FormatInt(v, 10)
+	}
 	lo, hi := int64(0), v
 	if v == 0 {
 		lo = benign
@@ -229,6 +245,16 @@ func (r *reduction) intBoundary(ctx context.Context, v, benign int64, fe *foundE
 	}
 	if lo == hi {
 		return nil, nil
+	}
+	// The engine bisects ranges up to 2^62 wide: a sentinel such as
+	// INT64_MAX is searched from 2^62 on, an end that must fail as well.
+	const widest = 1 << 62
+	if hi-lo > widest || hi-lo < 0 {
+		if v > 0 {
+			hi = lo + widest
+		} else {
+			lo = hi - widest
+		}
 	}
 	br, err := shrink.Boundary(ctx, lo, hi, func(ctx context.Context, x int64) (shrink.Outcome, error) {
 		return try(ctx, forced{i: x})
@@ -255,12 +281,15 @@ func (r *reduction) intBoundary(ctx context.Context, v, benign int64, fe *foundE
 // dtype (float32 patterns for the 16-bit dtypes, rounded on store).
 func (r *reduction) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int64, fe *foundElement, try func(context.Context, forced) (shrink.Outcome, error)) (*forced, error) {
 	v := t.LoadFloat(storage)
-	if math.IsNaN(v) {
-		fe.Rule = "the value is NaN"
+	switch {
+	case math.IsNaN(v):
+		fe.ValueText, fe.Rule = "NaN", "the value is NaN"
 		return nil, nil
-	}
-	if math.IsInf(v, 0) {
-		fe.Rule = fmt.Sprintf("the value is %s", fmtValue(v))
+	case math.IsInf(v, 1):
+		fe.ValueText, fe.Rule = "+Inf", "the value is +Inf"
+		return nil, nil
+	case math.IsInf(v, -1):
+		fe.ValueText, fe.Rule = "-Inf", "the value is -Inf"
 		return nil, nil
 	}
 	fe.Value = v
@@ -271,40 +300,45 @@ func (r *reduction) floatBoundary(ctx context.Context, t *kernels.Tensor, storag
 	if v < 0 {
 		sign = -1
 	}
-	wide := t.DType == kernels.Float64
-	bits := func(x float64) int64 {
-		if wide {
-			return int64(math.Float64bits(math.Abs(x)))
-		}
-		return int64(math.Float32bits(float32(math.Abs(x))))
+	// Bit patterns of magnitudes in the dtype's own width, so that every
+	// probe is a value the tensor can hold.
+	var bits func(x float64) int64
+	var fromBits func(b int64) float64
+	switch t.DType {
+	case kernels.Float64:
+		bits = func(x float64) int64 { return int64(math.Float64bits(x)) }
+		fromBits = func(b int64) float64 { return math.Float64frombits(uint64(b)) }
+	case kernels.Float16:
+		bits = func(x float64) int64 { return int64(float16.Fromfloat32(float32(x)).Bits()) }
+		fromBits = func(b int64) float64 { return float64(float16.Frombits(uint16(b)).Float32()) }
+	case kernels.BFloat16:
+		// A bfloat16 is the upper half of a float32.
+		bits = func(x float64) int64 { return int64(math.Float32bits(float32(x)) >> 16) }
+		fromBits = func(b int64) float64 { return float64(math.Float32frombits(uint32(b) << 16)) }
+	default:
+		bits = func(x float64) int64 { return int64(math.Float32bits(float32(x))) }
+		fromBits = func(b int64) float64 { return float64(math.Float32frombits(uint32(b))) }
 	}
 	value := func(b int64) float64 {
-		if wide {
-			return sign * math.Float64frombits(uint64(b))
+		if b == 0 {
+			return 0
 		}
-		return sign * float64(math.Float32frombits(uint32(b)))
+		return sign * fromBits(b)
 	}
-	// What the tensor holds once a value is stored (rounded to its dtype).
-	stored := func(x float64) float64 {
-		c := t.Clone()
-		c.StoreFloat(storage, x)
-		return c.LoadFloat(storage)
-	}
-	hi := bits(v)
-	br, err := shrink.Boundary(ctx, 0, hi, func(ctx context.Context, b int64) (shrink.Outcome, error) {
+	br, err := shrink.Boundary(ctx, 0, bits(math.Abs(v)), func(ctx context.Context, b int64) (shrink.Outcome, error) {
 		return try(ctx, forced{f: value(b)})
 	}, shrink.Options{Jobs: r.jobs, Trials: r.trials})
 	if err != nil || br.Incomplete || br.PassOutcome != shrink.Pass {
 		return nil, err
 	}
-	p := stored(value(br.Pass))
+	p := value(br.Pass)
 	fe.Passing = &p
 	if sign > 0 {
 		fe.Rule = fmt.Sprintf("values up to %s pass", fmtValue(p))
 	} else {
 		fe.Rule = fmt.Sprintf("values from %s pass", fmtValue(p))
 	}
-	return &forced{f: value(br.Pass)}, nil
+	return &forced{f: p}, nil
 }
 
 func without(set []int, x int) []int {
@@ -338,6 +372,17 @@ func rangesOf(units []int) string {
 	}
 	sb.WriteByte('}')
 	return sb.String()
+}
+
+// boundaryTrouble says in words why a boundary search gave nothing.
+func boundaryTrouble(err error) string {
+	switch {
+	case errors.Is(err, shrink.ErrNoBoundary):
+		return "both ends answered alike (a flaky failure? try a higher --trials)"
+	case errors.Is(err, shrink.ErrBudget):
+		return "stopped early"
+	}
+	return err.Error()
 }
 
 func intAttr(attrs map[string]any, name string) (int64, bool) {

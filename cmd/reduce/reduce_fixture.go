@@ -53,9 +53,15 @@ func (r *reduction) regression(f finding, k int, culprits []fixtures.Culprit) *f
 	if f.partial {
 		min.Meta["partial"] = "true"
 	}
+	// The record counts the whole reduction, earlier runs' replays that
+	// --resume took from the journal included.
 	r.mu.Lock()
 	phases := maps.Clone(r.phases)
 	replays := r.replays
+	for p, n := range r.resumedPhases {
+		phases[p] += n
+		replays += n
+	}
 	others := r.otherFailures()
 	r.mu.Unlock()
 	rec := fixtures.Record{
