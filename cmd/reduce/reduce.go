@@ -311,6 +311,11 @@ func mainJob(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if !interrupted {
+		for _, d := range r.removePartials(dirs) {
+			r.rep.logf("removed %s: a partial fixture of an interrupted reduction of %s, superseded", d, r.path)
+		}
+	}
 	r.rep.close() // the bar goes before the summary: they may share a terminal
 	r.printSummary(found, dirs, interrupted)
 	if interrupted {

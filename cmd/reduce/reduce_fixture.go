@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"slices"
 	"maps"
 	"path/filepath"
 	"runtime"
@@ -34,6 +36,33 @@ func (r *reduction) writeFixtures(found []finding) ([]string, error) {
 		culprits[i].Fixture = dir
 	}
 	return dirs, nil
+}
+
+// removePartials removes, once a reduction has completed, the partial
+// fixtures that interrupted reductions of the same file left under --out
+// (kept: the fixtures just written): they are superseded, and committed
+// they would be replayed as regressions. It returns the removed ones.
+func (r *reduction) removePartials(keep []string) []string {
+	out := r.c.String("out")
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		return nil
+	}
+	var removed []string
+	for _, e := range entries {
+		dir := filepath.Join(out, e.Name())
+		if !e.IsDir() || slices.Contains(keep, dir) {
+			continue
+		}
+		m, err := fixtures.ReadManifest(filepath.Join(dir, fixtures.RegressBatchFile))
+		if err != nil || m.Batch.Meta["partial"] != "true" || m.Batch.Meta["source_hash"] != "sha256:"+r.srcHash {
+			continue
+		}
+		if os.RemoveAll(dir) == nil {
+			removed = append(removed, dir)
+		}
+	}
+	return removed
 }
 
 // regression is the fixture of finding k.
