@@ -2,12 +2,12 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"slices"
 	"maps"
+	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
