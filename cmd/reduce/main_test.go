@@ -20,9 +20,21 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == replay.WorkerCommand {
 		os.Exit(replay.Worker(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv))
 	}
-	testscript.Main(m, map[string]func(){
+	testscript.Main(removingBinary{m}, map[string]func(){
 		"reduce": func() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) },
 	})
+}
+
+// removingBinary runs the tests, then removes the reduce binary that
+// reduceBinary built for them, if any.
+type removingBinary struct{ m *testing.M }
+
+func (r removingBinary) Run() int {
+	code := r.m.Run()
+	if benchBin != "" {
+		os.RemoveAll(filepath.Dir(benchBin))
+	}
+	return code
 }
 
 // TestScript runs the end-to-end scripts in testdata/script: the real main,
