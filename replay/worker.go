@@ -92,14 +92,10 @@ func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(s
 	if err != nil {
 		return harness("%v", err)
 	}
-	tensors := make(map[string]*kernels.Tensor, len(b.Tensors))
-	for _, e := range b.Tensors {
-		tensors[e.Name] = e.Tensor
-	}
 	if *deviceMemory < 0 {
 		return harness("--device-memory %d: want a size in bytes, or 0 for no limit", *deviceMemory)
 	}
-	res, err := op.RunOptions(kernels.Options{Mode: mode, SMs: *sms, DeviceMemory: *deviceMemory}, tensors, b.Attrs)
+	res, err := fixtures.RunKernel(b, kernels.Options{Mode: mode, SMs: *sms, DeviceMemory: *deviceMemory})
 	if err != nil {
 		return harness("%v", err)
 	}

@@ -118,57 +118,69 @@ func (r *reduction) ask(ctx context.Context, base string, size int, build func()
 		r.asked[base]++
 		r.mu.Unlock()
 	}
-	key := fmt.Sprintf("%s#%d", base, trial)
+	sig, src, _, err := r.answer(ctx, fmt.Sprintf("%s#%d", base, trial), size, build)
+	if err != nil {
+		return shrink.Unresolved, err
+	}
+	o := r.classify(sig)
+	if o == shrink.Unresolved && src != fromCache {
+		r.other(sig)
+	}
+	return o, nil
+}
+
+// Where an answer came from.
+const (
+	fromReplay  = iota // a replay now
+	fromJournal        // an earlier run's, by --resume
+	fromCache          // this run's, asked again from another phase
+)
+
+// answer gives the signature of the candidate that key names: the
+// journal's when it has one, else that of a replay of the batch build
+// makes, counted in its phase, journaled and reported. v is the replay's
+// verdict (nil when the journal answered). A replay stopped by
+// cancellation says nothing about the candidate: it is ctx's error.
+func (r *reduction) answer(ctx context.Context, key string, size int, build func() (*fixtures.Batch, error)) (sig replay.Signature, src int, v *replay.Verdict, err error) {
 	if e, ok, fromFile := r.journal.lookup(key); ok {
-		o := r.classify(e.Signature)
-		if fromFile {
-			// An earlier run's replay: counted where this run's are, so
-			// the summary and the fixture tell the whole reduction.
-			r.mu.Lock()
-			r.resumedPhases[r.phase]++
-			r.mu.Unlock()
-			if o == shrink.Unresolved {
-				r.other(e.Signature)
-			}
-			r.rep.event(map[string]any{"event": "replay", "phase": r.currentPhase(), "key": key, "size": size,
-				"outcome": o, "signature": e.Signature, "resumed": true})
+		if !fromFile {
+			return e.Signature, fromCache, nil, nil
 		}
-		return o, nil
+		// Counted where this run's replays are, so that the summary and
+		// the fixture tell the whole reduction.
+		r.mu.Lock()
+		r.resumedPhases[r.phase]++
+		phase := r.phase
+		r.mu.Unlock()
+		r.rep.event(map[string]any{"event": "replay", "phase": phase, "key": key, "size": size,
+			"outcome": r.classify(e.Signature), "signature": e.Signature, "resumed": true})
+		return e.Signature, fromJournal, nil, nil
 	}
 	b, err := build()
 	if err != nil {
-		return shrink.Unresolved, err
+		return sig, fromReplay, nil, err
 	}
-	v, err := r.backend.Replay(ctx, b)
+	verdict, err := r.backend.Replay(ctx, b)
 	if ctx.Err() != nil {
-		// A replay stopped by cancellation says nothing about the candidate.
-		return shrink.Unresolved, ctx.Err()
+		return sig, fromReplay, nil, ctx.Err()
 	}
 	if err != nil {
-		return shrink.Unresolved, err
+		return sig, fromReplay, nil, err
 	}
-	o := r.classify(v.Signature)
+	sig = verdict.Signature
+	o := r.classify(sig)
 	r.mu.Lock()
 	r.replays++
 	r.phases[r.phase]++
 	phase := r.phase
 	r.mu.Unlock()
-	if o != shrink.Fail && o != shrink.Pass {
-		r.other(v.Signature)
-	}
-	r.journal.record(key, o, v.Signature)
+	r.journal.record(key, o, sig)
 	r.rep.replayed(size, o == shrink.Fail)
 	ev := map[string]any{"event": "replay", "phase": phase, "key": key, "size": size, "outcome": o,
-		"signature": v.Signature, "seconds": v.Duration.Seconds()}
-	launchEvent(ev, v)
+		"signature": sig, "seconds": verdict.Duration.Seconds()}
+	launchEvent(ev, verdict)
 	r.rep.event(ev)
-	return o, nil
-}
-
-func (r *reduction) currentPhase() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.phase
+	return sig, fromReplay, &verdict, nil
 }
 
 // classify turns a replay's signature into an outcome: the kept failure
@@ -352,29 +364,16 @@ func (r *reduction) confirm(ctx context.Context) error {
 	var seen []replay.Signature
 	lastStderr := ""
 	for i := 0; i < n; i++ {
-		key := fmt.Sprintf("confirm:%d", i)
-		var sig replay.Signature
-		if e, ok, _ := r.journal.lookup(key); ok {
-			sig = e.Signature
-			r.resumedPhases["confirm"]++
-		} else {
-			v, err := r.backend.Replay(ctx, r.batch)
-			if ctx.Err() != nil {
-				return withCode(ExitInterrupted, fmt.Errorf("interrupted while confirming %s; nothing was written", r.path))
-			}
-			if err != nil {
-				return fmt.Errorf("replay %s: %w", r.path, err)
-			}
-			sig = v.Signature
+		sig, _, v, err := r.answer(ctx, fmt.Sprintf("confirm:%d", i), int(r.batch.Samples),
+			func() (*fixtures.Batch, error) { return r.batch, nil })
+		if ctx.Err() != nil {
+			return withCode(ExitInterrupted, fmt.Errorf("interrupted while confirming %s; nothing was written", r.path))
+		}
+		if err != nil {
+			return fmt.Errorf("replay %s: %w", r.path, err)
+		}
+		if v != nil {
 			lastStderr = lastLines(v.Result.Stderr, 3)
-			r.replays++
-			r.phases["confirm"]++
-			r.journal.record(key, r.classify(sig), sig)
-			r.rep.replayed(int(r.batch.Samples), replay.Failing(sig))
-			ev := map[string]any{"event": "replay", "phase": "confirm", "key": key, "size": r.batch.Samples,
-				"signature": sig, "seconds": v.Duration.Seconds()}
-			launchEvent(ev, v)
-			r.rep.event(ev)
 		}
 		seen = append(seen, sig)
 		if r.recorded == nil && replay.Failing(sig) && fails == 0 {

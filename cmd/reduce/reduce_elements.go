@@ -406,7 +406,7 @@ func (r *reduction) diagnosis(f finding) string {
 	if op == "" {
 		op = "the step"
 	}
-	where := fmt.Sprintf("sample %s", joinInts(f.indices))
+	where := fmt.Sprintf("sample %s", joinInts(f.indices, ", "))
 	if len(f.ids) > 0 {
 		where += " (" + strings.Join(f.ids, ", ") + ")"
 	}
@@ -432,10 +432,11 @@ func (r *reduction) diagnosis(f finding) string {
 	return fmt.Sprintf("%s: %s needs %s", op, r.want.Family, where)
 }
 
-func joinInts(v []int) string {
+// joinInts writes v's numbers separated by sep.
+func joinInts(v []int, sep string) string {
 	s := make([]string, len(v))
 	for i, x := range v {
 		s[i] = strconv.Itoa(x)
 	}
-	return strings.Join(s, ", ")
+	return strings.Join(s, sep)
 }

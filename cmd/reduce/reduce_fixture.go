@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -74,7 +73,7 @@ func (r *reduction) regression(f finding, k int, culprits []fixtures.Culprit) *f
 	}
 	min.Meta["source_file"] = filepath.Base(r.path)
 	min.Meta["source_hash"] = "sha256:" + r.srcHash
-	min.Meta["kept_samples"] = joinIntsComma(f.indices)
+	min.Meta["kept_samples"] = joinInts(f.indices, ",")
 	if len(f.ids) > 0 {
 		min.Meta["kept_ids"] = strings.Join(f.ids, ",")
 	}
@@ -150,12 +149,4 @@ func reduceVersion() string {
 		return bi.Main.Version
 	}
 	return "unknown"
-}
-
-func joinIntsComma(v []int) string {
-	s := make([]string, len(v))
-	for i, x := range v {
-		s[i] = strconv.Itoa(x)
-	}
-	return strings.Join(s, ",")
 }
