@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"reduce/fixtures"
+	"reduce/internal/signature"
 )
 
 // Backend kinds, the values of Options.Kind (the --backend flag).
@@ -134,12 +135,12 @@ type Options struct {
 
 // Verdict is what one replay of a candidate gave.
 type Verdict struct {
-	// Signature is the failure, parsed from the replay's stderr and how it
-	// ended (Parse); Signature.Backend says cpu, cuda, hip, ... as the
+	// signature.Signature is the failure, parsed from the replay's stderr and how it
+	// ended (Parse); signature.Signature.Backend says cpu, cuda, hip, ... as the
 	// text shows.
-	Signature Signature
+	Signature signature.Signature
 	// Exit is how the replay ended, as given to Parse.
-	Exit ExitInfo
+	Exit signature.ExitInfo
 	// Result is the process's: exit status, captured output, duration.
 	Result Result
 	// Backend is the backend's Name (go, torch, exec).
@@ -164,11 +165,6 @@ type Verdict struct {
 	// (cancelled from outside, preempted, a node failure, not started in
 	// time) and submitted again.
 	Requeued int
-}
-
-// Reproduces reports whether v's signature reproduces want at level.
-func (v Verdict) Reproduces(want Signature, level MatchLevel) bool {
-	return v.Signature.Matches(want, level)
 }
 
 // Backend replays candidates, each in a fresh process.
@@ -260,8 +256,8 @@ func (o *Options) pool(kind string) *Pool {
 }
 
 // exitInfo converts a Result for Parse.
-func exitInfo(r Result) ExitInfo {
-	return ExitInfo{Code: r.ExitCode, Signal: int(r.Signal), TimedOut: r.TimedOut, Harness: r.Harness, Canceled: r.Canceled}
+func exitInfo(r Result) signature.ExitInfo {
+	return signature.ExitInfo{Code: r.ExitCode, Signal: int(r.Signal), TimedOut: r.TimedOut, Harness: r.Harness, Canceled: r.Canceled}
 }
 
 // verdictOf turns a Runner's Result into a Verdict, or the error that must
@@ -269,14 +265,14 @@ func exitInfo(r Result) ExitInfo {
 // cancellation: ctx's error comes with an infra verdict).
 func verdictOf(ctx context.Context, name, device string, res Result, start time.Time) (Verdict, error) {
 	v := Verdict{Result: res, Backend: name, Device: device, Exit: exitInfo(res), Launcher: LauncherLocal}
-	v.Signature = Parse(res.Stderr, v.Exit)
+	v.Signature = signature.Parse(res.Stderr, v.Exit)
 	v.Duration = time.Since(start)
 	if l := res.Launch; l != nil {
 		v.Launcher, v.JobID, v.Node, v.Requeued = l.Launcher, l.JobID, l.Node, max(l.Attempts-1, 0)
 		if l.Infra != "" {
 			// The job was lost: the outcome says nothing about the
 			// candidate, whatever it printed.
-			v.Signature = Signature{Family: FamilyInfra, Expression: "slurm: " + l.Infra}
+			v.Signature = signature.Signature{Family: signature.FamilyInfra, Expression: "slurm: " + l.Infra}
 		}
 	}
 	if res.Canceled {
@@ -287,7 +283,7 @@ func verdictOf(ctx context.Context, name, device string, res Result, start time.
 		return v, err
 	}
 	if !res.Started && res.Err != nil {
-		v.Signature = Signature{Family: FamilyInfra, Expression: "not started"}
+		v.Signature = signature.Signature{Family: signature.FamilyInfra, Expression: "not started"}
 		return v, fmt.Errorf("replay: %s backend: %w", name, res.Err)
 	}
 	return v, nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"reduce/fixtures"
+	"reduce/internal/signature"
 	"reduce/kernels"
 )
 
@@ -47,7 +48,7 @@ func crossEntropyBatch(tb testing.TB, size int64) *fixtures.Batch {
 	}
 }
 
-func benchReplays(b *testing.B, be Backend, batch *fixtures.Batch, jobs int, want string) {
+func benchReplays(b *testing.B, be Backend, batch *fixtures.Batch, jobs int, want signature.Family) {
 	b.Helper()
 	// One replay first, untimed: the worker binary in the page cache, the
 	// zygote's first child forked.
@@ -83,7 +84,7 @@ func benchReplays(b *testing.B, be Backend, batch *fixtures.Batch, jobs int, wan
 
 func BenchmarkGoReplay1MiB(b *testing.B) {
 	batch := crossEntropyBatch(b, 1<<20)
-	benchReplays(b, newBackend(b, goOptions(b, "cpu")), batch, 1, FamilyPass)
+	benchReplays(b, newBackend(b, goOptions(b, "cpu")), batch, 1, signature.FamilyPass)
 }
 
 var bigBatch struct {
@@ -95,7 +96,7 @@ func BenchmarkGoReplay256MiB(b *testing.B) {
 	bigBatch.once.Do(func() { bigBatch.b = crossEntropyBatch(b, 256<<20) })
 	o := goOptions(b, "cpu")
 	o.Timeout = 10 * time.Minute
-	benchReplays(b, newBackend(b, o), bigBatch.b, 1, FamilyPass)
+	benchReplays(b, newBackend(b, o), bigBatch.b, 1, signature.FamilyPass)
 }
 
 func BenchmarkTorchReplay(b *testing.B) {
@@ -113,7 +114,7 @@ func BenchmarkTorchReplay(b *testing.B) {
 			o := torchOptions(b, b.TempDir())
 			o.Jobs, o.NoZygote = bc.jobs, bc.noZygote
 			be := newBackend(b, o)
-			benchReplays(b, be, batch, bc.jobs, FamilyHostCheck)
+			benchReplays(b, be, batch, bc.jobs, signature.FamilyHostCheck)
 		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"reduce/fixtures"
+	"reduce/internal/signature"
 )
 
 // The test binary doubles as the go backend's worker: with goWorkerEnv set
@@ -180,8 +181,8 @@ func without(n int64, drop []int64) []int64 {
 
 // recordedSignature is the signature of an example's recorded error text,
 // as a CPU torch run prints its last line.
-func recordedSignature(text string) Signature {
-	return Parse([]byte("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"+text+"\n"), ExitInfo{Code: 1})
+func recordedSignature(text string) signature.Signature {
+	return signature.Parse([]byte("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"+text+"\n"), signature.ExitInfo{Code: 1})
 }
 
 // kernelClass is s.Class(), working around a gap of signature_class.go: its
@@ -189,7 +190,7 @@ func recordedSignature(text string) Signature {
 // which misses a negative target ("Target -N is out of bounds.", the
 // offset_slice example's -1), though the index.bounds rule allows -?N.
 // Reported to the lead; drop the fallback once the rule takes -?N.
-func kernelClass(t testing.TB, s Signature) string {
+func kernelClass(t testing.TB, s signature.Signature) string {
 	t.Helper()
 	return s.Class()
 }
@@ -204,10 +205,10 @@ func TestGoBackendExamples(t *testing.T) {
 			vc := replayOK(t, cpu, ex.batch)
 			want := recordedSignature(ex.want.Error.Text)
 			if vc.Signature.Family != want.Family || vc.Signature.Expression != want.Expression ||
-				want.Family != FamilyHostCheck && want.Family != FamilyOOM {
+				want.Family != signature.FamilyHostCheck && want.Family != signature.FamilyOOM {
 				t.Errorf("go cpu: %v, want the recorded %v\nstderr:\n%s", vc.Signature, want, vc.Result.Stderr)
 			}
-			if vc.Signature.Backend != BackendCPU || vc.Backend != KindGo || vc.Device != "cpu" {
+			if vc.Signature.Backend != signature.BackendCPU || vc.Backend != KindGo || vc.Device != "cpu" {
 				t.Errorf("go cpu: backend %q/%q/%q", vc.Signature.Backend, vc.Backend, vc.Device)
 			}
 			if ex.want.Mode == "size" {
@@ -216,11 +217,11 @@ func TestGoBackendExamples(t *testing.T) {
 				// OOM is the device's).
 				e := ex.want
 				for _, be := range []Backend{cpu, cuda} {
-					if v := replayOK(t, be, subset(t, ex.batch, first(e.LargestPassing))); v.Signature.Family != FamilyPass {
+					if v := replayOK(t, be, subset(t, ex.batch, first(e.LargestPassing))); v.Signature.Family != signature.FamilyPass {
 						t.Errorf("go %s, %d samples: %v\n%s", be.(*goBackend).device, e.LargestPassing, v.Signature, v.Result.Stderr)
 					}
 					v := replayOK(t, be, subset(t, ex.batch, first(e.SmallestFailing)))
-					if v.Signature.Family != FamilyOOM || be == cpu && !v.Signature.Matches(vc.Signature, MatchStrict) {
+					if v.Signature.Family != signature.FamilyOOM || be == cpu && !v.Signature.Matches(vc.Signature, signature.MatchStrict) {
 						t.Errorf("go %s, %d samples: %v, want %v\n%s", be.(*goBackend).device, e.SmallestFailing, v.Signature, vc.Signature, v.Result.Stderr)
 					}
 				}
@@ -233,12 +234,12 @@ func TestGoBackendExamples(t *testing.T) {
 				// bugs are scatter's one device assert.)
 				rest := without(ex.batch.Samples, ex.want.Culprits)
 				v := replayOK(t, cpu, subset(t, ex.batch, rest))
-				if v.Signature.Family != FamilyHostCheck || v.Signature.Matches(vc.Signature, MatchStrict) ||
+				if v.Signature.Family != signature.FamilyHostCheck || v.Signature.Matches(vc.Signature, signature.MatchStrict) ||
 					v.Signature.Expression != recordedSignature(ex.want.OtherFailureSamples[0].Error).Expression {
 					t.Errorf("go cpu without the culprits: %v, want the other failure %q\n%s", v.Signature, ex.want.OtherFailureSamples[0].Error, v.Result.Stderr)
 				}
 				clean := without(ex.batch.Samples, append(ex.otherSamples(), ex.want.Culprits...))
-				if v := replayOK(t, cpu, subset(t, ex.batch, clean)); v.Signature.Family != FamilyPass {
+				if v := replayOK(t, cpu, subset(t, ex.batch, clean)); v.Signature.Family != signature.FamilyPass {
 					t.Errorf("go cpu without the culprits and the other samples: %v\n%s", v.Signature, v.Result.Stderr)
 				}
 				return
@@ -247,13 +248,13 @@ func TestGoBackendExamples(t *testing.T) {
 			if c := kernelClass(t, vg.Signature); c == "" || c != kernelClass(t, vc.Signature) {
 				t.Errorf("go cuda: %v (class %q), cpu %v (class %q)", vg.Signature, c, vc.Signature, kernelClass(t, vc.Signature))
 			}
-			if ex.want.Culprits != nil && vg.Signature.Family != FamilyDeviceAssert {
+			if ex.want.Culprits != nil && vg.Signature.Family != signature.FamilyDeviceAssert {
 				t.Errorf("go cuda: %v, want a device_assert\nstderr:\n%s", vg.Signature, vg.Result.Stderr)
 			}
 			if ex.want.Culprits != nil {
 				rest := subset(t, ex.batch, without(ex.batch.Samples, ex.want.Culprits))
 				for _, be := range []Backend{cpu, cuda} {
-					if v := replayOK(t, be, rest); v.Signature.Family != FamilyPass {
+					if v := replayOK(t, be, rest); v.Signature.Family != signature.FamilyPass {
 						t.Errorf("%s without the culprits: %v\n%s", v.Device, v.Signature, v.Result.Stderr)
 					} else if !bytes.HasPrefix(v.Result.Stdout, []byte("ok "+ex.batch.Op)) {
 						t.Errorf("%s pass: stdout %q", v.Device, v.Result.Stdout)
@@ -312,8 +313,8 @@ func TestWorkerCUDAReporting(t *testing.T) {
 		strings.Contains(blocking, "CUDA_LAUNCH_BLOCKING=1.") {
 		t.Errorf("blocking report should point at cross_entropy, without the advice:\n%s", blocking)
 	}
-	sa, sb := Parse([]byte(async), ExitInfo{Code: 1}), Parse([]byte(blocking), ExitInfo{Code: 1})
-	if sa.Family != FamilyDeviceAssert || !sa.Matches(sb, MatchStrict) || sa.Kernel != "nll_loss_forward_reduce_cuda_kernel_2d" {
+	sa, sb := signature.Parse([]byte(async), signature.ExitInfo{Code: 1}), signature.Parse([]byte(blocking), signature.ExitInfo{Code: 1})
+	if sa.Family != signature.FamilyDeviceAssert || !sa.Matches(sb, signature.MatchStrict) || sa.Kernel != "nll_loss_forward_reduce_cuda_kernel_2d" {
 		t.Errorf("signatures: async %v, blocking %v", sa, sb)
 	}
 }
@@ -349,7 +350,7 @@ func TestWorkerHarness(t *testing.T) {
 	// the candidate.
 	be := newBackend(t, goOptions(t, "cpu"))
 	v := replayOK(t, be, &noOp)
-	if !v.Result.Harness || v.Signature.Family != FamilyInfra {
+	if !v.Result.Harness || v.Signature.Family != signature.FamilyInfra {
 		t.Errorf("no op through the backend: %+v", v.Signature)
 	}
 }
@@ -363,7 +364,7 @@ func TestGoBackendAbort(t *testing.T) {
 	if v.Result.Signal != syscall.SIGABRT || v.Result.CoreDump {
 		t.Fatalf("signal %v core %v; stderr:\n%s", v.Result.Signal, v.Result.CoreDump, v.Result.Stderr)
 	}
-	if v.Signature.Family != FamilyDeviceAssert || v.Signature.Kernel != "nll_loss_forward_reduce_cuda_kernel_2d" {
+	if v.Signature.Family != signature.FamilyDeviceAssert || v.Signature.Kernel != "nll_loss_forward_reduce_cuda_kernel_2d" {
 		t.Errorf("signature %v", v.Signature)
 	}
 	if !bytes.Contains(v.Result.Stderr, []byte("terminate called after throwing an instance of 'c10::Error'")) {
@@ -371,7 +372,7 @@ func TestGoBackendAbort(t *testing.T) {
 	}
 	// A host-side failure is not a device failure: no abort.
 	v = replayOK(t, be, exampleBatch(t, "one_hot_labels"))
-	if v.Result.Signal != 0 || v.Result.ExitCode != 1 || v.Signature.Family != FamilyHostCheck {
+	if v.Result.Signal != 0 || v.Result.ExitCode != 1 || v.Signature.Family != signature.FamilyHostCheck {
 		t.Errorf("one_hot_labels with --abort: %v exit %d signal %v", v.Signature, v.Result.ExitCode, v.Result.Signal)
 	}
 }
@@ -387,7 +388,7 @@ func TestGoBackendConcurrent(t *testing.T) {
 	for range 6 {
 		go func() {
 			v, err := be.Replay(context.Background(), b)
-			if err == nil && v.Signature.Class() != ClassIndexSelect {
+			if err == nil && v.Signature.Class() != signature.ClassIndexSelect {
 				err = fmt.Errorf("signature %v", v.Signature)
 			}
 			errs <- err
@@ -405,7 +406,7 @@ func TestGoBackendCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	v, err := be.Replay(ctx, exampleBatch(t, "four_class_targets"))
-	if err == nil || v.Signature.Family != FamilyInfra {
+	if err == nil || v.Signature.Family != signature.FamilyInfra {
 		t.Errorf("canceled: %v, %v", v.Signature, err)
 	}
 	be.Close()

@@ -1,10 +1,18 @@
 package replay
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"reduce/fixtures"
+	"reduce/internal/signature"
 	"reduce/kernels"
 )
 
@@ -45,7 +53,7 @@ func TestDeviceMemoryGoMatchesTorch(t *testing.T) {
 	to.NoZygote = true
 	tn := newBackend(t, to)
 
-	var first Signature
+	var first signature.Signature
 	for _, n := range []int64{1, 46, 47, 48, 49, 64} {
 		b := embeddingBatch(n, 64, 4096)
 		wantPass := n <= 47
@@ -57,21 +65,21 @@ func TestDeviceMemoryGoMatchesTorch(t *testing.T) {
 			v := replayOK(t, be, b)
 			s := v.Signature
 			switch {
-			case wantPass && s.Family != FamilyPass:
+			case wantPass && s.Family != signature.FamilyPass:
 				t.Errorf("%s, %d samples: %v, want a pass\n%s", be.Name(), n, s, v.Result.Stderr)
-			case !wantPass && (s.Family != FamilyOOM || s.Backend != BackendCPU || s.Class() != ClassHostOOM):
+			case !wantPass && (s.Family != signature.FamilyOOM || s.Backend != signature.BackendCPU || s.Class() != signature.ClassHostOOM):
 				t.Errorf("%s, %d samples: %v, want a host oom\n%s", be.Name(), n, s, v.Result.Stderr)
 			case !wantPass && first.Family == "":
 				first = s
-			case !wantPass && !s.Matches(first, MatchStrict):
+			case !wantPass && !s.Matches(first, signature.MatchStrict):
 				t.Errorf("%s, %d samples: %v does not match %v strictly", be.Name(), n, s, first)
 			}
 		}
 		// CUDA emulation: the caching allocator rounds a large request to
 		// 2 MiB, so 47 MiB of output takes a 48 MiB segment.
 		v := replayOK(t, gcuda, b)
-		if wantCUDA := n <= 46; wantCUDA != (v.Signature.Family == FamilyPass) ||
-			!wantCUDA && (v.Signature.Family != FamilyOOM || v.Signature.Backend != BackendCUDA) {
+		if wantCUDA := n <= 46; wantCUDA != (v.Signature.Family == signature.FamilyPass) ||
+			!wantCUDA && (v.Signature.Family != signature.FamilyOOM || v.Signature.Backend != signature.BackendCUDA) {
 			t.Errorf("go cuda, %d samples: %v\n%s", n, v.Signature, v.Result.Stderr)
 		}
 	}
@@ -87,7 +95,7 @@ func TestDeviceMemoryGoMatchesTorch(t *testing.T) {
 // New, and so is a limit for exec (the user's command sees no flag).
 func TestDeviceMemoryOptions(t *testing.T) {
 	t.Parallel()
-	if v := replayOK(t, newBackend(t, goOptions(t, "cpu")), embeddingBatch(48, 64, 4096)); v.Signature.Family != FamilyPass {
+	if v := replayOK(t, newBackend(t, goOptions(t, "cpu")), embeddingBatch(48, 64, 4096)); v.Signature.Family != signature.FamilyPass {
 		t.Errorf("no limit: %v\n%s", v.Signature, v.Result.Stderr)
 	}
 	o := goOptions(t, "cpu")
@@ -105,15 +113,29 @@ func TestDeviceMemoryOptions(t *testing.T) {
 // mode as DefaultCPUAllocator's (cpu_alloc_oom), strictly.
 func TestDeviceMemoryTextsMatchCorpus(t *testing.T) {
 	t.Parallel()
-	cases := loadCorpus(t)
 	for device, name := range map[string]string{"cuda": "oom_old_cuda_class", "cpu": "cpu_alloc_oom"} {
 		o := goOptions(t, device)
 		o.DeviceMemory = 1 << 20
 		v := replayOK(t, newBackend(t, o), embeddingBatch(4, 64, 4096))
-		c := cases[name]
-		want := Parse(c.stderr, c.exit)
-		if !v.Signature.Matches(want, MatchStrict) || !want.Matches(v.Signature, MatchStrict) || v.Signature.Exception != want.Exception {
+		want := corpusSignature(t, name)
+		if !v.Signature.Matches(want, signature.MatchStrict) || !want.Matches(v.Signature, signature.MatchStrict) || v.Signature.Exception != want.Exception {
 			t.Errorf("go %s: %v, want %v (%s)\n%s", device, v.Signature, want, name, v.Result.Stderr)
 		}
 	}
+}
+
+// corpusSignature is the signature of a file of the signature package's
+// corpus of real outputs (its stderr section, read with its exit section).
+func corpusSignature(t testing.TB, name string) signature.Signature {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "internal", "signature", "testdata", "stderr", name+".txt"))
+	require.NoError(t, err)
+	head, stderr, ok := bytes.Cut(data, []byte("-- stderr --\n"))
+	require.True(t, ok, "%s: no stderr section", name)
+	_, exit, ok := strings.Cut(string(head), "-- exit --\n")
+	require.True(t, ok, "%s: no exit section", name)
+	exit, _, _ = strings.Cut(exit, "\n-- ")
+	var info signature.ExitInfo
+	require.NoError(t, json.Unmarshal([]byte(exit), &info), "%s: exit", name)
+	return signature.Parse(stderr, info)
 }

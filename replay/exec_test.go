@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"reduce/internal/signature"
 )
 
 // plainPython is a Python for the exec tests' stdlib-only script.
@@ -35,8 +37,8 @@ func TestExecBackendFormats(t *testing.T) {
 			be := newBackend(t, Options{Kind: KindExec, Replay: shellQuote(py) + " " + shellQuote(script) + " {batch}",
 				ReplayFormat: format, TempRoot: tmp})
 			v := replayOK(t, be, b)
-			if v.Signature.Family != FamilyHostCheck || v.Signature.Expression != "IndexError: Target N is out of bounds." ||
-				v.Signature.Class() != ClassNLLTargetBounds || v.Backend != KindExec {
+			if v.Signature.Family != signature.FamilyHostCheck || v.Signature.Expression != "IndexError: Target N is out of bounds." ||
+				v.Signature.Class() != signature.ClassNLLTargetBounds || v.Backend != KindExec {
 				t.Errorf("failing batch: %v\n%s", v.Signature, v.Result.Stderr)
 			}
 			v = replayOK(t, be, rest)
@@ -44,7 +46,7 @@ func TestExecBackendFormats(t *testing.T) {
 			if ext == "" {
 				ext = "bin"
 			}
-			if v.Signature.Family != FamilyPass || !bytes.Contains(v.Result.Stdout, []byte("exec_reader: "+ext+": 4 classes, targets [0, 2]")) {
+			if v.Signature.Family != signature.FamilyPass || !bytes.Contains(v.Result.Stdout, []byte("exec_reader: "+ext+": 4 classes, targets [0, 2]")) {
 				t.Errorf("passing subset: %v\nstdout %q\nstderr %s", v.Signature, v.Result.Stdout, v.Result.Stderr)
 			}
 			emptyDir(t, tmp)
@@ -58,7 +60,7 @@ func TestExecBackendForeign86(t *testing.T) {
 	py := plainPython(t)
 	be := newBackend(t, Options{Kind: KindExec, Replay: py + " " + filepath.Join(entryDir(t), "exec_reader.py") + " {batch} --exit 86"})
 	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
-	if v.Result.Harness || v.Result.ExitCode != HarnessExitCode || v.Signature.Family != FamilyHostCheck || v.Signature.Expression != "exit status 86" {
+	if v.Result.Harness || v.Result.ExitCode != HarnessExitCode || v.Signature.Family != signature.FamilyHostCheck || v.Signature.Expression != "exit status 86" {
 		t.Errorf("exit 86: harness %v, exit %d, %v", v.Result.Harness, v.Result.ExitCode, v.Signature)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"reduce/internal/signature"
 )
 
 // BenchmarkSlurmVsLocal replays the seed example with the go backend, -j 2,
@@ -22,7 +24,7 @@ func BenchmarkSlurmVsLocal(b *testing.B) {
 	local := newBackend(b, lo)
 	remote := newBackend(b, slurmOptions(lo))
 	rate := func(be Backend) float64 {
-		if v := replayOK(b, be, batch); v.Signature.Family != FamilyHostCheck {
+		if v := replayOK(b, be, batch); v.Signature.Family != signature.FamilyHostCheck {
 			b.Fatalf("%s: %v\n%s", be.Name(), v.Signature, v.Result.Stderr)
 		}
 		var next atomic.Int64
@@ -35,7 +37,7 @@ func BenchmarkSlurmVsLocal(b *testing.B) {
 				defer wg.Done()
 				for next.Add(1) <= int64(b.N) {
 					v, err := be.Replay(context.Background(), batch)
-					if err != nil || v.Signature.Family != FamilyHostCheck {
+					if err != nil || v.Signature.Family != signature.FamilyHostCheck {
 						failed.Store(v.Signature.String() + " " + string(v.Result.Stderr))
 						return
 					}

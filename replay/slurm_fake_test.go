@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"reduce/internal/signature"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -49,13 +51,13 @@ func TestSlurmFakeLost(t *testing.T) {
 				if retries == 0 {
 					// The default: retried, and the retry's verdict is the
 					// candidate's.
-					assert.Equal(t, FamilyHostCheck, v.Signature.Family, "%s", v.Result.Launch.Log)
+					assert.Equal(t, signature.FamilyHostCheck, v.Signature.Family, "%s", v.Result.Launch.Log)
 					assert.Equal(t, 1, v.Requeued)
 					assert.Equal(t, "fake", v.Node)
 					assert.Equal(t, 1, info.Retried)
 					assert.Equal(t, 2, info.Jobs)
 				} else {
-					assert.Equal(t, Signature{Family: FamilyInfra, Expression: "slurm: " + tc.reason}, v.Signature)
+					assert.Equal(t, signature.Signature{Family: signature.FamilyInfra, Expression: "slurm: " + tc.reason}, v.Signature)
 					assert.Contains(t, v.Result.Launch.Detail, tc.text)
 					assert.Zero(t, v.Requeued)
 				}

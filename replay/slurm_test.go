@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"reduce/internal/signature"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -157,7 +159,7 @@ func TestSlurmWrapper(t *testing.T) {
 	t.Run("signal", func(t *testing.T) {
 		_, _, code := run(t, Command{Path: "sh", Args: []string{"-c", `kill -SEGV $$`}})
 		assert.Equal(t, 128+11, code)
-		assert.Equal(t, FamilyCrashSignal, Parse(nil, ExitInfo{Code: code}).Family)
+		assert.Equal(t, signature.FamilyCrashSignal, signature.Parse(nil, signature.ExitInfo{Code: code}).Family)
 	})
 	t.Run("quoting", func(t *testing.T) {
 		out, _, _ := run(t, Command{Path: "printf", Args: []string{"[%s]", "a b", "", "x{rundir}y{rundir}", "*", "$HOME"}, TempDir: true})
@@ -257,7 +259,7 @@ func TestSlurmInsideJob(t *testing.T) {
 	t.Setenv("SLURM_EXPORT_ENV", "NONE")
 	be := newBackend(t, slurmOptions(goOptions(t, "cpu")))
 	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
-	assert.Equal(t, FamilyHostCheck, v.Signature.Family, "%s\n%s", v.Result.Stderr, v.Result.Launch.Log)
+	assert.Equal(t, signature.FamilyHostCheck, v.Signature.Family, "%s\n%s", v.Result.Stderr, v.Result.Launch.Log)
 	assert.NotEqual(t, "999999", v.JobID)
 	assert.Regexp(t, `^[0-9]+$`, v.JobID)
 }
@@ -277,7 +279,7 @@ func TestSlurmTimeout(t *testing.T) {
 	start := time.Now()
 	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
 	took := time.Since(start)
-	assert.Equal(t, FamilyTimeout, v.Signature.Family, "%s\n%s", v.Result.Stderr, v.Result.Launch.Log)
+	assert.Equal(t, signature.FamilyTimeout, v.Signature.Family, "%s\n%s", v.Result.Stderr, v.Result.Launch.Log)
 	assert.Contains(t, string(v.Result.Stderr), "KeyboardInterrupt", "the step was not interrupted first")
 	assert.Less(t, took, 20*time.Second)
 	assert.Empty(t, ours(t, l), "the job is still in the queue")
@@ -314,7 +316,7 @@ func TestSlurmTimeoutAfterQueue(t *testing.T) {
 	be := newBackend(t, slurmOptions(Options{Kind: KindExec, Timeout: 1500 * time.Millisecond, Replay: `sh -c 'exec sleep 0.3' {batch}`}))
 	start := time.Now()
 	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
-	assert.Equal(t, FamilyPass, v.Signature.Family, "%s", v.Result.Launch.Log)
+	assert.Equal(t, signature.FamilyPass, v.Signature.Family, "%s", v.Result.Launch.Log)
 	assert.Greater(t, time.Since(start), 1500*time.Millisecond, "the job did not wait in the queue")
 }
 
@@ -345,7 +347,7 @@ func TestSlurmCancelledFromOutside(t *testing.T) {
 		l := launcherOf(t, be)
 		go cancelFirst(t, l)
 		v := replayOK(t, be, batch)
-		assert.Equal(t, FamilyPass, v.Signature.Family, "%s", v.Result.Launch.Log)
+		assert.Equal(t, signature.FamilyPass, v.Signature.Family, "%s", v.Result.Launch.Log)
 		assert.Equal(t, 1, v.Requeued)
 		assert.Len(t, v.Result.Launch.Jobs, 2)
 		info := Provenance(be)
@@ -362,8 +364,8 @@ func TestSlurmCancelledFromOutside(t *testing.T) {
 		be := newBackend(t, slurmOptions(Options{Kind: KindExec, Replay: replay, Retries: -1}))
 		go cancelFirst(t, launcherOf(t, be))
 		v := replayOK(t, be, batch)
-		assert.Equal(t, Signature{Family: FamilyInfra, Expression: "slurm: " + SlurmCancelled}, v.Signature)
-		assert.False(t, Failing(v.Signature), "a lost job is never a reproduction")
+		assert.Equal(t, signature.Signature{Family: signature.FamilyInfra, Expression: "slurm: " + SlurmCancelled}, v.Signature)
+		assert.False(t, signature.Failing(v.Signature), "a lost job is never a reproduction")
 	})
 }
 
@@ -374,7 +376,7 @@ func TestSlurmQueueTimeout(t *testing.T) {
 	fillNode(t, 60*time.Second)
 	be := newBackend(t, slurmOptions(Options{Kind: KindExec, Replay: "true {batch}", QueueTimeout: time.Second, Retries: 1}))
 	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
-	assert.Equal(t, Signature{Family: FamilyInfra, Expression: "slurm: " + SlurmQueueTimeout}, v.Signature, "%s", v.Result.Launch.Log)
+	assert.Equal(t, signature.Signature{Family: signature.FamilyInfra, Expression: "slurm: " + SlurmQueueTimeout}, v.Signature, "%s", v.Result.Launch.Log)
 	assert.Equal(t, 1, v.Requeued)
 	assert.Empty(t, v.JobID)
 	info := Provenance(be)
@@ -423,7 +425,7 @@ func TestSlurmNodeFailure(t *testing.T) {
 		t.Error("the job never ran")
 	}()
 	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
-	assert.Equal(t, Signature{Family: FamilyInfra, Expression: "slurm: " + SlurmNodeFail}, v.Signature, "%s", v.Result.Launch.Log)
+	assert.Equal(t, signature.Signature{Family: signature.FamilyInfra, Expression: "slurm: " + SlurmNodeFail}, v.Signature, "%s", v.Result.Launch.Log)
 	assert.Empty(t, ours(t, l))
 }
 
@@ -455,7 +457,7 @@ func TestSlurmCanceled(t *testing.T) {
 	wg.Wait()
 	for i := range 2 {
 		assert.ErrorIs(t, errs[i], context.Canceled)
-		assert.Equal(t, FamilyInfra, verdicts[i].Signature.Family)
+		assert.Equal(t, signature.FamilyInfra, verdicts[i].Signature.Family)
 	}
 	assert.Empty(t, ours(t, l))
 	require.NoError(t, be.Close())

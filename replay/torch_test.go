@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"reduce/fixtures"
+	"reduce/internal/signature"
 )
 
 // torchPython returns the Python with torch the tests use: $REDUCE_PYTHON,
@@ -87,15 +88,15 @@ func TestTorchMatchesGoOnExamples(t *testing.T) {
 			}
 			st, sc := vt.Signature, vc.Signature
 			if st.Family != sc.Family || st.Kernel != sc.Kernel || st.Expression != sc.Expression ||
-				!st.Matches(sc, MatchStrict) || !sc.Matches(st, MatchStrict) {
+				!st.Matches(sc, signature.MatchStrict) || !sc.Matches(st, signature.MatchStrict) {
 				t.Errorf("torch cpu %v\n   go cpu %v\ntorch stderr:\n%s", st, sc, vt.Result.Stderr)
 			}
 			ct := kernelClass(t, st)
 			cudaClass := kernelClass(t, vg.Signature)
-			if ex.want.Mode == "size" && cudaClass == ClassDeviceOOM {
-				cudaClass = ClassHostOOM // the emulated device runs out, not the host
+			if ex.want.Mode == "size" && cudaClass == signature.ClassDeviceOOM {
+				cudaClass = signature.ClassHostOOM // the emulated device runs out, not the host
 			}
-			if ex.batch.Op == "one_hot" && vg.Signature.Family == FamilyDeviceAssert {
+			if ex.batch.Op == "one_hot" && vg.Signature.Family == signature.FamilyDeviceAssert {
 				// CUDA one_hot has no check of its own: scatter's device
 				// assert, whose text is gather's (same file, kernel and
 				// expression), so its class is gather.bounds.
@@ -109,16 +110,16 @@ func TestTorchMatchesGoOnExamples(t *testing.T) {
 			}
 			if ex.want.Mode == "size" {
 				e := ex.want
-				if v := replayOK(t, tb, subset(t, ex.batch, first(e.LargestPassing))); v.Signature.Family != FamilyPass {
+				if v := replayOK(t, tb, subset(t, ex.batch, first(e.LargestPassing))); v.Signature.Family != signature.FamilyPass {
 					t.Errorf("torch, %d samples: %v\n%s", e.LargestPassing, v.Signature, v.Result.Stderr)
 				}
-				if v := replayOK(t, tb, subset(t, ex.batch, first(e.SmallestFailing))); !v.Signature.Matches(st, MatchStrict) {
+				if v := replayOK(t, tb, subset(t, ex.batch, first(e.SmallestFailing))); !v.Signature.Matches(st, signature.MatchStrict) {
 					t.Errorf("torch, %d samples: %v, want %v\n%s", e.SmallestFailing, v.Signature, st, v.Result.Stderr)
 				}
 			}
 			if ex.want.Culprits != nil {
 				rest := subset(t, ex.batch, without(ex.batch.Samples, append(ex.otherSamples(), ex.want.Culprits...)))
-				if v := replayOK(t, tb, rest); v.Signature.Family != FamilyPass || !bytes.Contains(v.Result.Stdout, []byte("reduce_batch: ok "+ex.batch.Op)) {
+				if v := replayOK(t, tb, rest); v.Signature.Family != signature.FamilyPass || !bytes.Contains(v.Result.Stdout, []byte("reduce_batch: ok "+ex.batch.Op)) {
 					t.Errorf("torch without the culprits: %v\nstdout %q\nstderr:\n%s", v.Signature, v.Result.Stdout, v.Result.Stderr)
 				}
 			}
@@ -142,12 +143,12 @@ func TestTorchEntry(t *testing.T) {
 	b := exampleBatch(t, "four_class_targets")
 	b.Op, b.Attrs = "", nil // a batch recorded for the user's own step
 	v := replayOK(t, be, b)
-	if v.Signature.Family != FamilyHostCheck || v.Signature.Kernel != "cross_entropy" ||
+	if v.Signature.Family != signature.FamilyHostCheck || v.Signature.Kernel != "cross_entropy" ||
 		v.Signature.Expression != "IndexError: Target N is out of bounds." || !bytes.Contains(v.Result.Stderr, []byte("myproj/step.py")) {
 		t.Errorf("entry on the failing batch: %v\n%s", v.Signature, v.Result.Stderr)
 	}
 	pass := replayOK(t, be, subset(t, b, []int64{0, 1}))
-	if pass.Signature.Family != FamilyPass || !bytes.Contains(pass.Result.Stdout, []byte("ok myproj.step:step (cpu): float32[] first=")) {
+	if pass.Signature.Family != signature.FamilyPass || !bytes.Contains(pass.Result.Stdout, []byte("ok myproj.step:step (cpu): float32[] first=")) {
 		t.Errorf("entry on the passing subset: %v\nstdout %q\nstderr %s", pass.Signature, pass.Result.Stdout, pass.Result.Stderr)
 	}
 	// A .py path works as the module too; a bad entry is an error of New.
@@ -197,7 +198,7 @@ func TestTorchNoZygote(t *testing.T) {
 	if v[0].Zygote || v[0].Signature.Kernel != "embedding" || v[0].Signature.Expression != "IndexError: index out of range in self" {
 		t.Errorf("no-zygote failing: %+v\n%s", v[0].Signature, v[0].Result.Stderr)
 	}
-	if v[1].Signature.Family != FamilyPass {
+	if v[1].Signature.Family != signature.FamilyPass {
 		t.Errorf("no-zygote passing: %v\n%s", v[1].Signature, v[1].Result.Stderr)
 	}
 	be.Close()
@@ -230,7 +231,7 @@ func TestZygoteFaults(t *testing.T) {
 		}
 		return v
 	}
-	passes := func(v Verdict) bool { return v.Signature.Family == FamilyPass && v.Zygote && !v.Retried }
+	passes := func(v Verdict) bool { return v.Signature.Family == signature.FamilyPass && v.Zygote && !v.Retried }
 	zpid := func() int {
 		tb.zmu.Lock()
 		defer tb.zmu.Unlock()
@@ -242,17 +243,17 @@ func TestZygoteFaults(t *testing.T) {
 	first := zpid()
 
 	expect("exception", func(v Verdict) bool {
-		return v.Result.ExitCode == 1 && v.Signature.Family == FamilyHostCheck &&
+		return v.Result.ExitCode == 1 && v.Signature.Family == signature.FamilyHostCheck &&
 			v.Signature.Expression == "ValueError: candidate rejected: N samples"
 	})
 	expect("pass", passes)
 	expect("segv", func(v Verdict) bool {
-		return v.Result.Signal == syscall.SIGSEGV && v.Signature.Family == FamilyCrashSignal &&
+		return v.Result.Signal == syscall.SIGSEGV && v.Signature.Family == signature.FamilyCrashSignal &&
 			bytes.Contains(v.Result.Stderr, []byte("Fatal Python error: Segmentation fault"))
 	})
 	expect("pass", passes)
 	expect("abort", func(v Verdict) bool {
-		return v.Result.Signal == syscall.SIGABRT && v.Signature.Family == FamilyAbortSignal
+		return v.Result.Signal == syscall.SIGABRT && v.Signature.Family == signature.FamilyAbortSignal
 	})
 	expect("exit3", func(v Verdict) bool {
 		return v.Result.ExitCode == 3 && v.Signature.Expression == "exit status 3"
@@ -266,7 +267,7 @@ func TestZygoteFaults(t *testing.T) {
 	expect("tmpfile", passes)
 	start := time.Now()
 	hv := expect("hang", func(v Verdict) bool {
-		return v.Result.TimedOut && v.Signature.Family == FamilyTimeout &&
+		return v.Result.TimedOut && v.Signature.Family == signature.FamilyTimeout &&
 			bytes.Contains(v.Result.Stderr, []byte("KeyboardInterrupt"))
 	})
 	if d := time.Since(start); d > 5*time.Second+3*time.Second {
@@ -282,7 +283,7 @@ func TestZygoteFaults(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			v, err := be.Replay(context.Background(), withMeta(base, "fault", f))
-			if err != nil || (f == "pass") != (v.Signature.Family == FamilyPass) {
+			if err != nil || (f == "pass") != (v.Signature.Family == signature.FamilyPass) {
 				t.Errorf("concurrent %s: %v %v", f, v.Signature, err)
 			}
 		}()
@@ -294,13 +295,13 @@ func TestZygoteFaults(t *testing.T) {
 
 	// Killed from outside while idle: the next replay restarts it.
 	syscall.Kill(first, syscall.SIGKILL)
-	expect("exception", func(v Verdict) bool { return v.Signature.Family == FamilyHostCheck })
+	expect("exception", func(v Verdict) bool { return v.Signature.Family == signature.FamilyHostCheck })
 	if got := zpid(); got == first || got == 0 || tb.starts != 2 {
 		t.Errorf("after the zygote was killed: pid %d (was %d), %d starts", got, first, tb.starts)
 	}
 	// Killed by its candidate: retried once, then infra.
 	expect("kill-zygote", func(v Verdict) bool {
-		return v.Retried && v.Signature.Family == FamilyInfra && v.Signature.Expression == "torch zygote died"
+		return v.Retried && v.Signature.Family == signature.FamilyInfra && v.Signature.Expression == "torch zygote died"
 	})
 	expect("pass", passes)
 	// Starts: the first, the restart after the kill, the retry of
@@ -332,7 +333,7 @@ func TestZygoteCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(1500 * time.Millisecond); cancel() }()
 	v, err := be.Replay(ctx, withMeta(exampleBatch(t, "four_class_targets"), "fault", "hang"))
-	if err == nil || !v.Result.Canceled || v.Signature.Family != FamilyInfra {
+	if err == nil || !v.Result.Canceled || v.Signature.Family != signature.FamilyInfra {
 		t.Errorf("cancelled hang: %v, %v", v.Signature, err)
 	}
 	pids := be.(*torchBackend).pids()

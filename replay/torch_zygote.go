@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"reduce/internal/signature"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -389,7 +391,7 @@ func (t *torchBackend) replayZygote(ctx context.Context, data []byte, start time
 	case <-ctx.Done():
 		v := Verdict{Backend: KindTorch, Device: t.device, Zygote: true,
 			Result:    Result{ExitCode: -1, Canceled: true, Err: ctx.Err()},
-			Signature: Signature{Family: FamilyInfra, Expression: "canceled"}, Duration: time.Since(start)}
+			Signature: signature.Signature{Family: signature.FamilyInfra, Expression: "canceled"}, Duration: time.Since(start)}
 		v.Exit = exitInfo(v.Result)
 		return v, ctx.Err()
 	}
@@ -411,12 +413,12 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data []byte, st
 	z, err := t.zygoteLocked()
 	t.zmu.Unlock()
 	if err != nil {
-		v.Signature = Signature{Family: FamilyInfra, Expression: "torch zygote not started"}
+		v.Signature = signature.Signature{Family: signature.FamilyInfra, Expression: "torch zygote not started"}
 		return v, false, err
 	}
 	dir, err := t.runner.makeRunDir(&Command{Files: map[string][]byte{"candidate.bin": data}})
 	if err != nil {
-		v.Signature = Signature{Family: FamilyInfra, Expression: "no run directory"}
+		v.Signature = signature.Signature{Family: signature.FamilyInfra, Expression: "no run directory"}
 		return v, false, err
 	}
 	defer func() {
@@ -447,7 +449,7 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data []byte, st
 				streams[j].stop()
 				<-streams[j].done
 			}
-			v.Signature = Signature{Family: FamilyInfra, Expression: "no output pipes"}
+			v.Signature = signature.Signature{Family: signature.FamilyInfra, Expression: "no output pipes"}
 			return v, false, fmt.Errorf("replay: torch backend: output FIFO: %w", err)
 		}
 		streams[i] = startStream(r, t.runner.captureLimit())
@@ -472,7 +474,7 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data []byte, st
 			res.Err = fmt.Errorf("%w; its stderr ends:\n%s", errZygoteDied, tail)
 		}
 		v.Result, v.Exit = res, exitInfo(res)
-		v.Signature = Signature{Family: FamilyInfra, Expression: "torch zygote died"}
+		v.Signature = signature.Signature{Family: signature.FamilyInfra, Expression: "torch zygote died"}
 		v.Duration = time.Since(start)
 		return v, true, nil
 	}
@@ -494,7 +496,7 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data []byte, st
 		collect()
 		res.Err = fmt.Errorf("replay: torch zygote: %s", ev.Error)
 		v.Result, v.Exit = res, exitInfo(res)
-		v.Signature = Signature{Family: FamilyInfra, Expression: "torch zygote: request refused"}
+		v.Signature = signature.Signature{Family: signature.FamilyInfra, Expression: "torch zygote: request refused"}
 		v.Duration = time.Since(start)
 		return v, false, nil
 	case <-z.dead:
@@ -591,7 +593,7 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data []byte, st
 	}
 	res.Harness = !interrupted && res.Signal == 0 && res.ExitCode == HarnessExitCode
 	v.Result, v.Exit = res, exitInfo(res)
-	v.Signature = Parse(res.Stderr, v.Exit)
+	v.Signature = signature.Parse(res.Stderr, v.Exit)
 	v.Duration = time.Since(start)
 	if res.Canceled {
 		return v, false, ctx.Err()

@@ -95,7 +95,7 @@ func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(s
 	if *deviceMemory < 0 {
 		return harness("--device-memory %d: want a size in bytes, or 0 for no limit", *deviceMemory)
 	}
-	res, err := fixtures.RunKernel(b, kernels.Options{Mode: mode, SMs: *sms, DeviceMemory: *deviceMemory})
+	res, err := op.RunOptions(kernels.Options{Mode: mode, SMs: *sms, DeviceMemory: *deviceMemory}, b.Named(), b.Attrs)
 	if err != nil {
 		return harness("%v", err)
 	}

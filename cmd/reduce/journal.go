@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	"reduce/replay"
+	"reduce/internal/signature"
 	"reduce/shrink"
 )
 
@@ -47,14 +47,14 @@ type journalHeader struct {
 	Entry   string `json:"entry,omitempty"`
 	Replay  string `json:"replay,omitempty"`
 	// Settings are the other flags that can change an answer, as given.
-	Settings map[string]string `json:"settings,omitempty"`
-	Want     replay.Signature  `json:"want"`
+	Settings map[string]string   `json:"settings,omitempty"`
+	Want     signature.Signature `json:"want"`
 }
 
 type journalEntry struct {
-	Key       string           `json:"key"`
-	Outcome   shrink.Outcome   `json:"outcome"`
-	Signature replay.Signature `json:"signature"`
+	Key       string              `json:"key"`
+	Outcome   shrink.Outcome      `json:"outcome"`
+	Signature signature.Signature `json:"signature"`
 }
 
 // journalPath is where the journal of a reduction of the file with the
@@ -176,7 +176,7 @@ func (j *journal) lookup(key string) (e journalEntry, ok, fromFile bool) {
 
 // record appends an answer. A journal that cannot be written is not worth
 // stopping the reduction for: the answer is kept in memory.
-func (j *journal) record(key string, o shrink.Outcome, s replay.Signature) {
+func (j *journal) record(key string, o shrink.Outcome, s signature.Signature) {
 	if j == nil {
 		return
 	}

@@ -10,19 +10,19 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"reduce/replay"
+	"reduce/internal/signature"
 	"reduce/shrink"
 )
 
 func TestJournal(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sub", ".reduce-x.journal")
-	head := journalHeader{Source: "abc", Backend: "go", Match: "strict", Want: replay.Signature{Family: replay.FamilyHostCheck}}
+	head := journalHeader{Source: "abc", Backend: "go", Match: "strict", Want: signature.Signature{Family: signature.FamilyHostCheck}}
 	j, _, err := openJournal(path, head, false)
 	require.NoError(t, err)
-	fail := replay.Signature{Family: replay.FamilyHostCheck, Expression: "IndexError: Target N is out of bounds."}
+	fail := signature.Signature{Family: signature.FamilyHostCheck, Expression: "IndexError: Target N is out of bounds."}
 	j.record("samples:{0-3}#0", shrink.Fail, fail)
-	j.record("samples:{0-1}#0", shrink.Pass, replay.Signature{Family: replay.FamilyPass})
+	j.record("samples:{0-1}#0", shrink.Pass, signature.Signature{Family: signature.FamilyPass})
 	// Answers of this run are found again, and are not counted as resumed.
 	e, ok, fromFile := j.lookup("samples:{0-3}#0")
 	require.True(t, ok)
@@ -65,7 +65,7 @@ func TestJournal(t *testing.T) {
 		require.NoError(t, os.WriteFile(cut, append(data, []byte(`{"key":"samples:{1}#0","outc`)...), 0o644))
 		j, _, err := openJournal(cut, head, true)
 		require.NoError(t, err)
-		j.record("samples:{1}#0", shrink.Pass, replay.Signature{Family: replay.FamilyPass})
+		j.record("samples:{1}#0", shrink.Pass, signature.Signature{Family: signature.FamilyPass})
 		j.close(false)
 		// The cut line was dropped, so the new answer is a line of its own.
 		j, _, err = openJournal(cut, head, true)

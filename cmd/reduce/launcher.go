@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"reduce/fixtures"
+	"reduce/internal/regress"
 	"reduce/replay"
 )
 
@@ -59,7 +59,7 @@ func launchEvent(ev map[string]any, v replay.Verdict) {
 // launcherEnv records in the fixture's environment where the replays ran:
 // for Slurm its version, the user's srun options, the nodes seen, and the
 // jobs submitted, retried and lost.
-func launcherEnv(env *fixtures.RecordEnv, be replay.Backend) {
+func launcherEnv(env *regress.RecordEnv, be replay.Backend) {
 	info := replay.Provenance(be)
 	env.Launcher = info.Launcher
 	if info.Launcher != replay.LauncherSlurm {

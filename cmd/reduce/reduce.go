@@ -20,6 +20,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"reduce/fixtures"
+	"reduce/internal/regress"
+	"reduce/internal/signature"
 	"reduce/kernels"
 	"reduce/replay"
 	"reduce/shrink"
@@ -53,9 +55,9 @@ type reduction struct {
 	srcHash  string
 	batch    *fixtures.Batch
 	backend  replay.Backend
-	level    replay.MatchLevel
-	want     replay.Signature
-	recorded *replay.Signature
+	level    signature.MatchLevel
+	want     signature.Signature
+	recorded *signature.Signature
 	strategy shrink.Strategy
 	jobs     int
 	trials   int
@@ -65,11 +67,11 @@ type reduction struct {
 
 	mode       string
 	modeReason string
-	size       *fixtures.SizeResult
+	size       *regress.SizeResult
 
 	mu      sync.Mutex
 	replays int
-	others  map[string]*fixtures.OtherFailure
+	others  map[string]*regress.OtherFailure
 	phase   string
 	phases  map[string]int
 	asked   map[string]int
@@ -141,7 +143,7 @@ const (
 // makes, counted in its phase, journaled and reported. v is the replay's
 // verdict (nil when the journal answered). A replay stopped by
 // cancellation says nothing about the candidate: it is ctx's error.
-func (r *reduction) answer(ctx context.Context, key string, size int, build func() (*fixtures.Batch, error)) (sig replay.Signature, src int, v *replay.Verdict, err error) {
+func (r *reduction) answer(ctx context.Context, key string, size int, build func() (*fixtures.Batch, error)) (sig signature.Signature, src int, v *replay.Verdict, err error) {
 	if e, ok, fromFile := r.journal.lookup(key); ok {
 		if !fromFile {
 			return e.Signature, fromCache, nil, nil
@@ -186,28 +188,24 @@ func (r *reduction) answer(ctx context.Context, key string, size int, build func
 // classify turns a replay's signature into an outcome: the kept failure
 // is Fail, no failure is Pass, and a different failure is Unresolved: it
 // is counted, reported, and never followed.
-func (r *reduction) classify(s replay.Signature) shrink.Outcome {
+func (r *reduction) classify(s signature.Signature) shrink.Outcome {
 	switch {
 	case reproduces(s, r.want, r.level):
 		return shrink.Fail
-	case s.Family == replay.FamilyPass:
+	case s.Family == signature.FamilyPass:
 		return shrink.Pass
 	}
 	return shrink.Unresolved
 }
 
-func (r *reduction) other(s replay.Signature) {
+func (r *reduction) other(s signature.Signature) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	key := s.String()
 	if r.others[key] == nil {
-		r.others[key] = &fixtures.OtherFailure{Signature: recordSig(s)}
+		r.others[key] = &regress.OtherFailure{Signature: s}
 	}
 	r.others[key].Count++
-}
-
-func recordSig(s replay.Signature) fixtures.RecordSignature {
-	return fixtures.RecordSignature{Family: s.Family, Backend: s.Backend, Kernel: s.Kernel, Expression: s.Expression, Exception: s.Exception}
 }
 
 // mainJob is `reduce --batch FILE`.
@@ -220,7 +218,7 @@ func mainJob(c *cli.Context) error {
 		_ = cli.ShowAppHelp(c)
 		return usagef("no batch: give --batch FILE (see reduce --help)")
 	}
-	level, err := replay.ParseMatchLevel(c.String("match"))
+	level, err := signature.ParseMatchLevel(c.String("match"))
 	if err != nil {
 		return usagef("--match: %v", err)
 	}
@@ -272,7 +270,7 @@ func mainJob(c *cli.Context) error {
 	r := &reduction{c: c, path: path, srcHash: srcHash, batch: b, backend: be, level: level,
 		strategy: strategy, jobs: c.Int("jobs"), trials: c.Int("trials"), start: time.Now(),
 		rep:    newReporter(c.App.Writer, c.App.ErrWriter, c.Bool("json"), c.Bool("quiet")),
-		others: map[string]*fixtures.OtherFailure{}, phases: map[string]int{}, asked: map[string]int{}, resumedPhases: map[string]int{}}
+		others: map[string]*regress.OtherFailure{}, phases: map[string]int{}, asked: map[string]int{}, resumedPhases: map[string]int{}}
 	defer r.rep.close()
 	if b.Error != nil {
 		s := recordedSignature(b)
@@ -296,7 +294,7 @@ func mainJob(c *cli.Context) error {
 		return err
 	}
 	var found []finding
-	if r.want.Family == replay.FamilyOOM {
+	if r.want.Family == signature.FamilyOOM {
 		found, err = r.sizeMode(ctx, "the failure is out of memory, which depends on how many samples there are, not on which")
 	} else {
 		found, err = r.sampleMode(ctx)
@@ -361,7 +359,7 @@ func (r *reduction) confirm(ctx context.Context) error {
 	n := r.c.Int("confirm")
 	r.setPhase("confirm", int(r.batch.Samples))
 	fails := 0
-	var seen []replay.Signature
+	var seen []signature.Signature
 	lastStderr := ""
 	for i := 0; i < n; i++ {
 		sig, _, v, err := r.answer(ctx, fmt.Sprintf("confirm:%d", i), int(r.batch.Samples),
@@ -376,12 +374,12 @@ func (r *reduction) confirm(ctx context.Context) error {
 			lastStderr = lastLines(v.Result.Stderr, 3)
 		}
 		seen = append(seen, sig)
-		if r.recorded == nil && replay.Failing(sig) && fails == 0 {
+		if r.recorded == nil && signature.Failing(sig) && fails == 0 {
 			r.want = sig
 		}
-		if replay.Failing(sig) && reproduces(sig, r.want, r.level) {
+		if signature.Failing(sig) && reproduces(sig, r.want, r.level) {
 			fails++
-		} else if replay.Failing(sig) && sig.Family != replay.FamilyInfra {
+		} else if signature.Failing(sig) && sig.Family != signature.FamilyInfra {
 			r.other(sig)
 		}
 	}
@@ -394,11 +392,11 @@ func (r *reduction) confirm(ctx context.Context) error {
 		last := seen[len(seen)-1]
 		what := "got " + last.String()
 		switch {
-		case last.Family == replay.FamilyPass:
+		case last.Family == signature.FamilyPass:
 			what = "it passed"
-		case last.Family == replay.FamilyTimeout:
+		case last.Family == signature.FamilyTimeout:
 			what = "it timed out (try a longer --timeout)"
-		case last.Family == replay.FamilyInfra:
+		case last.Family == signature.FamilyInfra:
 			return fmt.Errorf("%s: the replay itself broke: %s", r.path, lastStderr)
 		}
 		if !allSame(seen) {
@@ -712,7 +710,7 @@ func (r *reduction) sizeMode(ctx context.Context, why string) ([]finding, error)
 			if err != nil {
 				return nil, err
 			}
-			r.size = &fixtures.SizeResult{LargestPassing: lp, SmallestFailing: sf}
+			r.size = &regress.SizeResult{LargestPassing: lp, SmallestFailing: sf}
 			return []finding{{indices: toInts(prefix(sf)), ids: r.idsOf(toInts(prefix(sf))), batch: sub, partial: true, contentFree: true}}, nil
 		case err != nil && !errors.Is(err, shrink.ErrNoPassing):
 			return nil, fmt.Errorf("size search: %w", err)
@@ -724,7 +722,7 @@ func (r *reduction) sizeMode(ctx context.Context, why string) ([]finding, error)
 		}
 		smallestFail, largestPass = sf, lp
 	}
-	r.size = &fixtures.SizeResult{LargestPassing: largestPass, SmallestFailing: smallestFail}
+	r.size = &regress.SizeResult{LargestPassing: largestPass, SmallestFailing: smallestFail}
 	r.rep.logf("size: %d samples fail, %d pass", smallestFail, largestPass)
 	set := toInts(prefix(smallestFail))
 	sub, err := r.batch.Select(prefix(smallestFail))
@@ -786,7 +784,7 @@ func (r *reduction) printSummary(found []finding, dirs []string, partial bool) {
 	}
 	if len(sum.OtherFailures) > 0 {
 		for _, o := range sum.OtherFailures {
-			fmt.Fprintf(w, "other failure (not followed), %d times: %s\n", o.Count, sigString(o.Signature))
+			fmt.Fprintf(w, "other failure (not followed), %d times: %s\n", o.Count, o.Signature)
 		}
 	}
 	if l := sum.Launcher; l.Launcher == replay.LauncherSlurm {
@@ -804,24 +802,20 @@ func (r *reduction) printSummary(found []finding, dirs []string, partial bool) {
 	fmt.Fprintln(w, dirs[0])
 }
 
-func sigString(s fixtures.RecordSignature) string {
-	return replay.Signature{Family: s.Family, Backend: s.Backend, Kernel: s.Kernel, Expression: s.Expression, Exception: s.Exception}.String()
-}
-
 // summary is the last JSON line of --json (DESIGN.md, "The CLI").
 type summary struct {
-	Event         string                  `json:"event"`
-	Fixture       string                  `json:"fixture"`
-	Fixtures      []string                `json:"fixtures"`
-	Signature     replay.Signature        `json:"signature"`
-	Mode          string                  `json:"mode"`
-	ModeReason    string                  `json:"mode_reason"`
-	Culprits      []fixtures.Culprit      `json:"culprits"`
-	Size          *fixtures.SizeResult    `json:"size"`
-	Replays       int                     `json:"replays"`
-	Resumed       int                     `json:"resumed"`
-	Phases        map[string]phaseCount   `json:"phases"`
-	OtherFailures []fixtures.OtherFailure `json:"other_failures"`
+	Event         string                 `json:"event"`
+	Fixture       string                 `json:"fixture"`
+	Fixtures      []string               `json:"fixtures"`
+	Signature     signature.Signature    `json:"signature"`
+	Mode          string                 `json:"mode"`
+	ModeReason    string                 `json:"mode_reason"`
+	Culprits      []regress.Culprit      `json:"culprits"`
+	Size          *regress.SizeResult    `json:"size"`
+	Replays       int                    `json:"replays"`
+	Resumed       int                    `json:"resumed"`
+	Phases        map[string]phaseCount  `json:"phases"`
+	OtherFailures []regress.OtherFailure `json:"other_failures"`
 	// Launcher is where the replays ran; for Slurm with the jobs
 	// submitted, retried and lost.
 	Launcher replay.LaunchInfo `json:"launcher"`
@@ -839,7 +833,7 @@ func (r *reduction) summary(found []finding, dirs []string, partial bool) summar
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := summary{Event: "summary", Fixture: dirs[0], Fixtures: dirs, Signature: r.want, Mode: r.mode, ModeReason: r.modeReason,
-		Culprits: []fixtures.Culprit{}, Size: r.size, Replays: r.replays, Resumed: r.journal.Resumed(),
+		Culprits: []regress.Culprit{}, Size: r.size, Replays: r.replays, Resumed: r.journal.Resumed(),
 		Phases: map[string]phaseCount{}, OtherFailures: r.otherFailures(), Seconds: time.Since(r.start).Seconds(), Partial: partial,
 		Launcher: replay.Provenance(r.backend)}
 	for p, n := range r.phases {
@@ -858,17 +852,17 @@ func (r *reduction) summary(found []finding, dirs []string, partial bool) summar
 
 // otherFailures lists the different failures met, in a stable order; mu
 // is held.
-func (r *reduction) otherFailures() []fixtures.OtherFailure {
-	out := []fixtures.OtherFailure{}
+func (r *reduction) otherFailures() []regress.OtherFailure {
+	out := []regress.OtherFailure{}
 	for _, o := range r.others {
 		out = append(out, *o)
 	}
-	sort.Slice(out, func(i, j int) bool { return sigString(out[i].Signature) < sigString(out[j].Signature) })
+	sort.Slice(out, func(i, j int) bool { return out[i].Signature.String() < out[j].Signature.String() })
 	return out
 }
 
-func (f finding) culprit(dir string) fixtures.Culprit {
-	c := fixtures.Culprit{Indices: f.indices, IDs: f.ids, Elements: []fixtures.Element{}, Fixture: dir}
+func (f finding) culprit(dir string) regress.Culprit {
+	c := regress.Culprit{Indices: f.indices, IDs: f.ids, Elements: []regress.Element{}, Fixture: dir}
 	if c.IDs == nil {
 		c.IDs = []string{}
 	}
@@ -917,7 +911,7 @@ func hashFile(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func allSame(s []replay.Signature) bool {
+func allSame(s []signature.Signature) bool {
 	for _, x := range s[1:] {
 		if x != s[0] {
 			return false

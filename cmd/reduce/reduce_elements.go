@@ -12,6 +12,7 @@ import (
 	"github.com/x448/float16"
 
 	"reduce/fixtures"
+	"reduce/internal/regress"
 	"reduce/kernels"
 	"reduce/shrink"
 )
@@ -23,7 +24,7 @@ const maxElementUnits = 1 << 22
 // foundElement is a triggering element with where it lies in the batch
 // that was searched.
 type foundElement struct {
-	fixtures.Element
+	regress.Element
 	row int64 // its position along the batch axis of the searched batch
 }
 
@@ -184,7 +185,7 @@ func (r *reduction) elements(ctx context.Context, es elementSearch) (elementResu
 		bd := *e.BatchDim
 		idx := append([]int64(nil), u.index...)
 		idx[bd] = es.orig(idx[bd])
-		fe := foundElement{row: u.index[bd], Element: fixtures.Element{Tensor: e.Name, Index: idx, MinimalIndex: u.index}}
+		fe := foundElement{row: u.index[bd], Element: regress.Element{Tensor: e.Name, Index: idx, MinimalIndex: u.index}}
 		orig := forced{i: e.Tensor.LoadInt(u.storage), f: e.Tensor.LoadFloat(u.storage)}
 		try := func(ctx context.Context, v forced) (shrink.Outcome, error) {
 			// Its own value and the benign one make candidates the element

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"reduce/fixtures"
+	"reduce/internal/regress"
 	"reduce/kernels"
 	"reduce/replay"
 )
@@ -20,14 +21,14 @@ import (
 // their directories, in the order of the findings.
 func (r *reduction) writeFixtures(found []finding) ([]string, error) {
 	out := r.c.String("out")
-	culprits := make([]fixtures.Culprit, len(found))
+	culprits := make([]regress.Culprit, len(found))
 	for i, f := range found {
 		culprits[i] = f.culprit("")
 	}
 	dirs := make([]string, len(found))
 	for i, f := range found {
 		reg := r.regression(f, i, culprits)
-		dir, err := fixtures.WriteRegression(out, reg)
+		dir, err := regress.Write(out, reg)
 		if err != nil {
 			return nil, fmt.Errorf("write fixture under --out %s: %w", out, err)
 		}
@@ -53,7 +54,7 @@ func (r *reduction) removePartials(keep []string) []string {
 		if !e.IsDir() || slices.Contains(keep, dir) {
 			continue
 		}
-		m, err := fixtures.ReadManifest(filepath.Join(dir, fixtures.RegressBatchFile))
+		m, err := fixtures.ReadManifest(filepath.Join(dir, regress.BatchFile))
 		if err != nil || m.Batch.Meta["partial"] != "true" || m.Batch.Meta["source_hash"] != "sha256:"+r.srcHash {
 			continue
 		}
@@ -65,7 +66,7 @@ func (r *reduction) removePartials(keep []string) []string {
 }
 
 // regression is the fixture of finding k.
-func (r *reduction) regression(f finding, k int, culprits []fixtures.Culprit) *fixtures.Regression {
+func (r *reduction) regression(f finding, k int, culprits []regress.Culprit) *regress.Regression {
 	min := *f.batch
 	min.Meta = maps.Clone(f.batch.Meta)
 	if min.Meta == nil {
@@ -92,12 +93,12 @@ func (r *reduction) regression(f finding, k int, culprits []fixtures.Culprit) *f
 	}
 	others := r.otherFailures()
 	r.mu.Unlock()
-	rec := fixtures.Record{
-		Version: fixtures.RecordVersion, Op: r.batch.Op, Signature: recordSig(r.want), Match: string(r.level),
+	rec := regress.Record{
+		Version: regress.RecordVersion, Op: r.batch.Op, Signature: r.want, Match: string(r.level),
 		Mode: r.mode, ModeReason: r.modeReason, Culprits: culprits, Finding: k, Size: r.size,
 		Diagnosis: r.diagnosis(f), Replays: replays, Phases: phases, OtherFailures: others,
 		Seconds: time.Since(r.start).Seconds(), Partial: f.partial,
-		Source:      fixtures.RecordSource{File: filepath.Base(r.path), Hash: "sha256:" + r.srcHash, Samples: r.batch.Samples},
+		Source:      regress.RecordSource{File: filepath.Base(r.path), Hash: "sha256:" + r.srcHash, Samples: r.batch.Samples},
 		Environment: r.environment(), Attrs: r.batch.Attrs, Entry: r.c.String("entry"),
 	}
 	if r.backend.Name() == replay.KindExec {
@@ -107,30 +108,30 @@ func (r *reduction) regression(f finding, k int, culprits []fixtures.Culprit) *f
 		}
 	}
 	if r.recorded != nil {
-		s := recordSig(*r.recorded)
+		s := *r.recorded
 		rec.Recorded = &s
 	}
-	reg := &fixtures.Regression{Batch: &min, Record: rec}
+	reg := &regress.Regression{Batch: &min, Record: rec}
 	if _, err := kernels.Lookup(r.batch.Op); err == nil && rec.Entry == "" {
-		if cpu, _, err := fixtures.Expect(&min); err == nil {
+		if cpu, _, err := regress.Expect(&min); err == nil {
 			reg.Record.CPU = cpu
 		}
 		if f.boundary != nil {
-			if cpu, outs, err := fixtures.Expect(f.boundary); err == nil && cpu == nil {
+			if cpu, outs, err := regress.Expect(f.boundary); err == nil && cpu == nil {
 				reg.Boundary = f.boundary
-				reg.Record.Boundary = &fixtures.BoundaryBatch{File: "boundary.bin", Outputs: outs}
+				reg.Record.Boundary = &regress.BoundaryBatch{File: "boundary.bin", Outputs: outs}
 			}
 		}
 	} else if f.boundary != nil {
 		reg.Boundary = f.boundary
-		reg.Record.Boundary = &fixtures.BoundaryBatch{File: "boundary.bin"}
+		reg.Record.Boundary = &regress.BoundaryBatch{File: "boundary.bin"}
 	}
 	return reg
 }
 
 // environment is where the replays ran.
-func (r *reduction) environment() fixtures.RecordEnv {
-	env := fixtures.RecordEnv{Backend: r.backend.Name(), Device: r.c.String("device"), Launcher: "local",
+func (r *reduction) environment() regress.RecordEnv {
+	env := regress.RecordEnv{Backend: r.backend.Name(), Device: r.c.String("device"), Launcher: "local",
 		Jobs: r.jobs, Reduce: reduceVersion(), GoOS: runtime.GOOS, GoArch: runtime.GOARCH}
 	if env.Device == "" {
 		env.Device = "cpu"

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"reduce/fixtures"
+	"reduce/internal/signature"
 	"reduce/replay"
 )
 
@@ -48,7 +49,7 @@ func newBackend(c *cli.Context, b *fixtures.Batch) (replay.Backend, error) {
 	device := c.String("device")
 	if device == "" && c.String("backend") == "go" && b != nil && b.Error != nil {
 		switch recordedSignature(b).Backend {
-		case replay.BackendCUDA, replay.BackendHIP, replay.BackendTriton:
+		case signature.BackendCUDA, signature.BackendHIP, signature.BackendTriton:
 			device = "cuda"
 		}
 	}
@@ -82,8 +83,8 @@ func newBackend(c *cli.Context, b *fixtures.Batch) (replay.Backend, error) {
 // recordedSignature is the signature of the failure recorded with b, which
 // must have one. The recorder keeps the error's text, not the process's
 // exit, so it is read as an uncaught exception's (exit 1).
-func recordedSignature(b *fixtures.Batch) replay.Signature {
-	return replay.Parse([]byte(b.Error.Text), replay.ExitInfo{Code: 1})
+func recordedSignature(b *fixtures.Batch) signature.Signature {
+	return signature.Parse([]byte(b.Error.Text), signature.ExitInfo{Code: 1})
 }
 
 func replayCommand() *cli.Command {
@@ -108,26 +109,26 @@ func replayCommand() *cli.Command {
 
 // replayVerdict is `reduce replay --json`.
 type replayVerdict struct {
-	File       string            `json:"file"`
-	Backend    string            `json:"backend"`
-	Device     string            `json:"device"`
-	Signature  replay.Signature  `json:"signature"`
-	Recorded   *replay.Signature `json:"recorded"`
-	Match      string            `json:"match"`
-	Reproduces bool              `json:"reproduces"`
-	Exit       replay.ExitInfo   `json:"exit"`
-	Seconds    float64           `json:"seconds"`
-	Stderr     string            `json:"stderr"`
-	Launcher   string            `json:"launcher,omitempty"`
-	JobID      string            `json:"job_id,omitempty"`
-	Node       string            `json:"node,omitempty"`
+	File       string               `json:"file"`
+	Backend    string               `json:"backend"`
+	Device     string               `json:"device"`
+	Signature  signature.Signature  `json:"signature"`
+	Recorded   *signature.Signature `json:"recorded"`
+	Match      string               `json:"match"`
+	Reproduces bool                 `json:"reproduces"`
+	Exit       signature.ExitInfo   `json:"exit"`
+	Seconds    float64              `json:"seconds"`
+	Stderr     string               `json:"stderr"`
+	Launcher   string               `json:"launcher,omitempty"`
+	JobID      string               `json:"job_id,omitempty"`
+	Node       string               `json:"node,omitempty"`
 }
 
 func replayOnce(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return usagef("replay takes one batch file, got %d arguments", c.NArg())
 	}
-	level, err := replay.ParseMatchLevel(c.String("match"))
+	level, err := signature.ParseMatchLevel(c.String("match"))
 	if err != nil {
 		return usagef("--match: %v", err)
 	}
@@ -162,7 +163,7 @@ func replayOnce(c *cli.Context) error {
 		out.Recorded = &rec
 		out.Reproduces = reproduces(v.Signature, rec, level)
 	} else {
-		out.Reproduces = replay.Failing(v.Signature)
+		out.Reproduces = signature.Failing(v.Signature)
 	}
 	if c.Bool("json") {
 		enc := json.NewEncoder(c.App.Writer)
@@ -197,11 +198,11 @@ func replayOnce(c *cli.Context) error {
 // on another kind of device than the recording (torch on CPU for a batch
 // recorded on a GPU, say) cannot give the same text; then the shared class
 // of the failure (nll_loss.target_bounds, index_select.bounds, ...) decides.
-func reproduces(got, want replay.Signature, level replay.MatchLevel) bool {
+func reproduces(got, want signature.Signature, level signature.MatchLevel) bool {
 	if got.Matches(want, level) {
 		return true
 	}
-	if level == replay.MatchStrict && got.Backend != want.Backend && replay.Failing(got) {
+	if level == signature.MatchStrict && got.Backend != want.Backend && signature.Failing(got) {
 		gc, wc := got.Class(), want.Class()
 		return gc != "" && gc == wc
 	}

@@ -1,4 +1,4 @@
-package replay
+package signature
 
 import (
 	"errors"
@@ -15,8 +15,7 @@ import (
 //
 // Fields:
 //
-//   - Family is one of the Family* constants (a plain string so that it
-//     round-trips through JSON and flags without conversions).
+//   - Family is one of the Family* constants.
 //   - Backend is "cuda", "hip", "cpu", "triton" (Inductor/Triton generated
 //     kernels) or "", derived from markers in the text (see Parse). It is
 //     informational: no match level compares it, so a CUDA and a HIP build
@@ -37,57 +36,61 @@ import (
 //
 // In JSON, empty fields other than family are left out.
 type Signature struct {
-	Family     string `json:"family"`
+	Family     Family `json:"family"`
 	Backend    string `json:"backend,omitempty"`
 	Kernel     string `json:"kernel,omitempty"`
 	Expression string `json:"expression,omitempty"`
 	Exception  string `json:"exception,omitempty"`
 }
 
-// Failure families. Family is a plain string field; these are its values.
+// Family is a failure's kind: one of the constants below, a closed set
+// (Families lists it). It is a string in JSON and on the command line.
+type Family string
+
+// Failure families.
 const (
 	// FamilyDeviceAssert: a kernel assert fired on the device
 	// (CUDA_KERNEL_ASSERT, HIP "Device-side assertion", Triton/Inductor
 	// bounds asserts, THC "cuda runtime error (59)").
-	FamilyDeviceAssert = "device_assert"
+	FamilyDeviceAssert Family = "device_assert"
 	// FamilyIllegalAddress: CUDA error 700, "an illegal memory access was
 	// encountered".
-	FamilyIllegalAddress = "illegal_address"
+	FamilyIllegalAddress Family = "illegal_address"
 	// FamilyLaunchFailure: CUDA error 719 / HIP "unspecified launch failure"
 	// with no assert line to say more.
-	FamilyLaunchFailure = "launch_failure"
+	FamilyLaunchFailure Family = "launch_failure"
 	// FamilyMisaligned: CUDA error 716, "misaligned address".
-	FamilyMisaligned = "misaligned"
+	FamilyMisaligned Family = "misaligned"
 	// FamilyROCmMemFault: the ROCm runtime's "Memory access fault by GPU
 	// node-N ... Reason: ..." (the process then aborts).
-	FamilyROCmMemFault = "rocm_memfault"
+	FamilyROCmMemFault Family = "rocm_memfault"
 	// FamilyOOM: device ("CUDA out of memory", torch.cuda.OutOfMemoryError,
 	// torch.OutOfMemoryError) or host (DefaultCPUAllocator, std::bad_alloc,
 	// MemoryError) allocation failure; Expression tells the two apart.
-	FamilyOOM = "oom"
+	FamilyOOM Family = "oom"
 	// FamilyHostCheck: an exception raised on the host: shape, dtype and
 	// bounds checks of CPU kernels (see Parse for why CPU bounds errors are
 	// here and not under device_assert), and every exception that no other
 	// family claims. Expression carries "<class>: <normalized message>".
-	FamilyHostCheck = "host_check"
+	FamilyHostCheck Family = "host_check"
 	// FamilyNaNAnomaly: autograd anomaly mode, "Function 'MulBackward0'
 	// returned nan values in its 0th output."
-	FamilyNaNAnomaly = "nan_anomaly"
+	FamilyNaNAnomaly Family = "nan_anomaly"
 	// FamilyDeviceMismatch: "Expected all tensors to be on the same device".
-	FamilyDeviceMismatch = "device_mismatch"
+	FamilyDeviceMismatch Family = "device_mismatch"
 	// FamilyAbortSignal: killed by SIGABRT with nothing more specific in the
 	// text (an uncaught C++ exception of unknown meaning, os.abort()).
-	FamilyAbortSignal = "abort_signal"
+	FamilyAbortSignal Family = "abort_signal"
 	// FamilyCrashSignal: killed by SIGSEGV, SIGBUS, SIGFPE, SIGILL or SIGTRAP.
-	FamilyCrashSignal = "crash_signal"
+	FamilyCrashSignal Family = "crash_signal"
 	// FamilyTimeout: the runner killed the replay at its deadline.
-	FamilyTimeout = "timeout"
+	FamilyTimeout Family = "timeout"
 	// FamilyPass: exit status 0.
-	FamilyPass = "pass"
+	FamilyPass Family = "pass"
 	// FamilyInfra: the replay could not be judged: the harness failed, the
 	// environment is broken (import errors, no GPU, no kernel image for the
 	// device), or the process was killed from outside (SIGKILL, SIGTERM, ...).
-	FamilyInfra = "infra"
+	FamilyInfra Family = "infra"
 )
 
 // Backends, the values of Signature.Backend besides "".
@@ -99,8 +102,8 @@ const (
 )
 
 // Families returns every family, failing ones first.
-func Families() []string {
-	return []string{
+func Families() []Family {
+	return []Family{
 		FamilyDeviceAssert, FamilyIllegalAddress, FamilyLaunchFailure, FamilyMisaligned,
 		FamilyROCmMemFault, FamilyOOM, FamilyHostCheck, FamilyNaNAnomaly, FamilyDeviceMismatch,
 		FamilyAbortSignal, FamilyCrashSignal, FamilyTimeout, FamilyPass, FamilyInfra,
@@ -123,7 +126,7 @@ func Failing(s Signature) bool {
 // "family(backend) kernel: expression [exception]", leaving out empty parts.
 func (s Signature) String() string {
 	var b strings.Builder
-	b.WriteString(s.Family)
+	b.WriteString(string(s.Family))
 	if b.Len() == 0 {
 		b.WriteString("unknown")
 	}
@@ -246,7 +249,7 @@ func canonicalKernel(k string) string {
 //     exited (syscall.WaitStatus.Signal()).
 //   - TimedOut is set when the runner killed it at its deadline.
 //   - Harness is set when the worker reported a harness failure (its
-//     reserved exit code, HarnessExitCode): the replay did not run the
+//     reserved exit code, replay.HarnessExitCode): the replay did not run the
 //     candidate.
 //   - Canceled is set when the runner interrupted the process for a reason
 //     of its own (its context was done): the outcome says nothing about the
@@ -316,7 +319,7 @@ func isCrashSignal(n int) bool {
 // deviceSide reports whether family is a failure of the device itself: one
 // that leaves the context broken, so that a crash at teardown is its
 // consequence rather than another bug.
-func deviceSide(family string) bool {
+func deviceSide(family Family) bool {
 	switch family {
 	case FamilyDeviceAssert, FamilyIllegalAddress, FamilyLaunchFailure, FamilyMisaligned, FamilyROCmMemFault:
 		return true
@@ -476,4 +479,28 @@ func Parse(stderr []byte, exit ExitInfo) Signature {
 		return Signature{Family: FamilyInfra, Expression: "unknown exit status"}
 	}
 	return Signature{Family: FamilyHostCheck, Expression: fmt.Sprintf("exit status %d", exit.Code)}
+}
+
+// Reproduces reports whether a replay's signature got reproduces want, the
+// failure kept, at level: Matches, and at MatchStrict also a failure of
+// the same class (Class) printed by another kind of device. A torch CPU
+// replay of a batch recorded on a GPU cannot print the same text, but its
+// exception and the device assert name one check (nll_loss.target_bounds).
+// It is the one rule every replay is judged by.
+func Reproduces(got, want Signature, level MatchLevel) bool {
+	if got.Matches(want, level) {
+		return true
+	}
+	if level == MatchStrict && got.Backend != want.Backend && Failing(got) {
+		gc, wc := got.Class(), want.Class()
+		return gc != "" && gc == wc
+	}
+	return false
+}
+
+// Recorded is the signature of a failure recorded as text (a batch file's
+// error): the recorder keeps the error's text, not the process's exit, so
+// it is read as an uncaught exception's (exit status 1).
+func Recorded(text string) Signature {
+	return Parse([]byte(text), ExitInfo{Code: 1})
 }

@@ -1,4 +1,4 @@
-package replay
+package signature
 
 import (
 	"bytes"
@@ -146,7 +146,7 @@ func TestParseCorpus(t *testing.T) {
 // forms the design lists, so that a file removed by mistake is noticed.
 func TestParseCorpusCoverage(t *testing.T) {
 	cases := loadCorpus(t)
-	seen := map[string]bool{}
+	seen := map[Family]bool{}
 	for _, c := range cases {
 		seen[c.want.Family] = true
 	}
@@ -284,6 +284,13 @@ func TestMatchCorpusPairs(t *testing.T) {
 func TestMatchLevels(t *testing.T) {
 	nll := Signature{Family: FamilyDeviceAssert, Backend: BackendCUDA, Kernel: "nll_loss_forward_reduce_cuda_kernel_2d", Expression: "t >= 0 && t < n_classes"}
 	idx := Signature{Family: FamilyDeviceAssert, Backend: BackendCUDA, Kernel: "indexSelectLargeIndex", Expression: "srcIndex < srcSelectDimSize"}
+	// nll2d differs from nll in the kernel only: the expression alone must
+	// not make them match.
+	nll2d := nll
+	nll2d.Kernel = "nll_loss2d_forward_kernel"
+	// nllOther differs from nll in the expression only.
+	nllOther := nll
+	nllOther.Expression = "cur_target >= 0 && cur_target < n_classes"
 	bare := Signature{Family: FamilyDeviceAssert, Backend: BackendCUDA, Exception: "RuntimeError"}
 	oom := Signature{Family: FamilyOOM, Backend: BackendCUDA, Expression: exprDeviceOOM}
 	host := Signature{Family: FamilyHostCheck, Backend: BackendCPU, Expression: "IndexError: Target N is out of bounds."}
@@ -297,8 +304,10 @@ func TestMatchLevels(t *testing.T) {
 		match     bool
 	}{
 		{"strict same", nll, nll, MatchStrict, true},
-		{"strict other kernel", idx, nll, MatchStrict, false},
-		{"family other kernel", idx, nll, MatchFamily, true},
+		{"strict other kernel", nll2d, nll, MatchStrict, false},
+		{"strict other expression", nllOther, nll, MatchStrict, false},
+		{"strict other kernel and expression", idx, nll, MatchStrict, false},
+		{"family other kernel", nll2d, nll, MatchFamily, true},
 		{"any other family", oom, nll, MatchAny, true},
 		{"family other family", oom, nll, MatchFamily, false},
 		{"recorded without expression matches any assert", nll, bare, MatchStrict, true},
@@ -384,7 +393,7 @@ func TestParseExit(t *testing.T) {
 		name   string
 		stderr string
 		exit   ExitInfo
-		family string
+		family Family
 		expr   string
 	}{
 		{"exit 0 with an error text is a pass", pyExc, ExitInfo{Code: 0}, FamilyPass, ""},

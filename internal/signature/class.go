@@ -1,4 +1,4 @@
-package replay
+package signature
 
 import (
 	"regexp"
@@ -59,7 +59,7 @@ var deviceClassRules = []classRule{
 
 // hostClassRules map PyTorch's host exception messages, after
 // normalizeMessage (integers are N), to classes. The texts are those of
-// real torch 1.13 CPU runs (replay/testdata/stderr/cpu_*.txt).
+// real torch 1.13 CPU runs (testdata/stderr/cpu_*.txt).
 var hostClassRules = []classRule{
 	{class: ClassNLLTargetBounds, exception: "IndexError", expr: regexp.MustCompile(`^Target N is out of bounds\.$`)},
 	{class: ClassIndexSelect, exception: "IndexError", expr: regexp.MustCompile(`^index out of range in self$`)},

@@ -1,4 +1,4 @@
-package replay
+package signature
 
 import (
 	"os"
@@ -26,7 +26,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("x:1: : block: [0,0,0], thread: [0,0,0] Assertion `` failed."), 1, 0, false, false)
 	f.Add([]byte("Traceback (most recent call last):\n"), 1, 0, false, false)
 	f.Add([]byte("terminate called after throwing an instance of 'x'\n"), -1, 6, false, false)
-	known := map[string]bool{}
+	known := map[Family]bool{}
 	for _, fam := range Families() {
 		known[fam] = true
 	}

@@ -1,0 +1,15 @@
+// Package signature says what failure a replay's output shows: it parses
+// a replay's stderr and exit status into a Signature (family, backend,
+// kernel, expression, exception class) with the volatile parts normalized
+// away, matches two signatures at a level (strict, family, any), and maps
+// the forms one check takes on different builds to a shared class.
+//
+// It owns the failure families (Family, a closed set) and every fact about
+// the texts PyTorch prints for them (../shared/reference/pytorch-failures.md
+// collects their sources). The corpus in testdata/stderr holds real outputs,
+// each with its expected signature.
+//
+// It is a leaf: it imports nothing of this project and does no I/O, so the
+// replay backends, the reduction and the regression writer all use the one
+// Signature type and the one matching rule (Reproduces).
+package signature
