@@ -21,13 +21,6 @@ const (
 	KindExec  = "exec"
 )
 
-// Candidate file formats of the exec backend (the --replay-format flag).
-const (
-	FormatBin         = "bin"
-	FormatNPZ         = "npz"
-	FormatSafetensors = "safetensors"
-)
-
 // WorkerCommand is the hidden subcommand of the reduce binary that runs the
 // go backend's worker: `reduce __worker --device cpu|cuda` reads a batch
 // file on its standard input and runs its op (see Worker).
@@ -61,9 +54,9 @@ type Options struct {
 	// the candidate file's path.
 	Replay string
 	// ReplayFormat is the exec backend's candidate format (--replay-format):
-	// FormatBin ("" too, the native crash.bin), FormatNPZ or
-	// FormatSafetensors.
-	ReplayFormat string
+	// fixtures.FormatBin ("" too, the native crash.bin),
+	// fixtures.FormatNPZ or fixtures.FormatSafetensors.
+	ReplayFormat fixtures.Format
 	// Jobs is the most replays that run at once (-j); 0 means len(GPUs),
 	// or 1 without GPUs. Replay may be called from up to Jobs goroutines
 	// (more just wait for a slot).
@@ -213,7 +206,7 @@ func New(o Options) (Backend, error) {
 	if o.DeviceMemory > 0 && kind == KindExec {
 		return nil, fmt.Errorf("replay: --device-memory is for --backend go or torch (--backend exec runs the --replay command as it is)")
 	}
-	if f := strings.ToLower(o.ReplayFormat); f != "" && f != FormatBin && kind != KindExec {
+	if f, err := fixtures.ParseFormat(string(o.ReplayFormat)); (err != nil || f != fixtures.FormatBin) && kind != KindExec {
 		return nil, fmt.Errorf("replay: --replay-format is for --backend exec (--backend %s reads the native format)", kind)
 	}
 	l, err := newLauncher(&o)
@@ -289,9 +282,8 @@ func verdictOf(ctx context.Context, name, device string, res Result, start time.
 	return v, nil
 }
 
-// encodeBatch writes b in the native format, uncompressed (the worker reads
-// it at once; compressing would cost more than it saves).
-func encodeBatch(b *fixtures.Batch) ([]byte, error) {
+// encodeBatch writes b in format f (the workers read the native format).
+func encodeBatch(b *fixtures.Batch, f fixtures.Format) ([]byte, error) {
 	if b == nil {
 		return nil, errors.New("replay: nil batch")
 	}
@@ -303,7 +295,7 @@ func encodeBatch(b *fixtures.Batch) ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	buf.Grow(int(size))
-	if err := fixtures.Encode(&buf, b, fixtures.WithCompression(fixtures.CompressionNone)); err != nil {
+	if _, err := fixtures.EncodeAs(&buf, b, f); err != nil {
 		return nil, fmt.Errorf("replay: candidate: %w", err)
 	}
 	return buf.Bytes(), nil

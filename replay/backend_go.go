@@ -66,7 +66,7 @@ func (g *goBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, err
 		return Verdict{Backend: KindGo, Device: g.device}, ErrClosed
 	}
 	start := time.Now()
-	data, err := encodeBatch(b)
+	data, err := encodeBatch(b, fixtures.FormatBin)
 	if err != nil {
 		return Verdict{Backend: KindGo, Device: g.device}, err
 	}

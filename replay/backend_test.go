@@ -277,7 +277,7 @@ func exampleBatch(t testing.TB, name string) *fixtures.Batch {
 
 func encodeForTest(t testing.TB, b *fixtures.Batch) []byte {
 	t.Helper()
-	data, err := encodeBatch(b)
+	data, err := encodeBatch(b, fixtures.FormatBin)
 	if err != nil {
 		t.Fatal(err)
 	}

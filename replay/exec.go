@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os/exec"
@@ -23,7 +22,7 @@ type execBackend struct {
 	path   string   // argv[0], looked up
 	args   []string // argv[1:], {batch} replaced by {rundir}/<file>
 	file   string   // the candidate's file name
-	format string
+	format fixtures.Format
 	device string
 	env    []string
 	pool   *Pool
@@ -48,23 +47,15 @@ func newExecBackend(o Options) (Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replay: --replay %q: command %q: %w", o.Replay, argv[0], err)
 	}
-	format := strings.ToLower(strings.TrimPrefix(o.ReplayFormat, "."))
-	ext := ""
-	switch format {
-	case "", FormatBin:
-		format, ext = FormatBin, ".bin"
-	case FormatNPZ:
-		ext = ".npz"
-	case FormatSafetensors:
-		ext = ".safetensors"
-	default:
+	format, err := fixtures.ParseFormat(string(o.ReplayFormat))
+	if err != nil {
 		return nil, fmt.Errorf("replay: --replay-format %q: want bin, npz or safetensors", o.ReplayFormat)
 	}
 	kind := normKind(o.Device)
 	if kind == "" || strings.Contains(o.Device, ":") {
 		return nil, fmt.Errorf("replay: --device %q: the exec backend takes cpu, cuda or rocm (it only sets the environment; the command picks its device)", o.Device)
 	}
-	e := &execBackend{path: path, file: "batch" + ext, format: format, device: kind}
+	e := &execBackend{path: path, file: "batch" + format.Ext(), format: format, device: kind}
 	target := RunDirArg + "/" + e.file
 	shell := isShell(argv[0])
 	for i, a := range argv[1:] {
@@ -87,20 +78,7 @@ func (e *execBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, e
 		return Verdict{Backend: KindExec, Device: e.device}, ErrClosed
 	}
 	start := time.Now()
-	var data []byte
-	var err error
-	switch e.format {
-	case FormatBin:
-		data, err = encodeBatch(b)
-	case FormatNPZ:
-		var buf bytes.Buffer
-		_, err = fixtures.WriteNPZ(&buf, b, false)
-		data = buf.Bytes()
-	case FormatSafetensors:
-		var buf bytes.Buffer
-		_, err = fixtures.WriteSafetensors(&buf, b)
-		data = buf.Bytes()
-	}
+	data, err := encodeBatch(b, e.format)
 	if err != nil {
 		return Verdict{Backend: KindExec, Device: e.device}, fmt.Errorf("replay: --replay-format %s: %w", e.format, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"reduce/fixtures"
 	"reduce/internal/signature"
 )
 
@@ -31,8 +32,8 @@ func TestExecBackendFormats(t *testing.T) {
 	script := filepath.Join(entryDir(t), "exec_reader.py")
 	b := exampleBatch(t, "four_class_targets")
 	rest := subset(t, b, []int64{0, 1})
-	for _, format := range []string{"", FormatBin, FormatNPZ, FormatSafetensors} {
-		t.Run("format="+format, func(t *testing.T) {
+	for _, format := range []fixtures.Format{"", fixtures.FormatBin, fixtures.FormatNPZ, fixtures.FormatSafetensors} {
+		t.Run("format="+string(format), func(t *testing.T) {
 			tmp := t.TempDir()
 			be := newBackend(t, Options{Kind: KindExec, Replay: shellQuote(py) + " " + shellQuote(script) + " {batch}",
 				ReplayFormat: format, TempRoot: tmp})

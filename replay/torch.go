@@ -241,7 +241,7 @@ func (t *torchBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, 
 	if closed {
 		return Verdict{Backend: KindTorch, Device: t.device}, ErrClosed
 	}
-	data, err := encodeBatch(b)
+	data, err := encodeBatch(b, fixtures.FormatBin)
 	if err != nil {
 		return Verdict{Backend: KindTorch, Device: t.device}, err
 	}

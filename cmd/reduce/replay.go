@@ -68,7 +68,7 @@ func newBackend(c *cli.Context, b *fixtures.Batch) (replay.Backend, error) {
 	}
 	be, err := replay.New(replay.Options{
 		Kind: c.String("backend"), Device: device, Python: c.String("python"), Entry: c.String("entry"),
-		Replay: c.String("replay"), ReplayFormat: c.String("replay-format"), Jobs: c.Int("jobs"),
+		Replay: c.String("replay"), ReplayFormat: fixtures.Format(c.String("replay-format")), Jobs: c.Int("jobs"),
 		GPUs: gpus, Timeout: c.Duration("timeout"), NoZygote: c.Bool("no-zygote"), Blocking: &blocking,
 		Env: env, DeviceMemory: deviceMemory,
 		Launcher: c.String("launcher"), SlurmArgs: c.String("slurm-args"), SharedDir: c.String("shared-dir"),
