@@ -14,12 +14,18 @@ import (
 	"reduce/internal/signature"
 )
 
-// Backend kinds, the values of Options.Kind (the --backend flag).
+// Kind is a backend: a closed set, the values of the --backend flag.
+type Kind string
+
+// Backend kinds.
 const (
-	KindGo    = "go"
-	KindTorch = "torch"
-	KindExec  = "exec"
+	KindGo    Kind = "go"
+	KindTorch Kind = "torch"
+	KindExec  Kind = "exec"
 )
+
+// Kinds lists the backends, the default first.
+func Kinds() []Kind { return []Kind{KindGo, KindTorch, KindExec} }
 
 // WorkerCommand is the hidden subcommand of the reduce binary that runs the
 // go backend's worker: `reduce __worker --device cpu|cuda` reads a batch
@@ -31,7 +37,7 @@ const WorkerCommand = "__worker"
 type Options struct {
 	// Kind is the backend: KindGo ("" too), KindTorch or KindExec
 	// (--backend).
-	Kind string
+	Kind Kind
 	// Device (--device): for go, "cpu" (CPU semantics, the default) or
 	// "cuda" (CUDA emulation: device-side asserts); for torch, the torch
 	// device the tensors are rebuilt on: "cpu" (the default), "cuda",
@@ -85,6 +91,10 @@ type Options struct {
 	Abort bool
 	// Env is set over every replay's environment (KEY=VALUE entries).
 	Env []string
+	// Seed (--seed), when set, seeds the replayed step's random generators:
+	// every replay gets REDUCE_SEED, which the torch backend passes to
+	// torch.manual_seed before the step (and a user's step may read).
+	Seed *int64
 	// TempRoot is where per-run directories (and the torch backend's copy
 	// of reduce_batch.py) are made; "" means os.TempDir().
 	TempRoot string
@@ -136,8 +146,8 @@ type Verdict struct {
 	Exit signature.ExitInfo
 	// Result is the process's: exit status, captured output, duration.
 	Result Result
-	// Backend is the backend's Name (go, torch, exec).
-	Backend string
+	// Backend is the backend's Kind.
+	Backend Kind
 	// Device is the backend's device (cpu, cuda, ...).
 	Device string
 	// Zygote reports that the replay ran in a child forked from the torch
@@ -169,9 +179,67 @@ type Verdict struct {
 // "canceled"). A candidate that crashes, hangs or fails to load is a
 // Verdict. Replay may be called from several goroutines at once.
 type Backend interface {
-	Name() string
+	Kind() Kind
+	// Settings are what the backend's answers depend on.
+	Settings() Settings
 	Replay(ctx context.Context, b *fixtures.Batch) (Verdict, error)
 	Close() error
+}
+
+// Settings are what a backend's answers depend on, every default filled
+// in (the interpreter found, the device resolved, the timeout's default):
+// two backends with equal Settings answer a candidate alike. A reduction's
+// journal pins them, so that --resume never takes an answer given under
+// other settings, and a flag given at its default value changes nothing.
+type Settings struct {
+	Kind   Kind   `json:"backend"`
+	Device string `json:"device"`
+	// Python is the torch backend's interpreter, as found.
+	Python string `json:"python,omitempty"`
+	Entry  string `json:"entry,omitempty"`
+	// Replay and ReplayFormat are the exec backend's command and format.
+	Replay       string          `json:"replay,omitempty"`
+	ReplayFormat fixtures.Format `json:"replay_format,omitempty"`
+	// Timeout bounds a replay; 0 is none.
+	Timeout      time.Duration `json:"timeout"`
+	DeviceMemory int64         `json:"device_memory,omitempty"`
+	Blocking     bool          `json:"blocking"`
+	Abort        bool          `json:"abort,omitempty"`
+	Seed         *int64        `json:"seed,omitempty"`
+	// Env is Options.Env, as given.
+	Env       []string `json:"env,omitempty"`
+	Launcher  string   `json:"launcher"`
+	SlurmArgs string   `json:"slurm_args,omitempty"`
+}
+
+// settings are o's Settings for a backend of kind on device (resolved by
+// the backend).
+func (o *Options) settings(kind Kind, device string) Settings {
+	s := Settings{Kind: kind, Device: device, Entry: o.Entry, Replay: o.Replay, DeviceMemory: o.DeviceMemory,
+		Blocking: o.blocking(), Abort: o.Abort, Seed: o.Seed, Env: o.Env, Launcher: LauncherLocal, SlurmArgs: o.SlurmArgs}
+	switch {
+	case o.Timeout == 0:
+		s.Timeout = DefaultTimeout
+	case o.Timeout > 0:
+		s.Timeout = o.Timeout
+	}
+	if kind == KindExec {
+		s.ReplayFormat, _ = fixtures.ParseFormat(string(o.ReplayFormat))
+	}
+	if o.launcher != nil {
+		s.Launcher = o.launcher.Name()
+	}
+	return s
+}
+
+// env is what every replay of o gets over its own environment: Options.Env
+// and the seed.
+func (o *Options) env() []string {
+	env := append([]string(nil), o.Env...)
+	if o.Seed != nil {
+		env = append(env, fmt.Sprintf("REDUCE_SEED=%d", *o.Seed))
+	}
+	return env
 }
 
 // ErrClosed is returned by Replay after Close.
@@ -181,7 +249,7 @@ var ErrClosed = errors.New("replay: backend closed")
 // zygote (or checks its interpreter) here, so a Python that cannot import
 // torch, or a device it cannot initialize, is an error of New.
 func New(o Options) (Backend, error) {
-	kind := strings.ToLower(strings.TrimSpace(o.Kind))
+	kind := Kind(strings.ToLower(strings.TrimSpace(string(o.Kind))))
 	if kind == "" {
 		kind = KindGo
 	}
@@ -194,7 +262,7 @@ func New(o Options) (Backend, error) {
 		return nil, fmt.Errorf("replay: --backend %q: want go, torch or exec", o.Kind)
 	}
 	if o.Entry != "" && kind != KindTorch {
-		return nil, fmt.Errorf("replay: --entry is for --backend torch (--backend %s runs %s)", kind, map[string]string{
+		return nil, fmt.Errorf("replay: --entry is for --backend torch (--backend %s runs %s)", kind, map[Kind]string{
 			KindGo: "the batch's built-in op", KindExec: "the --replay command"}[kind])
 	}
 	if o.Replay != "" && kind != KindExec {
@@ -256,7 +324,7 @@ func exitInfo(r Result) signature.ExitInfo {
 // verdictOf turns a Runner's Result into a Verdict, or the error that must
 // stop the reduction: the process could not be started (not for a
 // cancellation: ctx's error comes with an infra verdict).
-func verdictOf(ctx context.Context, name, device string, res Result, start time.Time) (Verdict, error) {
+func verdictOf(ctx context.Context, name Kind, device string, res Result, start time.Time) (Verdict, error) {
 	v := Verdict{Result: res, Backend: name, Device: device, Exit: exitInfo(res), Launcher: LauncherLocal}
 	v.Signature = signature.Parse(res.Stderr, v.Exit)
 	v.Duration = time.Since(start)

@@ -20,6 +20,7 @@ type goBackend struct {
 	args   []string
 	env    []string
 	pool   *Pool
+	set    Settings
 	closed atomic.Bool
 }
 
@@ -54,12 +55,15 @@ func newGoBackend(o Options) (Backend, error) {
 	if dev == DeviceCUDA {
 		g.env = append(g.env, DeviceEnv(DeviceCUDA, o.blocking())...)
 	}
-	g.env = append(g.env, o.Env...)
+	g.env = append(g.env, o.env()...)
+	g.set = o.settings(KindGo, dev)
 	g.pool = o.pool(DeviceCUDA)
 	return g, nil
 }
 
-func (g *goBackend) Name() string { return KindGo }
+func (g *goBackend) Kind() Kind { return KindGo }
+
+func (g *goBackend) Settings() Settings { return g.set }
 
 func (g *goBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, error) {
 	if g.closed.Load() {

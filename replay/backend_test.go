@@ -52,7 +52,7 @@ func replayOK(t testing.TB, be Backend, b *fixtures.Batch) Verdict {
 	t.Helper()
 	v, err := be.Replay(context.Background(), b)
 	if err != nil {
-		t.Fatalf("%s: Replay: %v", be.Name(), err)
+		t.Fatalf("%s: Replay: %v", be.Kind(), err)
 	}
 	return v
 }

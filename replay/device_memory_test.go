@@ -66,13 +66,13 @@ func TestDeviceMemoryGoMatchesTorch(t *testing.T) {
 			s := v.Signature
 			switch {
 			case wantPass && s.Family != signature.FamilyPass:
-				t.Errorf("%s, %d samples: %v, want a pass\n%s", be.Name(), n, s, v.Result.Stderr)
+				t.Errorf("%s, %d samples: %v, want a pass\n%s", be.Kind(), n, s, v.Result.Stderr)
 			case !wantPass && (s.Family != signature.FamilyOOM || s.Backend != signature.BackendCPU || s.Class() != signature.ClassHostOOM):
-				t.Errorf("%s, %d samples: %v, want a host oom\n%s", be.Name(), n, s, v.Result.Stderr)
+				t.Errorf("%s, %d samples: %v, want a host oom\n%s", be.Kind(), n, s, v.Result.Stderr)
 			case !wantPass && first.Family == "":
 				first = s
 			case !wantPass && !s.Matches(first, signature.MatchStrict):
-				t.Errorf("%s, %d samples: %v does not match %v strictly", be.Name(), n, s, first)
+				t.Errorf("%s, %d samples: %v does not match %v strictly", be.Kind(), n, s, first)
 			}
 		}
 		// CUDA emulation: the caching allocator rounds a large request to

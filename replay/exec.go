@@ -26,6 +26,7 @@ type execBackend struct {
 	device string
 	env    []string
 	pool   *Pool
+	set    Settings
 	closed atomic.Bool
 }
 
@@ -66,12 +67,15 @@ func newExecBackend(o Options) (Backend, error) {
 		}
 		e.args = append(e.args, strings.ReplaceAll(a, BatchArg, repl))
 	}
-	e.env = append(append(PythonEnv(), DeviceEnv(kind, o.blocking())...), o.Env...)
+	e.env = append(append(PythonEnv(), DeviceEnv(kind, o.blocking())...), o.env()...)
+	e.set = o.settings(KindExec, kind)
 	e.pool = o.pool(kind)
 	return e, nil
 }
 
-func (e *execBackend) Name() string { return KindExec }
+func (e *execBackend) Kind() Kind { return KindExec }
+
+func (e *execBackend) Settings() Settings { return e.set }
 
 func (e *execBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, error) {
 	if e.closed.Load() {

@@ -25,7 +25,7 @@ func BenchmarkSlurmVsLocal(b *testing.B) {
 	remote := newBackend(b, slurmOptions(lo))
 	rate := func(be Backend) float64 {
 		if v := replayOK(b, be, batch); v.Signature.Family != signature.FamilyHostCheck {
-			b.Fatalf("%s: %v\n%s", be.Name(), v.Signature, v.Result.Stderr)
+			b.Fatalf("%s: %v\n%s", be.Kind(), v.Signature, v.Result.Stderr)
 		}
 		var next atomic.Int64
 		var failed atomic.Value

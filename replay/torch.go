@@ -40,6 +40,7 @@ type torchBackend struct {
 	runner  *Runner
 	pool    *Pool
 	noZyg   bool
+	set     Settings
 	slots   chan int
 	slotEnv []map[string]string
 
@@ -174,7 +175,9 @@ func newTorchBackend(o Options) (Backend, error) {
 		python: python, device: dev, kind: kind, entry: o.Entry, memory: o.DeviceMemory, runner: o.runner(),
 		noZyg: o.NoZygote, seenPIDs: map[int]bool{},
 	}
-	t.env = append(append(PythonEnv(), DeviceEnv(kind, o.blocking())...), o.Env...)
+	t.env = append(append(PythonEnv(), DeviceEnv(kind, o.blocking())...), o.env()...)
+	t.set = o.settings(KindTorch, dev)
+	t.set.Python = python
 	t.pool = o.pool(kind)
 	n := t.pool.Size()
 	t.slots = make(chan int, n)
@@ -222,7 +225,9 @@ func newTorchBackend(o Options) (Backend, error) {
 	return t, nil
 }
 
-func (t *torchBackend) Name() string { return KindTorch }
+func (t *torchBackend) Kind() Kind { return KindTorch }
+
+func (t *torchBackend) Settings() Settings { return t.set }
 
 // memoryArgs pass Options.DeviceMemory to reduce_batch.py (replay and
 // zygote take the same flag).

@@ -250,7 +250,7 @@ func mainJob(c *cli.Context) error {
 	if b.Samples == 0 {
 		return usagef("%s: the batch has no samples to reduce", path)
 	}
-	if c.String("backend") == replay.KindGo {
+	if replay.Kind(c.String("backend")) == replay.KindGo {
 		if b.Op == "" {
 			return usagef("%s records no op (it was recorded for a step of its own): reduce it with --backend torch --entry MODULE:FUNCTION or --backend exec --replay CMD", path)
 		}
@@ -287,7 +287,7 @@ func mainJob(c *cli.Context) error {
 		r.rep.logf("started afresh over the journal of an earlier, unfinished reduction (%s); --resume would have continued it", jpath)
 	}
 	r.rep.event(map[string]any{"event": "start", "batch": path, "samples": b.Samples, "op": b.Op,
-		"backend": be.Name(), "match": string(level), "recorded": r.recorded, "resumed": c.Bool("resume")})
+		"backend": be.Kind(), "match": string(level), "recorded": r.recorded, "resumed": c.Bool("resume")})
 
 	if err := r.confirm(ctx); err != nil {
 		r.journal.close(ctx.Err() == nil)
@@ -339,7 +339,7 @@ func mainJob(c *cli.Context) error {
 var answerFlags = []string{"python", "replay-format", "device-memory", "seed", "async", "timeout", "trials", "gpus", "no-zygote", "launcher", "slurm-args"}
 
 func (r *reduction) journalHeader() journalHeader {
-	h := journalHeader{Source: r.srcHash, Backend: r.backend.Name(), Device: r.c.String("device"),
+	h := journalHeader{Source: r.srcHash, Backend: string(r.backend.Kind()), Device: r.c.String("device"),
 		Match: string(r.level), Entry: r.c.String("entry"), Replay: r.c.String("replay"), Want: r.want}
 	for _, f := range answerFlags {
 		if r.c.IsSet(f) {

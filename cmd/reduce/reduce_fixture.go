@@ -101,7 +101,7 @@ func (r *reduction) regression(f finding, k int, culprits []regress.Culprit) *re
 		Source:      regress.RecordSource{File: filepath.Base(r.path), Hash: "sha256:" + r.srcHash, Samples: r.batch.Samples},
 		Environment: r.environment(), Attrs: r.batch.Attrs, Entry: r.c.String("entry"),
 	}
-	if r.backend.Name() == replay.KindExec {
+	if r.backend.Kind() == replay.KindExec {
 		if args, err := replay.SplitCommand(r.c.String("replay")); err == nil {
 			rec.ReplayArgs = args
 			rec.ReplayFormat = r.c.String("replay-format")
@@ -131,7 +131,7 @@ func (r *reduction) regression(f finding, k int, culprits []regress.Culprit) *re
 
 // environment is where the replays ran.
 func (r *reduction) environment() regress.RecordEnv {
-	env := regress.RecordEnv{Backend: r.backend.Name(), Device: r.c.String("device"), Launcher: "local",
+	env := regress.RecordEnv{Backend: string(r.backend.Kind()), Device: r.c.String("device"), Launcher: "local",
 		Jobs: r.jobs, Reduce: reduceVersion(), GoOS: runtime.GOOS, GoArch: runtime.GOARCH}
 	if env.Device == "" {
 		env.Device = "cpu"

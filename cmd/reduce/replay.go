@@ -60,17 +60,18 @@ func newBackend(c *cli.Context, b *fixtures.Batch) (replay.Backend, error) {
 			return nil, usagef("--device-memory %q: %v", s, err)
 		}
 	}
-	var env []string
+	var seed *int64
 	if c.IsSet("seed") || c.Int64("seed") != 0 {
 		// The replayed step's random generators (torch.manual_seed in the
-		// torch backend; a user's step may read it too).
-		env = append(env, fmt.Sprintf("REDUCE_SEED=%d", c.Int64("seed")))
+		// torch backend; a user's step may read REDUCE_SEED too).
+		s := c.Int64("seed")
+		seed = &s
 	}
 	be, err := replay.New(replay.Options{
-		Kind: c.String("backend"), Device: device, Python: c.String("python"), Entry: c.String("entry"),
+		Kind: replay.Kind(c.String("backend")), Device: device, Python: c.String("python"), Entry: c.String("entry"),
 		Replay: c.String("replay"), ReplayFormat: fixtures.Format(c.String("replay-format")), Jobs: c.Int("jobs"),
 		GPUs: gpus, Timeout: c.Duration("timeout"), NoZygote: c.Bool("no-zygote"), Blocking: &blocking,
-		Env: env, DeviceMemory: deviceMemory,
+		Seed: seed, DeviceMemory: deviceMemory,
 		Launcher: c.String("launcher"), SlurmArgs: c.String("slurm-args"), SharedDir: c.String("shared-dir"),
 		QueueTimeout: slurmFlag(c, "queue-timeout", c.Duration("queue-timeout")), Retries: retriesFlag(c),
 	})
@@ -152,7 +153,7 @@ func replayOnce(c *cli.Context) error {
 		return fmt.Errorf("replay %s: %w", path, err)
 	}
 	out := replayVerdict{
-		File: path, Backend: v.Backend, Device: v.Device, Signature: v.Signature, Match: string(level),
+		File: path, Backend: string(v.Backend), Device: v.Device, Signature: v.Signature, Match: string(level),
 		Exit: v.Exit, Seconds: v.Duration.Seconds(), Stderr: string(v.Result.Stderr),
 	}
 	if v.Launcher != replay.LauncherLocal {
