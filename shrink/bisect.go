@@ -130,8 +130,8 @@ func valueEngine(ctx context.Context, lo, hi int64, pred Predicate, opts Options
 	}
 	e := newEngine(ctx, o, int(hi-lo)+1)
 	e.valued, e.base = true, lo
-	e.call = func(ctx context.Context, s set, _ int) (Outcome, error) {
-		return pred(ctx, lo+int64(s.first()))
+	e.call = func(ctx context.Context, s set, trial int) (Outcome, error) {
+		return pred(ctx, lo+int64(s.first()), trial)
 	}
 	return e, nil
 }

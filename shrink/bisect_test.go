@@ -12,7 +12,7 @@ import (
 
 // threshold fails from t up, or from t down.
 func threshold(t int64, down bool) Predicate {
-	return func(_ context.Context, v int64) (Outcome, error) {
+	return func(_ context.Context, v int64, _ int) (Outcome, error) {
 		if (!down && v >= t) || (down && v <= t) {
 			return Fail, nil
 		}
@@ -80,7 +80,7 @@ func TestBoundaryErrorsAndEdges(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidOptions)
 	})
 	t.Run("unresolved neighbour", func(t *testing.T) {
-		p := func(_ context.Context, v int64) (Outcome, error) {
+		p := func(_ context.Context, v int64, _ int) (Outcome, error) {
 			switch {
 			case v >= 20:
 				return Fail, nil
@@ -96,7 +96,7 @@ func TestBoundaryErrorsAndEdges(t *testing.T) {
 		assert.Equal(t, Unresolved, r.PassOutcome)
 	})
 	t.Run("non-monotone: still an actual adjacent pair", func(t *testing.T) {
-		p := func(_ context.Context, v int64) (Outcome, error) {
+		p := func(_ context.Context, v int64, _ int) (Outcome, error) {
 			if v%7 == 3 || v == 100 {
 				return Fail, nil
 			}
@@ -104,8 +104,8 @@ func TestBoundaryErrorsAndEdges(t *testing.T) {
 		}
 		r, err := Boundary(ctx, 0, 100, p, Options{})
 		require.NoError(t, err)
-		fo, _ := p(ctx, r.Fail)
-		po, _ := p(ctx, r.Pass)
+		fo, _ := p(ctx, r.Fail, 0)
+		po, _ := p(ctx, r.Pass, 0)
 		assert.Equal(t, Fail, fo)
 		assert.Equal(t, Pass, po)
 		assert.Equal(t, int64(1), absDiff(r.Fail, r.Pass))
@@ -145,7 +145,7 @@ func absDiff(a, b int64) int64 {
 func TestLargestPassing(t *testing.T) {
 	// passes up to t (an out-of-memory failure above t)
 	upTo := func(t int64) Predicate {
-		return func(_ context.Context, v int64) (Outcome, error) {
+		return func(_ context.Context, v int64, _ int) (Outcome, error) {
 			if v <= t {
 				return Pass, nil
 			}
@@ -181,7 +181,7 @@ func TestLargestPassing(t *testing.T) {
 		assert.LessOrEqual(t, r.Calls, 7)
 	})
 	t.Run("unresolved counts as not passing", func(t *testing.T) {
-		p := func(_ context.Context, v int64) (Outcome, error) {
+		p := func(_ context.Context, v int64, _ int) (Outcome, error) {
 			if v <= 10 {
 				return Pass, nil
 			}

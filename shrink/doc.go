@@ -98,7 +98,11 @@
 // Flaky failures: Options.Trials replays per candidate, combined by
 // Options.Policy (FailIfAny or FailIfAll); the trials of a candidate stop
 // as soon as its verdict is decided. Result.FlakeRate is the share of
-// trials that disagreed with their candidate's majority.
+// trials that disagreed with their candidate's majority. Every call says
+// which trial it is (Candidate.Trial, the Predicate's trial): 0 to
+// Trials-1 in the search, Trials to 2·Trials-1 in the reconfirmation, so
+// a caller that keeps answers (reduce's journal) keys each by candidate
+// and trial, and never mistakes one trial's answer for another's.
 //
 // # Cache
 //

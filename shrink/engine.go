@@ -27,6 +27,10 @@ type entry struct {
 	verdict           Outcome
 	err               error // the oracle's error; decides the entry too
 	seeded            bool  // came from Options.Seed
+	// firstTrial numbers this entry's first trial: 0, or Options.Trials
+	// for a fresh replay of a candidate the search answered already, so
+	// that every replay of a candidate has a trial number of its own.
+	firstTrial int
 	accepted          bool  // the search has used this answer
 	job               *job  // the trial in flight, if any
 	want              uint64
@@ -460,7 +464,7 @@ func (e *engine) cancelJob(j *job) {
 }
 
 func (e *engine) startCall(en *entry, spec bool) {
-	j := &job{ent: en, trial: en.trials, spec: spec, cancel: func() {}}
+	j := &job{ent: en, trial: en.firstTrial + en.trials, spec: spec, cancel: func() {}}
 	en.job = j
 	e.running[j] = struct{}{}
 	e.inflight++
@@ -546,12 +550,13 @@ func (e *engine) shutdown() {
 }
 
 // fresh evaluates candidates again, ignoring and bypassing the cache (the
-// reconfirmation of culprit sets). It returns the verdicts, 0 where a
-// budget stopped it.
+// reconfirmation of culprit sets). Its trials are numbered after the
+// search's (Options.Trials on), so the oracle can tell them apart. It
+// returns the verdicts, 0 where a budget stopped it.
 func (e *engine) fresh(sets []set) ([]Outcome, error) {
 	ents := make([]*entry, len(sets))
 	for i, s := range sets {
-		ents[i] = &entry{s: s}
+		ents[i] = &entry{s: s, firstTrial: e.opts.Trials}
 	}
 	err := e.await(ents, nil)
 	out := make([]Outcome, len(sets))

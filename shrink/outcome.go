@@ -77,7 +77,10 @@ type Oracle func(ctx context.Context, c Candidate) (Outcome, error)
 
 // Predicate is the oracle of the numeric searches Boundary and
 // LargestPassing: it replays the failing case with the parameter set to v.
-type Predicate func(ctx context.Context, v int64) (Outcome, error)
+// trial numbers the replays of one value (0 to Options.Trials-1), as
+// Candidate.Trial does for Run's oracle, so that a caller that keeps
+// answers can key each by value and trial.
+type Predicate func(ctx context.Context, v int64, trial int) (Outcome, error)
 
 var (
 	// ErrOriginalPasses: the original candidate (every unit kept) did not
