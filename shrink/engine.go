@@ -31,10 +31,10 @@ type entry struct {
 	// for a fresh replay of a candidate the search answered already, so
 	// that every replay of a candidate has a trial number of its own.
 	firstTrial int
-	accepted          bool  // the search has used this answer
-	job               *job  // the trial in flight, if any
-	want              uint64
-	prio              int
+	accepted   bool // the search has used this answer
+	job        *job // the trial in flight, if any
+	want       uint64
+	prio       int
 }
 
 func (en *entry) decided() bool { return en.verdict != 0 || en.err != nil }

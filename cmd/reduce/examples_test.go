@@ -109,7 +109,7 @@ func checkAnswer(t *testing.T, exp expectedAnswer, sum summary) {
 	t.Helper()
 	assert.False(t, sum.Partial)
 	if exp.Mode != "" {
-		assert.Equal(t, exp.Mode, sum.Mode, "mode (%s)", sum.ModeReason)
+		assert.Equal(t, exp.Mode, string(sum.Mode), "mode (%s)", sum.ModeReason)
 	}
 	if exp.LargestPassing != nil {
 		require.NotNil(t, sum.Size, "size result")

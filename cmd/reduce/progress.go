@@ -8,6 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"reduce/internal/reduction"
+	"reduce/shrink"
+
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
@@ -55,6 +58,24 @@ func newReporter(stdout, stderr io.Writer, jsonLines, quiet bool) *reporter {
 	return p
 }
 
+// handle is the reduction's event sink: logs to stderr, phases and
+// replays to the bar, and with --json every event but the logs as a line
+// on stdout. It may be called from several goroutines at once.
+func (p *reporter) handle(ev reduction.Event) {
+	switch e := ev.(type) {
+	case *reduction.Log:
+		p.logf("%s", e.Text)
+		return
+	case *reduction.PhaseStarted:
+		p.setPhase(string(e.Phase), e.Units)
+	case *reduction.Replayed:
+		if !e.Resumed {
+			p.replayed(e.Size, e.Outcome == shrink.Fail)
+		}
+	}
+	p.event(ev)
+}
+
 // event writes one JSON line on stdout with --json; v is a struct or map
 // with an "event" field.
 func (p *reporter) event(v any) {
@@ -83,10 +104,9 @@ func (p *reporter) logf(format string, args ...any) {
 // setPhase starts a phase over size units.
 func (p *reporter) setPhase(phase string, size int) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.phase, p.size, p.best = phase, size, size
 	p.redraw()
-	p.mu.Unlock()
-	p.event(map[string]any{"event": "phase", "phase": phase, "units": size})
 }
 
 // replayed counts one replay of a candidate of the given size; failing

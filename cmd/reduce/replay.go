@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -48,7 +49,7 @@ func newBackend(c *cli.Context, b *fixtures.Batch) (replay.Backend, error) {
 	}
 	device := c.String("device")
 	if device == "" && c.String("backend") == "go" && b != nil && b.Error != nil {
-		switch recordedSignature(b).Backend {
+		switch signature.Recorded(b.Error.Text).Backend {
 		case signature.BackendCUDA, signature.BackendHIP, signature.BackendTriton:
 			device = "cuda"
 		}
@@ -81,11 +82,27 @@ func newBackend(c *cli.Context, b *fixtures.Batch) (replay.Backend, error) {
 	return be, nil
 }
 
-// recordedSignature is the signature of the failure recorded with b, which
-// must have one. The recorder keeps the error's text, not the process's
-// exit, so it is read as an uncaught exception's (exit 1).
-func recordedSignature(b *fixtures.Batch) signature.Signature {
-	return signature.Parse([]byte(b.Error.Text), signature.ExitInfo{Code: 1})
+// slurmFlag is a slurm launcher flag's value for replay.Options: zero (the
+// option unset) unless the user gave it, so that the local launcher does
+// not reject a default it was never given.
+func slurmFlag(c *cli.Context, name string, v time.Duration) time.Duration {
+	if !c.IsSet(name) {
+		return 0
+	}
+	if v == 0 {
+		return -1 // --queue-timeout 0: no bound
+	}
+	return v
+}
+
+// retriesFlag is --retries for replay.Options, where 0 means the default
+// and negative none.
+func retriesFlag(c *cli.Context) int {
+	n := c.Int("retries")
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 func replayCommand() *cli.Command {
@@ -160,9 +177,9 @@ func replayOnce(c *cli.Context) error {
 		out.Launcher, out.JobID, out.Node = v.Launcher, v.JobID, v.Node
 	}
 	if b.Error != nil {
-		rec := recordedSignature(b)
+		rec := signature.Recorded(b.Error.Text)
 		out.Recorded = &rec
-		out.Reproduces = reproduces(v.Signature, rec, level)
+		out.Reproduces = signature.Reproduces(v.Signature, rec, level)
 	} else {
 		out.Reproduces = signature.Failing(v.Signature)
 	}
@@ -193,19 +210,4 @@ func replayOnce(c *cli.Context) error {
 		return withCode(ExitNoRepro, fmt.Errorf("%s does not reproduce its recorded failure: got %s (try --match family, another --backend or --device)", path, out.Signature))
 	}
 	return nil
-}
-
-// reproduces compares a replay's signature with the recorded one. A replay
-// on another kind of device than the recording (torch on CPU for a batch
-// recorded on a GPU, say) cannot give the same text; then the shared class
-// of the failure (nll_loss.target_bounds, index_select.bounds, ...) decides.
-func reproduces(got, want signature.Signature, level signature.MatchLevel) bool {
-	if got.Matches(want, level) {
-		return true
-	}
-	if level == signature.MatchStrict && got.Backend != want.Backend && signature.Failing(got) {
-		gc, wc := got.Class(), want.Class()
-		return gc != "" && gc == wc
-	}
-	return false
 }

@@ -1,4 +1,4 @@
-package main
+package reduction
 
 import (
 	"bufio"
@@ -12,54 +12,60 @@ import (
 	"sync"
 
 	"reduce/internal/signature"
-	"reduce/shrink"
+	"reduce/replay"
 )
 
-// journal is the record of every answered candidate of a reduction, one
-// JSON line each, appended as the answers come. An interrupted reduction
-// keeps it; `--resume` reads it back, so that no candidate answered before
-// is replayed again; a reduction that completes removes it.
+// journal is the one cache of answers of a reduction: every candidate
+// answered, by its description and trial, with the signature its replay
+// showed; in memory, and appended to a file as the answers come, one JSON
+// line each. An interrupted reduction keeps the file; --resume reads it
+// back, so that no candidate answered before is replayed again; a
+// reduction that completes removes it.
 //
-// A candidate is named by a key that says what it is in terms of the
-// original batch (the phase, the samples kept, the elements kept, the
-// value tried), so the same key means the same candidate in any run over
-// the same file with the same settings. The header line pins those: a
-// journal written for another file, backend, device or match level is
-// refused rather than trusted.
+// The header line pins what the answers depend on (the file, the
+// backend's settings, trials, match level): a journal written under
+// other settings is refused rather than trusted, and since the settings
+// have their defaults filled in, a flag given at its default value is no
+// mismatch.
 type journal struct {
 	path string
 
 	mu      sync.Mutex
 	f       *os.File
-	answers map[string]journalEntry
-	loaded  map[string]bool // answers read from the file by --resume
+	answers map[answerKey]signature.Signature
+	loaded  map[answerKey]bool // answers read from the file by --resume, not used yet
 	resumed int
 }
 
-const journalVersion = 1
+type answerKey struct {
+	key   string
+	trial int
+}
 
+// journalVersion 2: answers keyed by candidate description and trial.
+const journalVersion = 2
+
+// journalHeader is the first line of a journal.
 type journalHeader struct {
-	Journal int    `json:"journal"`
-	Source  string `json:"source"`
-	Backend string `json:"backend"`
-	Device  string `json:"device"`
-	Match   string `json:"match"`
-	Entry   string `json:"entry,omitempty"`
-	Replay  string `json:"replay,omitempty"`
-	// Settings are the other flags that can change an answer, as given.
-	Settings map[string]string   `json:"settings,omitempty"`
-	Want     signature.Signature `json:"want"`
+	Journal  int                  `json:"journal"`
+	Source   string               `json:"source"`
+	Settings replay.Settings      `json:"settings"`
+	Trials   int                  `json:"trials"`
+	Match    signature.MatchLevel `json:"match"`
+	// Want is the recorded failure's signature (zero when none was
+	// recorded: the first failure replayed is kept).
+	Want signature.Signature `json:"want"`
 }
 
 type journalEntry struct {
 	Key       string              `json:"key"`
-	Outcome   shrink.Outcome      `json:"outcome"`
+	Trial     int                 `json:"trial"`
 	Signature signature.Signature `json:"signature"`
 }
 
 // journalPath is where the journal of a reduction of the file with the
 // given content hash lives: beside the fixtures, hidden from go's ./...
-// patterns by its leading dot.
+// patterns and pytest by its leading dot.
 func journalPath(out, srcHash string) string {
 	return filepath.Join(out, ".reduce-"+srcHash[:12]+".journal")
 }
@@ -68,22 +74,20 @@ func journalPath(out, srcHash string) string {
 // head, and its answers are loaded; without, any old one is replaced.
 // replaced reports that a journal was there and was started afresh.
 func openJournal(path string, head journalHeader, resume bool) (j *journal, replaced bool, err error) {
-	j = &journal{path: path, answers: map[string]journalEntry{}, loaded: map[string]bool{}}
+	j = &journal{path: path, answers: map[answerKey]signature.Signature{}, loaded: map[answerKey]bool{}}
 	head.Journal = journalVersion
 	if resume {
-		var data []byte
-		data, err = os.ReadFile(path)
+		data, err := os.ReadFile(path)
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, false, usagef("--resume: no journal at %s (it is kept when a reduction with the same --out is interrupted); run without --resume", path)
+			return nil, false, errorf(ErrResume, "--resume: no journal at %s (it is kept when a reduction with the same --out is interrupted); run without --resume", path)
 		}
 		if err != nil {
 			return nil, false, fmt.Errorf("--resume: %w", err)
 		}
 		if err := j.load(data, head); err != nil {
-			return nil, false, usagef("--resume: journal %s: %v", path, err)
+			return nil, false, errorf(ErrResume, "--resume: journal %s: %v", path, err)
 		}
-		var f *os.File
-		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			return nil, false, fmt.Errorf("--resume: %w", err)
 		}
@@ -96,7 +100,7 @@ func openJournal(path string, head journalHeader, resume bool) (j *journal, repl
 			}
 		}
 		j.f = f
-		return j, replaced, nil
+		return j, false, nil
 	}
 	if _, err := os.Stat(path); err == nil {
 		replaced = true
@@ -108,8 +112,11 @@ func openJournal(path string, head journalHeader, resume bool) (j *journal, repl
 	if err != nil {
 		return nil, false, fmt.Errorf("journal: %w", err)
 	}
-	line, _ := json.Marshal(head)
-	if _, err := f.Write(append(line, '\n')); err != nil {
+	line, err := json.Marshal(head)
+	if err == nil {
+		_, err = f.Write(append(line, '\n'))
+	}
+	if err != nil {
 		f.Close()
 		return nil, false, fmt.Errorf("journal %s: %w", path, err)
 	}
@@ -119,7 +126,7 @@ func openJournal(path string, head journalHeader, resume bool) (j *journal, repl
 
 func (j *journal) load(data []byte, head journalHeader) error {
 	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 1<<16), 1<<26)
+	sc.Buffer(make([]byte, 1<<16), 1<<28)
 	if !sc.Scan() {
 		return fmt.Errorf("empty")
 	}
@@ -128,7 +135,7 @@ func (j *journal) load(data []byte, head journalHeader) error {
 		return fmt.Errorf("the first line is not a journal header")
 	}
 	if got.Journal != journalVersion {
-		return fmt.Errorf("version %d, this reduce reads %d", got.Journal, journalVersion)
+		return fmt.Errorf("version %d, this reduce reads %d: run without --resume", got.Journal, journalVersion)
 	}
 	gh, _ := json.Marshal(got)
 	wh, _ := json.Marshal(head)
@@ -148,47 +155,38 @@ func (j *journal) load(data []byte, head journalHeader) error {
 			}
 			return fmt.Errorf("line %d is not an answer", n)
 		}
-		j.answers[e.Key] = e
-		j.loaded[e.Key] = true
+		k := answerKey{e.Key, e.Trial}
+		j.answers[k] = e.Signature
+		j.loaded[k] = true
 	}
 	return sc.Err()
 }
 
-// lookup returns the answer recorded for key, if any: one of an earlier
-// run (counted as resumed) or one of this run's (the same candidate asked
-// again from another phase).
-//
-// fromFile is set the first time an answer of an earlier run is used.
-func (j *journal) lookup(key string) (e journalEntry, ok, fromFile bool) {
-	if j == nil {
-		return journalEntry{}, false, false
-	}
+// lookup returns the answer recorded for trial of the candidate key
+// describes, if any: one of an earlier run (fromFile, the first time it
+// is used, and then counted as resumed) or one of this run's (the same
+// candidate asked again, by another phase or another search).
+func (j *journal) lookup(key string, trial int) (s signature.Signature, ok, fromFile bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	e, ok = j.answers[key]
-	if ok && j.loaded[key] {
+	k := answerKey{key, trial}
+	s, ok = j.answers[k]
+	if ok && j.loaded[k] {
 		j.resumed++
-		delete(j.loaded, key)
+		delete(j.loaded, k)
 		fromFile = true
 	}
-	return e, ok, fromFile
+	return s, ok, fromFile
 }
 
-// record appends an answer. A journal that cannot be written is not worth
+// record keeps an answer. A journal that cannot be written is not worth
 // stopping the reduction for: the answer is kept in memory.
-func (j *journal) record(key string, o shrink.Outcome, s signature.Signature) {
-	if j == nil {
-		return
-	}
-	e := journalEntry{Key: key, Outcome: o, Signature: s}
-	line, err := json.Marshal(e)
-	if err != nil {
-		return
-	}
+func (j *journal) record(key string, trial int, s signature.Signature) {
+	line, err := json.Marshal(journalEntry{Key: key, Trial: trial, Signature: s})
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.answers[key] = e
-	if j.f != nil {
+	j.answers[answerKey{key, trial}] = s
+	if j.f != nil && err == nil {
 		if _, err := j.f.Write(append(line, '\n')); err != nil {
 			j.f.Close()
 			j.f = nil
@@ -196,21 +194,16 @@ func (j *journal) record(key string, o shrink.Outcome, s signature.Signature) {
 	}
 }
 
-// Resumed is the number of answers taken from the journal.
+// Resumed is the number of answers taken from an earlier run's journal.
 func (j *journal) Resumed() int {
-	if j == nil {
-		return 0
-	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.resumed
 }
 
-// close ends the journal; remove deletes it (the reduction completed).
+// close ends the journal; remove deletes its file (the reduction
+// completed).
 func (j *journal) close(remove bool) {
-	if j == nil {
-		return
-	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.f != nil {

@@ -1,0 +1,307 @@
+package reduction
+
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+
+	"reduce/fixtures"
+	"reduce/kernels"
+)
+
+// candidate describes a batch made from the recorded one: which recorded
+// samples it keeps, in its order, and which elements of them it sets to
+// other values. Every phase describes its candidates this way (samples,
+// neutralize and size by rows, elements and boundary by edits of a
+// culprit set's elements), and the journal keys answers by the
+// description, so the same batch asked for by two phases is replayed once.
+// A description is built before its batch: a candidate answered already
+// costs no copy.
+type candidate struct {
+	// rows are positions in the recorded batch along its batch axis, in
+	// the candidate's order; repeats are allowed (neutralize fills a batch
+	// with copies of a benign sample). nil keeps every sample, as recorded.
+	rows []int64
+	// edit, when set, changes elements of the rows' batch.
+	edit *edit
+	// size is what progress reports of the candidate (samples, or
+	// elements kept); it is not part of the description.
+	size int
+}
+
+// edit sets elements of a unit space's batch: the searched units not in
+// keep take their neutral value, and those in set the value given.
+type edit struct {
+	space *unitSpace
+	keep  []int // searched units kept, sorted
+	set   map[int]value
+}
+
+// value is what an element is set to: an integer or a float, as its
+// tensor's dtype holds.
+type value struct {
+	i int64
+	f float64
+}
+
+// unit is one element the element phase may change.
+type unit struct {
+	tensor  int     // in the batch's tensors
+	storage int64   // its storage element in the rows' batch
+	index   []int64 // its index in the rows' batch
+	id      int64   // its number in the space, for descriptions
+	float   bool
+}
+
+// unitSpace is the elements the element phase searches in the batch of
+// some rows: of every batched tensor that is neither bool nor expanded nor
+// overlapping, tensor by tensor, in the row-major order of their index,
+// those in the searched rows (all of them when searched is nil). A unit's
+// id counts every such element before it, searched or not, so that the
+// description of an edit names elements whatever the rows searched.
+type unitSpace struct {
+	rows    []int64
+	sub     *fixtures.Batch // the rows' batch
+	units   []unit
+	neutral map[int]value // by tensor: what a dropped element becomes
+}
+
+// newUnitSpace numbers the elements of sub, the batch of rows, that lie
+// in the searched positions along the batch axis (all when nil). It stops
+// past limit units (the caller reports the samples without elements).
+func newUnitSpace(rows []int64, sub *fixtures.Batch, searched []int64, limit int) *unitSpace {
+	sp := &unitSpace{rows: rows, sub: sub, neutral: map[int]value{}}
+	in := map[int64]bool{}
+	for _, x := range searched {
+		in[x] = true
+	}
+	var base int64
+	for ti, e := range sub.Tensors {
+		if e.BatchDim == nil || e.DType == kernels.Bool || e.Layout().Has(kernels.LayoutExpanded) || e.Layout().Has(kernels.LayoutOverlapping) {
+			continue
+		}
+		isFloat := e.DType.IsFloat()
+		sp.neutral[ti] = value{}
+		if v, ok := neutralInt(sub.Op, e.Name, sub.Attrs); ok && !isFloat {
+			sp.neutral[ti] = value{i: v}
+		}
+		bd := *e.BatchDim
+		e.Each(func(idx []int64, s int64) {
+			if searched != nil && !in[idx[bd]] {
+				return
+			}
+			if len(sp.units) <= limit {
+				sp.units = append(sp.units, unit{tensor: ti, storage: s, index: slices.Clone(idx), id: base + linear(idx, e.Shape), float: isFloat})
+			}
+		})
+		base += e.Numel()
+	}
+	return sp
+}
+
+// linear is idx's position in the row-major order of shape.
+func linear(idx, shape []int64) int64 {
+	var n int64
+	for d, x := range idx {
+		n = n*shape[d] + x
+	}
+	return n
+}
+
+// original is the value unit u holds in the rows' batch.
+func (sp *unitSpace) original(u int) value {
+	un := sp.units[u]
+	t := sp.sub.Tensors[un.tensor].Tensor
+	if un.float {
+		return value{f: t.LoadFloat(un.storage)}
+	}
+	return value{i: t.LoadInt(un.storage)}
+}
+
+// same reports whether unit u holds the same value under a and b.
+func (sp *unitSpace) same(u int, a, b value) bool {
+	if sp.units[u].float {
+		return a.f == b.f
+	}
+	return a.i == b.i
+}
+
+// keys: the description of a candidate as text. Rows are written as
+// shrink writes candidates ({0-3,7}), a run of one repeated sample as
+// 5x100; an edit adds the ids of the neutralized units and the units set,
+// id=value. A unit set to its original value is no edit, and one set to
+// its neutral value is neutralized, so each batch has one description.
+func (c *candidate) key(samples int64) string {
+	var b strings.Builder
+	writeRows(&b, c.rows, samples)
+	if c.edit == nil {
+		return b.String()
+	}
+	sp := c.edit.space
+	kept := make(map[int]bool, len(c.edit.keep))
+	for _, u := range c.edit.keep {
+		kept[u] = true
+	}
+	var neutral []int64
+	type setTo struct {
+		id int64
+		v  string
+	}
+	var set []setTo
+	for u := range sp.units {
+		v, isSet := c.edit.set[u]
+		switch {
+		case isSet && sp.same(u, v, sp.original(u)):
+		case isSet && sp.same(u, v, sp.neutral[sp.units[u].tensor]):
+			neutral = append(neutral, sp.units[u].id)
+		case isSet:
+			s := strconv.FormatInt(v.i, 10)
+			if sp.units[u].float {
+				s = strconv.FormatFloat(v.f, 'g', -1, 64)
+			}
+			set = append(set, setTo{sp.units[u].id, s})
+		case !kept[u]:
+			neutral = append(neutral, sp.units[u].id)
+		}
+	}
+	if len(neutral) == 0 && len(set) == 0 {
+		return b.String()
+	}
+	b.WriteString(" neutral")
+	writeRanges(&b, neutral)
+	for _, s := range set {
+		b.WriteString(" " + strconv.FormatInt(s.id, 10) + "=" + s.v)
+	}
+	return b.String()
+}
+
+// writeRows writes rows (nil: 0 to samples-1) as {a-b,c,dxk}.
+func writeRows(b *strings.Builder, rows []int64, samples int64) {
+	switch {
+	case rows != nil:
+		writeRanges(b, rows)
+	case samples == 1:
+		b.WriteString("{0}")
+	default:
+		b.WriteString("{0-" + strconv.FormatInt(samples-1, 10) + "}")
+	}
+}
+
+// writeRanges writes a sequence as runs: a-b for consecutive ascending
+// values, vxk for a value repeated k times, v alone otherwise.
+func writeRanges(b *strings.Builder, seq []int64) {
+	b.WriteByte('{')
+	for i := 0; i < len(seq); {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		j := i
+		for j+1 < len(seq) && seq[j+1] == seq[i] {
+			j++
+		}
+		if j > i {
+			b.WriteString(strconv.FormatInt(seq[i], 10) + "x" + strconv.Itoa(j-i+1))
+			i = j + 1
+			continue
+		}
+		for j+1 < len(seq) && seq[j+1] == seq[j]+1 {
+			j++
+		}
+		b.WriteString(strconv.FormatInt(seq[i], 10))
+		if j > i {
+			b.WriteString("-" + strconv.FormatInt(seq[j], 10))
+		}
+		i = j + 1
+	}
+	b.WriteByte('}')
+}
+
+// build makes the candidate's batch from the recorded one: the rows
+// selected (dtype, per-sample shape and layout kept), then the edit
+// applied to copies of the tensors it touches.
+func (c *candidate) build(orig *fixtures.Batch) (*fixtures.Batch, error) {
+	if c.edit == nil {
+		if c.rows == nil {
+			return orig, nil
+		}
+		return orig.Select(c.rows)
+	}
+	sp := c.edit.space
+	kept := make(map[int]bool, len(c.edit.keep))
+	for _, u := range c.edit.keep {
+		kept[u] = true
+	}
+	out := *sp.sub
+	out.Tensors = slices.Clone(sp.sub.Tensors)
+	clones := map[int]*kernels.Tensor{}
+	for u, un := range sp.units {
+		v, isSet := c.edit.set[u]
+		if kept[u] && !isSet {
+			continue
+		}
+		t := clones[un.tensor]
+		if t == nil {
+			t = sp.sub.Tensors[un.tensor].Tensor.Clone()
+			clones[un.tensor] = t
+			e := *sp.sub.Tensors[un.tensor]
+			e.Tensor = t
+			out.Tensors[un.tensor] = &e
+		}
+		if !isSet {
+			v = sp.neutral[un.tensor]
+		}
+		if un.float {
+			t.StoreFloat(un.storage, v.f)
+		} else {
+			t.StoreInt(un.storage, v.i)
+		}
+	}
+	return &out, nil
+}
+
+// rowsOf are the positions of a shrink candidate's units.
+func rowsOf(units []int) []int64 {
+	out := make([]int64, len(units))
+	for i, x := range units {
+		out[i] = int64(x)
+	}
+	return out
+}
+
+// prefix is the first k samples.
+func prefix(k int64) []int64 {
+	out := make([]int64, k)
+	for i := range out {
+		out[i] = int64(i)
+	}
+	return out
+}
+
+// repeat is v, n times.
+func repeat(v int64, n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// neutralInt: TEMPORARY until kernels.Op.Neutral lands.
+func neutralInt(op, tensor string, attrs map[string]any) (int64, bool) {
+	if tensor != "target" {
+		return 0, false
+	}
+	switch v := attrs["ignore_index"].(type) {
+	case json.Number:
+		n, err := v.Int64()
+		return n, err == nil
+	case int64:
+		return v, true
+	case int:
+		return int64(v), true
+	case float64:
+		return int64(v), v == float64(int64(v))
+	}
+	return 0, false
+}

@@ -1,0 +1,100 @@
+package reduction
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"reduce/internal/signature"
+)
+
+// confirm replays the original Options.Confirm times, as trials 0, 1, ...
+// of the candidate that keeps every sample: it must fail, the same way, in
+// a fresh process. Without a recorded failure, the first failure seen is
+// the one kept.
+func (r *run) confirm(ctx context.Context) error {
+	n := r.o.Confirm
+	r.setPhase(PhaseConfirm, int(r.batch.Samples))
+	orig := &candidate{size: int(r.batch.Samples)}
+	fails := 0
+	var seen []signature.Signature
+	lastStderr := ""
+	for i := 0; i < n; i++ {
+		sig, _, v, err := r.answer(ctx, orig, i)
+		if ctx.Err() != nil {
+			return errorf(ErrInterrupted, "interrupted while confirming %s; nothing was written", r.o.Source)
+		}
+		if err != nil {
+			return fmt.Errorf("replay %s: %w", r.o.Source, err)
+		}
+		if v != nil {
+			lastStderr = lastLines(v.Result.Stderr, 3)
+		}
+		seen = append(seen, sig)
+		if r.recorded == nil && signature.Failing(sig) && fails == 0 {
+			r.want = sig
+		}
+		if signature.Failing(sig) && signature.Reproduces(sig, r.want, r.o.Match) {
+			fails++
+		} else if signature.Failing(sig) && sig.Family != signature.FamilyInfra {
+			r.other(sig)
+		}
+	}
+	r.logf("confirm: %d of %d replays reproduce %s", fails, n, r.want)
+	if fails > 0 && fails < n && r.o.Trials == 1 {
+		r.logf("confirm: the failure is flaky; --trials %d replays each candidate that often and counts it failing if any trial fails", 2*n/fails+1)
+	}
+	r.emit(&Confirmed{Event: "confirm", Replays: n, Reproduced: fails, Signature: r.want})
+	if fails > 0 {
+		return nil
+	}
+	last := seen[len(seen)-1]
+	what := "got " + last.String()
+	switch last.Family {
+	case signature.FamilyPass:
+		what = "it passed"
+	case signature.FamilyTimeout:
+		what = "it timed out (try a longer --timeout)"
+	case signature.FamilyInfra:
+		return fmt.Errorf("%s: the replay itself broke: %s", r.o.Source, lastStderr)
+	}
+	if !allSame(seen) {
+		var all []string
+		for _, s := range seen {
+			all = append(all, s.String())
+		}
+		what += " (the replays gave: " + strings.Join(all, "; ") + ")"
+	}
+	if r.recorded == nil {
+		return errorf(ErrNoRepro, "%s records no failure and none of %d replays failed: %s (try --trials, another --backend or --device)",
+			r.o.Source, n, what)
+	}
+	return errorf(ErrNoRepro, "%s does not reproduce: wanted %s, %s (try --match family, --trials, another --backend or --device)",
+		r.o.Source, r.want, what)
+}
+
+// lastLines returns the last n non-empty lines of out, joined by " | ".
+func lastLines(out []byte, n int) string {
+	var keep []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) > n {
+		keep = keep[len(keep)-n:]
+	}
+	if len(keep) == 0 {
+		return "(no output)"
+	}
+	return strings.Join(keep, " | ")
+}
+
+func allSame(s []signature.Signature) bool {
+	for _, x := range s[1:] {
+		if x != s[0] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,248 @@
+package reduction
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"reduce/fixtures"
+	"reduce/internal/regress"
+	"reduce/kernels"
+	"reduce/replay"
+)
+
+// writeFixtures writes one regression fixture per finding and returns
+// their directories, in the order of the findings.
+func (r *run) writeFixtures(found []Finding) ([]string, error) {
+	culprits := make([]regress.Culprit, len(found))
+	for i, f := range found {
+		culprits[i] = f.Culprit("")
+	}
+	dirs := make([]string, len(found))
+	for i, f := range found {
+		dir, err := regress.Write(r.o.Out, r.regression(f, i, culprits))
+		if err != nil {
+			return nil, fmt.Errorf("write fixture under --out %s: %w", r.o.Out, err)
+		}
+		dirs[i] = dir
+		culprits[i].Fixture = dir
+	}
+	return dirs, nil
+}
+
+// removePartials removes, once a reduction has completed, the partial
+// fixtures that interrupted reductions of the same file left under Out
+// (kept: the fixtures just written): they are superseded, and committed
+// they would be replayed as regressions. It returns the removed ones.
+func (r *run) removePartials(keep []string) []string {
+	entries, err := os.ReadDir(r.o.Out)
+	if err != nil {
+		return nil
+	}
+	var removed []string
+	for _, e := range entries {
+		dir := filepath.Join(r.o.Out, e.Name())
+		if !e.IsDir() || slices.Contains(keep, dir) {
+			continue
+		}
+		m, err := fixtures.ReadManifest(filepath.Join(dir, regress.BatchFile))
+		if err != nil || m.Batch.Meta["partial"] != "true" || m.Batch.Meta["source_hash"] != "sha256:"+r.srcHash {
+			continue
+		}
+		if os.RemoveAll(dir) == nil {
+			removed = append(removed, dir)
+		}
+	}
+	return removed
+}
+
+// regression is the fixture of finding k.
+func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.Regression {
+	min := *f.Batch
+	min.Meta = maps.Clone(f.Batch.Meta)
+	if min.Meta == nil {
+		min.Meta = map[string]string{}
+	}
+	min.Meta["source_file"] = filepath.Base(r.o.Source)
+	min.Meta["source_hash"] = "sha256:" + r.srcHash
+	min.Meta["kept_samples"] = joinInts(f.Indices, ",")
+	if len(f.IDs) > 0 {
+		min.Meta["kept_ids"] = strings.Join(f.IDs, ",")
+	}
+	min.Meta["reduce_mode"] = string(r.mode)
+	if f.Partial {
+		min.Meta["partial"] = "true"
+	}
+	// The record counts the whole reduction, earlier runs' replays that
+	// --resume took from the journal included.
+	r.mu.Lock()
+	phases := map[string]int{}
+	replays := r.replays
+	for p, n := range r.phases {
+		phases[string(p)] += n
+	}
+	for p, n := range r.resumedPhases {
+		phases[string(p)] += n
+		replays += n
+	}
+	others := r.otherFailures()
+	r.mu.Unlock()
+	set := r.be.Settings()
+	rec := regress.Record{
+		Version: regress.RecordVersion, Op: r.batch.Op, Signature: r.want, Match: string(r.o.Match),
+		Mode: string(r.mode), ModeReason: r.modeReason, Culprits: culprits, Finding: k, Size: r.size,
+		Diagnosis: r.diagnosis(f), Replays: replays, Phases: phases, OtherFailures: others,
+		Seconds: time.Since(r.start).Seconds(), Partial: f.Partial,
+		Source:      regress.RecordSource{File: filepath.Base(r.o.Source), Hash: "sha256:" + r.srcHash, Samples: r.batch.Samples},
+		Environment: r.environment(set), Attrs: r.batch.Attrs, Entry: set.Entry,
+	}
+	if set.Kind == replay.KindExec {
+		if args, err := replay.SplitCommand(set.Replay); err == nil {
+			rec.ReplayArgs = args
+			rec.ReplayFormat = string(set.ReplayFormat)
+		}
+	}
+	rec.Recorded = r.recorded
+	reg := &regress.Regression{Batch: &min, Record: rec}
+	if _, err := kernels.Lookup(r.batch.Op); err == nil && rec.Entry == "" {
+		if cpu, _, err := regress.Expect(&min); err == nil {
+			reg.Record.CPU = cpu
+		}
+		if f.Boundary != nil {
+			if cpu, outs, err := regress.Expect(f.Boundary); err == nil && cpu == nil {
+				reg.Boundary = f.Boundary
+				reg.Record.Boundary = &regress.BoundaryBatch{File: regress.BoundaryFile, Outputs: outs}
+			}
+		}
+	} else if f.Boundary != nil {
+		reg.Boundary = f.Boundary
+		reg.Record.Boundary = &regress.BoundaryBatch{File: regress.BoundaryFile}
+	}
+	return reg
+}
+
+// environment is where the replays ran.
+func (r *run) environment(set replay.Settings) regress.RecordEnv {
+	env := regress.RecordEnv{Backend: string(set.Kind), Device: set.Device, Launcher: replay.LauncherLocal,
+		Jobs: r.o.Jobs, Reduce: reduceVersion(), GoOS: runtime.GOOS, GoArch: runtime.GOARCH}
+	if env.Device == "" {
+		env.Device = "cpu"
+	}
+	info := replay.Provenance(r.be)
+	env.Launcher = info.Launcher
+	if info.Launcher != replay.LauncherSlurm {
+		return env
+	}
+	env.Meta = map[string]string{}
+	put := func(k, v string) {
+		if v != "" {
+			env.Meta["slurm."+k] = v
+		}
+	}
+	put("version", info.Version)
+	put("options", strings.Join(info.Options, " "))
+	put("nodes", strings.Join(info.Nodes, ","))
+	put("shared_dir", info.SharedDir)
+	put("jobs", strconv.Itoa(info.Jobs))
+	if info.Retried > 0 {
+		put("retried", strconv.Itoa(info.Retried))
+	}
+	var lost []string
+	for _, k := range slices.Sorted(maps.Keys(info.Unresolved)) {
+		lost = append(lost, fmt.Sprintf("%s=%d", k, info.Unresolved[k]))
+	}
+	put("lost", strings.Join(lost, ","))
+	return env
+}
+
+func reduceVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+		return bi.Main.Version
+	}
+	return "unknown"
+}
+
+// Culprit is the finding as the record and the summary list it.
+func (f Finding) Culprit(dir string) regress.Culprit {
+	c := regress.Culprit{Indices: f.Indices, IDs: f.IDs, Elements: []regress.Element{}, Fixture: dir}
+	if c.IDs == nil {
+		c.IDs = []string{}
+	}
+	for _, e := range f.Elements {
+		c.Elements = append(c.Elements, e.Element)
+	}
+	return c
+}
+
+// Diagnosis is the element's line for a person: "target[2] = 4 triggers
+// the failure; 3 passes (valid range [0, 4))".
+func (e Element) Diagnosis() string {
+	s := fmt.Sprintf("%s%v = %s triggers the failure", e.Tensor, e.Index, valueText(e.Element))
+	if e.Passing != nil {
+		s += fmt.Sprintf("; %s passes", fmtValue(*e.Passing))
+	}
+	if e.Rule != "" {
+		s += " (" + e.Rule + ")"
+	}
+	return s
+}
+
+func valueText(e regress.Element) string {
+	if e.ValueText != "" {
+		return e.ValueText
+	}
+	return fmtValue(e.Value)
+}
+
+// diagnosis is the finding's one line for a person.
+func (r *run) diagnosis(f Finding) string {
+	op := r.batch.Op
+	if op == "" {
+		op = "the step"
+	}
+	where := fmt.Sprintf("sample %s", joinInts(f.Indices, ", "))
+	if len(f.IDs) > 0 {
+		where += " (" + strings.Join(f.IDs, ", ") + ")"
+	}
+	switch {
+	case r.mode == ModeSize && r.size != nil:
+		return fmt.Sprintf("%s: %s at batch size %d; %d samples pass", op, r.want.Family, r.size.SmallestFailing, r.size.LargestPassing)
+	case f.ContentFree:
+		return fmt.Sprintf("%s: %s whatever the values of %s: the cause is a shape, dtype or size, not a value", op, r.want.Family, where)
+	case len(f.Elements) > 0:
+		var parts []string
+		for _, e := range f.Elements {
+			s := fmt.Sprintf("%s%v = %s", e.Tensor, e.Index, fmtValue(e.Value))
+			if e.Passing != nil {
+				s += fmt.Sprintf(" fails where %s passes", fmtValue(*e.Passing))
+			}
+			if e.Rule != "" {
+				s += " (" + e.Rule + ")"
+			}
+			parts = append(parts, s)
+		}
+		return fmt.Sprintf("%s: %s in %s: %s", op, r.want.Family, where, strings.Join(parts, "; "))
+	}
+	return fmt.Sprintf("%s: %s needs %s", op, r.want.Family, where)
+}
+
+// joinInts writes v's numbers separated by sep.
+func joinInts(v []int, sep string) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, sep)
+}

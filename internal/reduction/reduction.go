@@ -1,0 +1,435 @@
+package reduction
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"reduce/fixtures"
+	"reduce/internal/regress"
+	"reduce/internal/signature"
+	"reduce/replay"
+	"reduce/shrink"
+)
+
+// Options configure Run. The zero value of each field is its documented
+// default, except Out and Source, which Run needs.
+type Options struct {
+	// Source is the recorded batch's file: its name goes into the record
+	// and the fixtures' provenance, its content hash names the journal.
+	Source string
+	// Out is the directory the fixtures and the journal are written under
+	// (--out).
+	Out string
+	// Confirm is how many times the original is replayed before the
+	// reduction (default 2).
+	Confirm int
+	// Trials is how many times each candidate is replayed; it fails if any
+	// trial fails (default 1).
+	Trials int
+	// Match says what counts as the same failure (default strict).
+	Match signature.MatchLevel
+	// Strategy is the sample search (default shrink.Auto).
+	Strategy shrink.Strategy
+	// Jobs is how many replays run at once (default 1).
+	Jobs int
+	// Resume takes the answers of an interrupted reduction of the same
+	// file from its journal under Out.
+	Resume bool
+	// MaxFindings caps the culprit sets searched for (default 8): a batch
+	// where every sample fails alone would cost a search per sample.
+	MaxFindings int
+	// Events receives progress (see Event). It may be called from several
+	// goroutines at once; nil discards.
+	Events func(Event)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Confirm == 0 {
+		o.Confirm = 2
+	}
+	if o.Trials == 0 {
+		o.Trials = 1
+	}
+	if o.Match == "" {
+		o.Match = signature.MatchStrict
+	}
+	if o.Jobs == 0 {
+		o.Jobs = 1
+	}
+	if o.MaxFindings == 0 {
+		o.MaxFindings = 8
+	}
+	return o
+}
+
+// Errors of Run. Run's errors match them with errors.Is and carry their
+// own text; cmd/reduce maps them to its exit codes.
+var (
+	// ErrNoRepro: the original does not fail as recorded (or, with no
+	// recorded failure, does not fail at all).
+	ErrNoRepro = errors.New("does not reproduce")
+	// ErrInterrupted: ctx was canceled. When the Result has fixtures, the
+	// best result so far was written, marked partial.
+	ErrInterrupted = errors.New("interrupted")
+	// ErrResume: --resume cannot continue: no journal, or one written for
+	// another reduction.
+	ErrResume = errors.New("--resume")
+	// ErrUsage: bad input (a batch without samples, bad options).
+	ErrUsage = errors.New("bad input")
+)
+
+// kindError is an error of one of the kinds above, with its own text.
+type kindError struct {
+	kind error
+	msg  string
+}
+
+func (e *kindError) Error() string        { return e.msg }
+func (e *kindError) Is(target error) bool { return target == e.kind }
+
+func errorf(kind error, format string, args ...any) error {
+	return &kindError{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
+
+// Result is what a reduction found and wrote.
+type Result struct {
+	// Want is the failure kept; Recorded the recorded one's signature, nil
+	// when the batch recorded none.
+	Want     signature.Signature
+	Recorded *signature.Signature
+	// Mode is how the samples were reduced and ModeReason why.
+	Mode       Mode
+	ModeReason string
+	// Size is set in ModeSize.
+	Size *regress.SizeResult
+	// Findings are the culprit sets, reduced, and Fixtures their
+	// directories, in the same order.
+	Findings []Finding
+	Fixtures []string
+	// Replays counts this run's replays; Resumed the answers taken from an
+	// earlier run's journal; Phases both by phase.
+	Replays int
+	Resumed int
+	Phases  map[Phase]PhaseCount
+	// OtherFailures are the different failures met, never followed.
+	OtherFailures []regress.OtherFailure
+	// Launch is where the replays ran.
+	Launch replay.LaunchInfo
+	// RemovedPartials are the partial fixtures of interrupted reductions
+	// of the same file that this completed one superseded and removed.
+	RemovedPartials []string
+	Seconds         float64
+	// Partial: interrupted; Fixtures hold the best result so far.
+	Partial bool
+}
+
+// PhaseCount is a phase's replays, and its answers from the journal.
+type PhaseCount struct {
+	Replays int `json:"replays"`
+	Resumed int `json:"resumed,omitempty"`
+}
+
+// Finding is one culprit set, reduced.
+type Finding struct {
+	// Indices are positions in the original batch, IDs their sample ids.
+	Indices []int
+	IDs     []string
+	// Elements are the triggering elements, each with its boundary.
+	Elements []Element
+	// Batch is the minimal failing batch; Boundary the same with every
+	// triggering element at its passing value (nil when there is none).
+	Batch    *fixtures.Batch
+	Boundary *fixtures.Batch
+	// ContentFree: with every element neutralized it still fails; the
+	// cause is in the shapes, dtypes or the size, not in the values.
+	ContentFree bool
+	Partial     bool
+}
+
+// Element is a triggering element, with where it lies in the batch
+// searched.
+type Element struct {
+	regress.Element
+	row int64 // its position along the batch axis of the batch searched
+}
+
+// run is one reduction: the batch, the backend, the failure kept, and
+// what was observed along the way.
+type run struct {
+	o        Options
+	batch    *fixtures.Batch
+	be       replay.Backend
+	srcHash  string
+	want     signature.Signature
+	recorded *signature.Signature
+	start    time.Time
+	journal  *journal
+
+	mode       Mode
+	modeReason string
+	size       *regress.SizeResult
+
+	mu            sync.Mutex
+	phase         Phase
+	replays       int
+	phases        map[Phase]int
+	resumedPhases map[Phase]int
+	others        map[string]*regress.OtherFailure
+}
+
+// Run reduces b, read from o.Source, replaying candidates with be, and
+// writes a regression fixture per finding under o.Out. On ErrInterrupted
+// the Result may hold partial fixtures; on any other error nothing was
+// written but the journal.
+func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (*Result, error) {
+	o = o.withDefaults()
+	switch {
+	case o.Source == "" || o.Out == "":
+		return nil, errorf(ErrUsage, "reduction: no source or out")
+	case o.Confirm < 1, o.Trials < 1, o.Jobs < 1, o.MaxFindings < 1:
+		return nil, errorf(ErrUsage, "reduction: confirm %d, trials %d, jobs %d, max findings %d: want at least 1", o.Confirm, o.Trials, o.Jobs, o.MaxFindings)
+	case b.Samples == 0:
+		return nil, errorf(ErrUsage, "%s: the batch has no samples to reduce", o.Source)
+	}
+	srcHash, err := hashFile(o.Source)
+	if err != nil {
+		return nil, errorf(ErrUsage, "read batch %s: %v", o.Source, err)
+	}
+	r := &run{o: o, batch: b, be: be, srcHash: srcHash, start: time.Now(),
+		phases: map[Phase]int{}, resumedPhases: map[Phase]int{}, others: map[string]*regress.OtherFailure{}}
+	if b.Error != nil {
+		s := signature.Recorded(b.Error.Text)
+		r.recorded, r.want = &s, s
+	}
+	jpath := journalPath(o.Out, srcHash)
+	head := journalHeader{Source: srcHash, Settings: be.Settings(), Trials: o.Trials, Match: o.Match, Want: r.want}
+	var replaced bool
+	if r.journal, replaced, err = openJournal(jpath, head, o.Resume); err != nil {
+		return nil, err
+	}
+	if replaced {
+		r.logf("started afresh over the journal of an earlier, unfinished reduction (%s); --resume would have continued it", jpath)
+	}
+	r.emit(&Start{Event: "start", Batch: o.Source, Samples: b.Samples, Op: b.Op, Backend: string(be.Kind()),
+		Match: string(o.Match), Recorded: r.recorded, Resumed: o.Resume})
+
+	if err := r.confirm(ctx); err != nil {
+		r.journal.close(false)
+		return nil, err
+	}
+	var found []Finding
+	if r.want.Family == signature.FamilyOOM {
+		found, err = r.sizeMode(ctx, "the failure is out of memory, which depends on how many samples there are, not on which")
+	} else {
+		found, err = r.sampleMode(ctx)
+	}
+	interrupted := ctx.Err() != nil
+	if err != nil && !interrupted {
+		r.journal.close(false)
+		return nil, err
+	}
+	if len(found) == 0 {
+		r.journal.close(!interrupted)
+		if interrupted {
+			return nil, errorf(ErrInterrupted, "interrupted before any candidate failed; nothing to write (resume with --resume)")
+		}
+		return nil, errors.New("shrink samples: no failing subset found")
+	}
+	if interrupted {
+		for i := range found {
+			found[i].Partial = true
+		}
+	}
+	dirs, err := r.writeFixtures(found)
+	r.journal.close(err == nil && !interrupted)
+	if err != nil {
+		return nil, err
+	}
+	res := r.result(found, dirs, interrupted)
+	if interrupted {
+		return res, errorf(ErrInterrupted, "interrupted: the best result so far is in %s, marked partial; continue with --resume", dirs[0])
+	}
+	res.RemovedPartials = r.removePartials(dirs)
+	for _, d := range res.RemovedPartials {
+		r.logf("removed %s: a partial fixture of an interrupted reduction of %s, superseded", d, o.Source)
+	}
+	return res, nil
+}
+
+func (r *run) result(found []Finding, dirs []string, partial bool) *Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res := &Result{Want: r.want, Recorded: r.recorded, Mode: r.mode, ModeReason: r.modeReason, Size: r.size,
+		Findings: found, Fixtures: dirs, Replays: r.replays, Resumed: r.journal.Resumed(),
+		Phases: map[Phase]PhaseCount{}, OtherFailures: r.otherFailures(), Launch: replay.Provenance(r.be),
+		Seconds: time.Since(r.start).Seconds(), Partial: partial}
+	for p, n := range r.phases {
+		res.Phases[p] = PhaseCount{Replays: n}
+	}
+	for p, n := range r.resumedPhases {
+		pc := res.Phases[p]
+		pc.Resumed = n
+		res.Phases[p] = pc
+	}
+	return res
+}
+
+func (r *run) emit(ev Event) {
+	if r.o.Events != nil {
+		r.o.Events(ev)
+	}
+}
+
+func (r *run) logf(format string, args ...any) {
+	r.emit(&Log{Text: fmt.Sprintf(format, args...)})
+}
+
+func (r *run) setPhase(p Phase, units int) {
+	r.mu.Lock()
+	r.phase = p
+	r.mu.Unlock()
+	r.emit(&PhaseStarted{Event: "phase", Phase: p, Units: units})
+}
+
+func (r *run) shrinkOptions() shrink.Options {
+	return shrink.Options{Strategy: r.o.Strategy, Jobs: r.o.Jobs, Trials: r.o.Trials}
+}
+
+// Where an answer came from.
+const (
+	fromReplay  = iota // a replay now
+	fromJournal        // an earlier run's, by --resume
+	fromCache          // this run's, asked again
+)
+
+// ask says whether trial of candidate c reproduces the failure kept. It is
+// the oracle of every search.
+func (r *run) ask(ctx context.Context, c *candidate, trial int) (shrink.Outcome, error) {
+	sig, src, _, err := r.answer(ctx, c, trial)
+	if err != nil {
+		return shrink.Unresolved, err
+	}
+	o := r.classify(sig)
+	if o == shrink.Unresolved && src != fromCache {
+		r.other(sig)
+	}
+	return o, nil
+}
+
+// answer gives the signature of trial of candidate c: the journal's when
+// it has one, else that of a replay of the candidate's batch (built only
+// then), counted in its phase, journaled and reported. v is the replay's
+// verdict (nil when the journal answered). A replay stopped by
+// cancellation says nothing about the candidate: it is ctx's error.
+func (r *run) answer(ctx context.Context, c *candidate, trial int) (sig signature.Signature, src int, v *replay.Verdict, err error) {
+	key := c.key(r.batch.Samples)
+	if s, ok, fromFile := r.journal.lookup(key, trial); ok {
+		if !fromFile {
+			return s, fromCache, nil, nil
+		}
+		// Counted where this run's replays are, so that the summary and
+		// the fixture tell the whole reduction.
+		r.mu.Lock()
+		r.resumedPhases[r.phase]++
+		phase := r.phase
+		r.mu.Unlock()
+		r.emit(&Replayed{Event: "replay", Phase: phase, Key: keyWithTrial(key, trial), Size: c.size,
+			Outcome: r.classify(s), Signature: s, Resumed: true})
+		return s, fromJournal, nil, nil
+	}
+	b, err := c.build(r.batch)
+	if err != nil {
+		return sig, fromReplay, nil, err
+	}
+	verdict, err := r.be.Replay(ctx, b)
+	if ctx.Err() != nil {
+		return sig, fromReplay, nil, ctx.Err()
+	}
+	if err != nil {
+		return sig, fromReplay, nil, err
+	}
+	sig = verdict.Signature
+	o := r.classify(sig)
+	r.mu.Lock()
+	r.replays++
+	r.phases[r.phase]++
+	phase := r.phase
+	r.mu.Unlock()
+	r.journal.record(key, trial, sig)
+	ev := &Replayed{Event: "replay", Phase: phase, Key: keyWithTrial(key, trial), Size: c.size, Outcome: o,
+		Signature: sig, Seconds: verdict.Duration.Seconds()}
+	if verdict.Launcher != "" && verdict.Launcher != replay.LauncherLocal {
+		ev.Launcher, ev.JobID, ev.Node, ev.Requeued = verdict.Launcher, verdict.JobID, verdict.Node, verdict.Requeued
+	}
+	r.emit(ev)
+	return sig, fromReplay, &verdict, nil
+}
+
+func keyWithTrial(key string, trial int) string { return fmt.Sprintf("%s#%d", key, trial) }
+
+// classify turns a replay's signature into an outcome: the kept failure
+// is Fail, no failure is Pass, and a different failure is Unresolved: it
+// is counted, reported, and never followed.
+func (r *run) classify(s signature.Signature) shrink.Outcome {
+	switch {
+	case signature.Reproduces(s, r.want, r.o.Match):
+		return shrink.Fail
+	case s.Family == signature.FamilyPass:
+		return shrink.Pass
+	}
+	return shrink.Unresolved
+}
+
+func (r *run) other(s signature.Signature) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := s.String()
+	if r.others[key] == nil {
+		r.others[key] = &regress.OtherFailure{Signature: s}
+	}
+	r.others[key].Count++
+}
+
+// otherFailures lists the different failures met, in a stable order; mu
+// is held.
+func (r *run) otherFailures() []regress.OtherFailure {
+	out := []regress.OtherFailure{}
+	for _, o := range r.others {
+		out = append(out, *o)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Signature.String() < out[j].Signature.String() })
+	return out
+}
+
+func (r *run) idsOf(set []int) []string {
+	if r.batch.SampleIDs == nil {
+		return nil
+	}
+	ids := make([]string, len(set))
+	for i, x := range set {
+		ids[i] = r.batch.SampleIDs[x]
+	}
+	return ids
+}
+
+// hashFile is the hex SHA-256 of the file at path, read as a stream.
+func hashFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

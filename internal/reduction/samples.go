@@ -1,0 +1,136 @@
+package reduction
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"reduce/shrink"
+)
+
+// sampleMode finds the culprit sets by dropping samples, then reduces the
+// elements of each. It switches to neutralizing (keeping the size) when the
+// failure needs samples only for their number, and to the size search when
+// it needs no values at all.
+func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
+	r.mode, r.modeReason = ModeSamples, "the failure depends on which samples are in the batch"
+	n := int(r.batch.Samples)
+	oracle := func(ctx context.Context, cand shrink.Candidate) (shrink.Outcome, error) {
+		units := cand.Units()
+		if len(units) == 0 {
+			// A batch without samples is not a candidate.
+			return shrink.Unresolved, nil
+		}
+		return r.ask(ctx, &candidate{rows: rowsOf(units), size: len(units)}, cand.Trial())
+	}
+	opts := r.shrinkOptions()
+	opts.StopAfterFirst = true
+	// The confirmation showed that the original fails.
+	opts.Seed = []shrink.CacheEntry{{Candidate: []shrink.Range{{Lo: 0, Hi: n}}, Outcome: shrink.Fail}}
+	r.setPhase(PhaseSamples, n)
+	res, err := shrink.Run(ctx, n, oracle, opts)
+	if ctx.Err() != nil || res.Incomplete {
+		return r.partialSamples(res), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("shrink samples: %w", err)
+	}
+	if len(res.Culprits) == 0 {
+		return nil, nil
+	}
+	if slices.Contains(res.Unconfirmed, 0) {
+		r.logf("samples: culprit set %v failed in the search but not in its fresh replays: the failure is flaky (a higher --trials helps)", res.Culprits[0])
+	}
+	first, err := r.reduceSet(ctx, res.Culprits[0])
+	if err != nil || ctx.Err() != nil {
+		return []Finding{first}, err
+	}
+	switch {
+	case first.ContentFree && len(first.Indices) == 1:
+		r.modeReason = "every value neutralized, one sample still fails: the cause is a shape or dtype, which any sample has"
+		return []Finding{first}, nil
+	case first.ContentFree:
+		return r.sizeMode(ctx, fmt.Sprintf("the failure needs %d samples but none of their values: it depends on the batch size", len(first.Indices)))
+	case len(first.Elements) > 0 && len(first.Indices) > 1 && len(rowsWithElements(first)) < len(first.Indices):
+		return r.neutralizeMode(ctx, first)
+	}
+
+	// Further, independent culprit sets: the journal answers the first
+	// set's candidates again, so only new ones are replayed.
+	opts.StopAfterFirst = false
+	opts.MaxCulprits = r.o.MaxFindings
+	r.setPhase(PhaseSamples, n)
+	all, err := shrink.Run(ctx, n, oracle, opts)
+	found := []Finding{first}
+	if ctx.Err() != nil || all.Incomplete {
+		return found, nil
+	}
+	if err != nil {
+		return found, fmt.Errorf("shrink samples: %w", err)
+	}
+	for k, set := range all.Culprits[1:] {
+		if slices.Contains(all.Unconfirmed, k+1) {
+			// Found, but its fresh replays did not fail: not a finding to
+			// write a regression test for.
+			r.logf("samples: culprit set %v did not fail again in fresh replays; left out (flaky)", set)
+			continue
+		}
+		f, err := r.reduceSet(ctx, set)
+		found = append(found, f)
+		if err != nil || ctx.Err() != nil {
+			return found, err
+		}
+	}
+	if len(all.Culprits) == r.o.MaxFindings {
+		r.logf("samples: stopped after %d culprit sets; more may exist", r.o.MaxFindings)
+	}
+	return found, nil
+}
+
+// partialSamples is the finding of an interrupted sample search: its
+// smallest failing candidate, or the original.
+func (r *run) partialSamples(res shrink.Result) []Finding {
+	set := res.Partial
+	if set == nil {
+		set = make([]int, r.batch.Samples)
+		for i := range set {
+			set[i] = i
+		}
+	}
+	if len(res.Culprits) > 0 {
+		set = res.Culprits[0]
+	}
+	sub, err := r.batch.Select(rowsOf(set))
+	if err != nil {
+		return nil
+	}
+	return []Finding{{Indices: set, IDs: r.idsOf(set), Batch: sub, Partial: true}}
+}
+
+// reduceSet reduces the elements of one culprit set of samples.
+func (r *run) reduceSet(ctx context.Context, set []int) (Finding, error) {
+	r.logf("samples: culprit set %v %s", set, strings.Join(r.idsOf(set), " "))
+	r.emit(&CulpritFound{Event: "culprit", Indices: set, IDs: r.idsOf(set)})
+	rows := rowsOf(set)
+	sub, err := r.batch.Select(rows)
+	if err != nil {
+		return Finding{}, err
+	}
+	f := Finding{Indices: set, IDs: r.idsOf(set), Batch: sub}
+	er, err := r.elements(ctx, rows, sub, nil, func(pos int64) int64 { return int64(set[pos]) })
+	f.Elements, f.ContentFree, f.Partial = er.elements, er.contentFree, er.partial
+	if er.reduced != nil {
+		f.Batch = er.reduced
+	}
+	f.Boundary = er.boundary
+	return f, err
+}
+
+func rowsWithElements(f Finding) map[int64]bool {
+	rows := map[int64]bool{}
+	for _, e := range f.Elements {
+		rows[e.row] = true
+	}
+	return rows
+}

@@ -1,0 +1,84 @@
+package reduction
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"reduce/internal/regress"
+	"reduce/shrink"
+)
+
+// sizeMode finds by bisection the largest batch size that passes, taking
+// the first k samples for size k.
+func (r *run) sizeMode(ctx context.Context, why string) ([]Finding, error) {
+	r.mode, r.modeReason = ModeSize, why
+	n := int64(r.batch.Samples)
+	// What the answers showed: the smallest size that failed as kept (the
+	// original's n, confirmed) and the largest that passed.
+	var mu sync.Mutex
+	smallestFail, largestPass := n, int64(0)
+	pred := func(ctx context.Context, k int64, trial int) (shrink.Outcome, error) {
+		o, err := r.ask(ctx, &candidate{rows: prefix(k), size: int(k)}, trial)
+		if err == nil {
+			mu.Lock()
+			switch {
+			case o == shrink.Fail && k < smallestFail:
+				smallestFail = k
+			case o == shrink.Pass && k > largestPass && k < smallestFail:
+				largestPass = k
+			}
+			mu.Unlock()
+		}
+		return o, err
+	}
+	r.setPhase(PhaseSize, int(n))
+	if n > 1 {
+		res, err := shrink.LargestPassing(ctx, 1, n-1, pred, r.shrinkOptions())
+		mu.Lock()
+		sf, lp := smallestFail, largestPass
+		mu.Unlock()
+		switch {
+		case ctx.Err() != nil || res.Incomplete || errors.Is(err, shrink.ErrBudget):
+			// The best so far: the smallest batch that failed as kept.
+			sub, err := r.batch.Select(prefix(sf))
+			if err != nil {
+				return nil, err
+			}
+			r.size = &regress.SizeResult{LargestPassing: lp, SmallestFailing: sf}
+			set := ints(prefix(sf))
+			return []Finding{{Indices: set, IDs: r.idsOf(set), Batch: sub, Partial: true, ContentFree: true}}, nil
+		case err != nil && !errors.Is(err, shrink.ErrNoPassing):
+			return nil, fmt.Errorf("size search: %w", err)
+		}
+		if sf != lp+1 {
+			// The size after the largest pass failed otherwise (a
+			// different failure): the answer is the gap between them.
+			r.modeReason += fmt.Sprintf("; sizes %d to %d fail otherwise, so the smallest batch failing as recorded has %d samples", lp+1, sf-1, sf)
+		}
+		smallestFail, largestPass = sf, lp
+	}
+	r.size = &regress.SizeResult{LargestPassing: largestPass, SmallestFailing: smallestFail}
+	r.logf("size: %d samples fail, %d pass", smallestFail, largestPass)
+	set := ints(prefix(smallestFail))
+	sub, err := r.batch.Select(prefix(smallestFail))
+	if err != nil {
+		return nil, err
+	}
+	f := Finding{Indices: set, IDs: r.idsOf(set), Batch: sub, ContentFree: true}
+	if largestPass > 0 {
+		if f.Boundary, err = r.batch.Select(prefix(largestPass)); err != nil {
+			return nil, err
+		}
+	}
+	return []Finding{f}, nil
+}
+
+func ints(v []int64) []int {
+	out := make([]int, len(v))
+	for i, x := range v {
+		out[i] = int(x)
+	}
+	return out
+}
