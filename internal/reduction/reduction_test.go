@@ -2,9 +2,9 @@ package reduction_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -39,7 +39,7 @@ type stepBackend struct {
 	mu      sync.Mutex
 	replays map[string]int  // by batch content
 	passed  map[string]bool // by batch content: its last replay passed
-	total   int            // replays that gave an answer
+	total   int             // replays that gave an answer
 	calls   int
 	// cancel, when set, is called at the cancelAt-th replay.
 	cancel   func()
@@ -50,9 +50,9 @@ func newStep(s step) *stepBackend {
 	return &stepBackend{step: s, settings: replay.Settings{Kind: replay.KindGo, Device: "cpu"}, replays: map[string]int{}, passed: map[string]bool{}}
 }
 
-func (s *stepBackend) Kind() replay.Kind          { return s.settings.Kind }
+func (s *stepBackend) Kind() replay.Kind         { return s.settings.Kind }
 func (s *stepBackend) Settings() replay.Settings { return s.settings }
-func (s *stepBackend) Close() error               { return nil }
+func (s *stepBackend) Close() error              { return nil }
 
 func (s *stepBackend) Replay(ctx context.Context, b *fixtures.Batch) (replay.Verdict, error) {
 	var buf bytes.Buffer
