@@ -94,7 +94,7 @@ func convert(c *cli.Context) error {
 		if b, err = fixtures.Read(in, fixtures.WithMaxSize(limit)); err != nil {
 			return usageErr(err)
 		}
-		if err := override(b, opt); err != nil {
+		if b, err = opt.Override(b); err != nil {
 			return usageErr(fmt.Errorf("%s: %w", in, err))
 		}
 	} else {
@@ -127,42 +127,6 @@ func convert(c *cli.Context) error {
 	}
 	fmt.Fprintln(c.App.Writer, out)
 	return nil
-}
-
-// override applies the command line's metadata to a batch read from a .bin.
-func override(b *fixtures.Batch, opt fixtures.ImportOptions) error {
-	if opt.Op != "" {
-		b.Op = opt.Op
-	}
-	for k, v := range opt.Attrs {
-		if b.Attrs == nil {
-			b.Attrs = map[string]any{}
-		}
-		b.Attrs[k] = v
-	}
-	for name, dim := range opt.BatchDims {
-		e := b.Tensor(name)
-		if e == nil {
-			return fmt.Errorf("--batch-dim: no tensor named %q", name)
-		}
-		if dim != nil && *dim < 0 {
-			d := *dim + e.Dims()
-			dim = &d
-		}
-		e.BatchDim = dim
-	}
-	if opt.SampleIDs != nil {
-		b.SampleIDs = opt.SampleIDs
-	}
-	// A new batch axis may change the sample count; Validate rejects
-	// tensors that then disagree.
-	for _, e := range b.Tensors {
-		if e.BatchDim != nil && *e.BatchDim >= 0 && *e.BatchDim < e.Dims() {
-			b.Samples = e.Shape[*e.BatchDim]
-			break
-		}
-	}
-	return b.Validate()
 }
 
 // samePath reports whether a and b name one file.
