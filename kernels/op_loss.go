@@ -271,8 +271,8 @@ func nllLossND(c *call, self, target, weight *Tensor, red int, ii int64) (*Tenso
 		tgt0 = target.Shape[0]
 	}
 	if self.Dims() != 1 && self.Shape[0] != tgt0 {
-		return nil, nil, valueErr("Expected input batch_size (" + strconv.FormatInt(self.Shape[0], 10) +
-			") to match target batch_size (" + strconv.FormatInt(tgt0, 10) + ").")
+		return nil, nil, hostErr(classNLLBatchSize, "ValueError", "Expected input batch_size ("+strconv.FormatInt(self.Shape[0], 10)+
+			") to match target batch_size ("+strconv.FormatInt(tgt0, 10)+").")
 	}
 	switch self.Dims() {
 	case 1, 2:
@@ -339,9 +339,16 @@ func targetOutOfBounds(v int64, printChar bool) *Failure {
 			// Not valid UTF-8: Python gets an empty message.
 			return indexErr("")
 		}
-		return indexErr("Target " + string([]byte{b}) + " is out of bounds.")
+		// The message names a character, not a number: signature classes
+		// it only when that character is a digit (it reads as "Target N
+		// is out of bounds."), and the class says what signature says.
+		class := ""
+		if b >= '0' && b <= '9' {
+			class = classNLLTargetBounds
+		}
+		return hostErr(class, "IndexError", "Target "+string([]byte{b})+" is out of bounds.")
 	}
-	return indexErr("Target " + strconv.FormatInt(v, 10) + " is out of bounds.")
+	return hostErr(classNLLTargetBounds, "IndexError", "Target "+strconv.FormatInt(v, 10)+" is out of bounds.")
 }
 
 // ignored reports t == ignore_index in the target's C++ type.
@@ -413,7 +420,7 @@ func scalarOut(dt DType, v float64) *Tensor {
 func nllLoss(c *call, self, target, weight *Tensor, red int, ii int64) (*Tensor, *Failure) {
 	// TORCH_META_FUNC(nll_loss_forward)
 	if target.Dims() > 1 {
-		return nil, runtimeErr("0D or 1D target tensor expected, multi-target not supported")
+		return nil, hostErr(classNLLTargetDim, "RuntimeError", "0D or 1D target tensor expected, multi-target not supported")
 	}
 	noBatch := self.Dims() == 1 && target.Dims() == 0
 	if !noBatch {
@@ -1060,7 +1067,7 @@ func runBCE(c *call) (*Result, error) {
 		x := input.LoadFloat(in[lin])
 		if !(x >= 0 && x <= 1) {
 			if !c.cuda {
-				return fail(withFrames(runtimeErr("all elements of input should be between 0 and 1"), frameBCE))
+				return fail(hostErr(classBCEInputRange, "RuntimeError", "all elements of input should be between 0 and 1", frameBCE))
 			}
 			bad = append(bad, int64(p))
 			continue

@@ -93,7 +93,7 @@ func outOfMemory(op *Op, mode Mode, plan []Allocation, limit int64) *Failure {
 	var used int64
 	for _, a := range plan {
 		if used+a.Bytes > limit {
-			return &Failure{Op: op.Name, Exception: "RuntimeError", Message: CPUAllocMessage(a.Bytes), Frames: op.frames}
+			return &Failure{Op: op.Name, Exception: "RuntimeError", Message: CPUAllocMessage(a.Bytes), Frames: op.frames, Class: classHostOOM}
 		}
 		used += a.Bytes
 	}
@@ -158,7 +158,7 @@ func cudaOutOfMemory(op *Op, plan []Allocation, limit int64) *Failure {
 			}
 			if reserved+seg > limit {
 				return &Failure{Op: op.Name, Exception: "torch.cuda.OutOfMemoryError",
-					Message: CUDAOOMMessage(seg, limit, allocated, limit-reserved, reserved), Frames: op.frames}
+					Message: CUDAOOMMessage(seg, limit, allocated, limit-reserved, reserved), Frames: op.frames, Class: classDeviceOOM}
 			}
 			reserved += seg
 			free[pool] = append(free[pool], seg-size)
