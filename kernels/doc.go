@@ -5,8 +5,18 @@
 // PyTorch's layout predicates (is_contiguous, channels_last) and the
 // layout-preserving edits the shrinker builds candidates with: Select (keep a
 // subset of the slices along a dim), Replace (swap one slice for another) and
-// SetElements. Later it also holds the built-in operators, each with
-// PyTorch's contract for its inputs and its error messages.
+// SetElements.
+//
+// It also owns the built-in ops (cross_entropy, nll_loss, embedding, ...),
+// each run in torch 1.13's CPU or CUDA mode with PyTorch's contract for its
+// inputs and its exact error texts. An op is defined once: its register
+// call carries its arguments and defaults, its run function, its device
+// memory plan, the Python frames its errors pass through, the value a
+// dropped element takes (Op.Neutral), the advice for its range check
+// (Op.Advice), and, on each check that raises, the class of the failure
+// (Site.Class, Failure.Class). Callers ask the Op (Lookup) instead of
+// switching on its name, so a new op is one register call and its run
+// function.
 //
 // The central promise is layout preservation: a tensor built from a subset of
 // another's samples keeps its dtype, its stride order, its padding between
@@ -16,7 +26,9 @@
 // and takes the same kernel paths.
 //
 // The package is a leaf: it must never import other packages of this project
-// and never does I/O (files, network, environment, logging). Everything it
+// (not even the signature package whose class ids its failures carry: a
+// test in internal/signature keeps the two in step) and never does I/O
+// (files, network, environment, logging, processes). Everything it
 // returns is a value or a wrapped sentinel error (ErrIndex, ErrStorage, ...),
 // so callers decide what to print. Functions never panic on a tensor that
 // passed Validate, and entry points that take tensors from outside validate

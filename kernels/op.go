@@ -108,15 +108,33 @@ type Attr struct {
 	Default any
 }
 
-// Op is a built-in operator.
+// Op is a built-in operator. Everything the rest of reduce needs to know
+// about one op lives in its Op value, set in the op's one register call, so
+// that adding an op touches no switch on its name anywhere else.
 type Op struct {
 	Name    string
 	Tensors []TensorArg
 	Attrs   []Attr
 	// Signature is PyTorch's call, for documentation and tracebacks.
 	Signature string
+	// Advice is what to check first when this op's range check fires on
+	// the device: one sentence for a person, in Markdown (the regression
+	// report prints it under the failure).
+	Advice string
 
 	run func(c *call) (*Result, error)
+	// memory adds, through add, the buffers the op allocates for c's
+	// arguments in torch's order (the device memory note in op_memory.go),
+	// and reports false when torch fails on them before allocating. Nil
+	// means the op has no plan: it runs without the memory limit.
+	memory func(c *call, add allocate) bool
+	// frames are the Python frames inside torch through which the op's
+	// allocations fail (its torch.nn.functional wrapper), outermost first;
+	// nil for builtins such as torch.gather.
+	frames []Frame
+	// neutral maps an integer tensor to the attribute whose recorded value
+	// its dropped elements take (Neutral).
+	neutral map[string]string
 }
 
 // Options tune a run.
@@ -189,7 +207,7 @@ func (op *Op) RunOptions(o Options, tensors map[string]*Tensor, attrs map[string
 	}
 	if o.DeviceMemory > 0 {
 		if plan := memoryPlan(c); plan != nil {
-			if f := outOfMemory(op.Name, o.Mode, plan, o.DeviceMemory); f != nil {
+			if f := outOfMemory(op, o.Mode, plan, o.DeviceMemory); f != nil {
 				return fail(f)
 			}
 		}
@@ -269,6 +287,59 @@ func (op *Op) bind(o Options, tensors map[string]*Tensor, attrs map[string]any) 
 		c.a[at.Name] = at.Default
 	}
 	return c, nil
+}
+
+// Neutral returns the value that a dropped element of the op's integer
+// tensor named tensor takes when the reducer searches for the elements that
+// trigger a failure: the value of the attribute the op names for that tensor
+// (cross_entropy's and nll_loss's target take ignore_index, which makes the
+// element drop out of the loss) when attrs record it, else 0. ok reports
+// that the value came from a recorded attribute; v is the value to use
+// either way.
+//
+// Only an attribute that attrs hold counts, never the op's default (-100
+// for ignore_index): a batch recorded without ignore_index has always had
+// its dropped targets set to 0, and answering -100 instead would build
+// different candidates, so a reduction would replay other batches than it
+// did before and could end elsewhere. A recorded value that is not an
+// integer gives (0, false), as it always has (RunOptions rejects it).
+func (op *Op) Neutral(tensor string, attrs map[string]any) (v int64, ok bool) {
+	name := op.canonicalTensor(tensor)
+	attr, declared := op.neutral[name]
+	if !declared {
+		return 0, false
+	}
+	raw, recorded := attrs[attr]
+	if !recorded {
+		return 0, false
+	}
+	for _, at := range op.Attrs {
+		if at.Name != attr {
+			continue
+		}
+		nv, err := normalizeAttr(at, raw)
+		if i, isInt := nv.(int64); err == nil && isInt {
+			return i, true
+		}
+		break
+	}
+	return 0, false
+}
+
+// canonicalTensor is the argument name under which the op knows tensor
+// (one of its aliases resolves to its name), or tensor itself.
+func (op *Op) canonicalTensor(tensor string) string {
+	for _, ta := range op.Tensors {
+		if ta.Name == tensor {
+			return tensor
+		}
+		for _, al := range ta.Aliases {
+			if al == tensor {
+				return ta.Name
+			}
+		}
+	}
+	return tensor
 }
 
 func (op *Op) tensorList() string {

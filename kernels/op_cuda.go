@@ -71,12 +71,15 @@ func (s *assertSet) failure() *Failure {
 		}
 		return a.Thread[0] < b.Thread[0]
 	})
+	// Every thread of one launch asserts at one site, so the first names
+	// the failure's class.
 	return &Failure{
 		Exception:     "RuntimeError",
 		Message:       CUDAErrorMessage,
 		Asserts:       s.list,
 		AssertThreads: s.n,
 		Async:         true,
+		Class:         s.list[0].Class,
 	}
 }
 

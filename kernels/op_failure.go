@@ -44,6 +44,19 @@ type Failure struct {
 	// Frames are the Python frames inside torch that raise, outermost
 	// first (empty for builtins such as torch.gather).
 	Frames []Frame
+	// Class is the failure's class id: the one package signature's Class
+	// gives its printed text ("nll_loss.target_bounds", "gather.bounds",
+	// "oom.device", ...), or "" where it gives none. A device assert takes
+	// its Site's class; a host failure, the class its constructor names.
+	// The op declares it with the check that raises the failure, because
+	// kernels may not import signature; TestOpClasses (in
+	// internal/signature) renders every op's failures as CPU and CUDA
+	// print them and checks that the two agree. Where signature has no
+	// rule for a check's text the class is "" (index_select's
+	// check_indexarray_range, a Byte target printed as a non-digit
+	// character), and a one_hot failure on CUDA is scatter's
+	// (gather.bounds): each says what the text shows.
+	Class string
 }
 
 // Device reports whether the failure is a device-side assert.
@@ -100,7 +113,27 @@ type Site struct {
 	Expr string
 	// Release says where the line number was seen (or that it is estimated).
 	Release string
+	// Class is the class id of the check the assert belongs to, as
+	// package signature classes its expression (see Failure.Class).
+	Class string
 }
+
+// The class ids of the checks the ops raise, spelled as package
+// signature's Class constants spell them (kernels may not import it;
+// TestOpClasses in internal/signature keeps the two in step).
+const (
+	classNLLTargetBounds = "nll_loss.target_bounds"
+	classIndexSelect     = "index_select.bounds"
+	classGatherBounds    = "gather.bounds"
+	classIndexBounds     = "index.bounds"
+	classBCEInputRange   = "bce.input_range"
+	classOneHotRange     = "one_hot.class_range"
+	classNLLBatchSize    = "nll_loss.batch_size"
+	classNLLTargetDim    = "nll_loss.target_dim"
+	classScalarType      = "dtype.expected_scalar_type"
+	classDeviceOOM       = "oom.device"
+	classHostOOM         = "oom.host"
+)
 
 // The assert sites of torch 1.13-era builds. File, kernel and expression come
 // from PyTorch's sources (aten/src/ATen/native/cuda/*.cu of the 1.13 branch:
@@ -114,53 +147,66 @@ var (
 		File: "aten/src/ATen/native/cuda/Loss.cu", Line: 271,
 		Kernel: "nll_loss_forward_reduce_cuda_kernel_2d", Expr: "t >= 0 && t < n_classes",
 		Release: "1.12.0 (conda build pytorch_1656352660876); the 1.13 line is not confirmed",
+		Class:   classNLLTargetBounds,
 	}
 	SiteNLLReduce1D = Site{
 		File: "aten/src/ATen/native/cuda/Loss.cu", Line: 232,
 		Kernel: "nll_loss_forward_reduce_cuda_kernel_1d", Expr: "t >= 0 && t < n_classes",
 		Release: "estimated (the 1-D kernel precedes the 2-D one in Loss.cu)",
+		Class:   classNLLTargetBounds,
 	}
 	SiteNLLNoReduce = Site{
 		File: "aten/src/ATen/native/cuda/Loss.cu", Line: 208,
 		Kernel: "nll_loss_forward_no_reduce_cuda_kernel", Expr: "cur_target >= 0 && cur_target < n_classes",
 		Release: "estimated (the no-reduce kernel precedes the 1-D one in Loss.cu)",
+		Class:   classNLLTargetBounds,
 	}
 	SiteNLL2D = Site{
 		File: "aten/src/ATen/native/cuda/NLLLoss2d.cu", Line: 104,
 		Kernel: "nll_loss2d_forward_kernel", Expr: "t >= 0 && t < n_classes",
 		Release: "1.13.1 conda",
+		Class:   classNLLTargetBounds,
 	}
 	SiteIndexSelectSmall = Site{
 		File: "aten/src/ATen/native/cuda/Indexing.cu", Line: 1093,
 		Kernel: "indexSelectSmallIndex", Expr: "srcIndex < srcSelectDimSize",
 		Release: "seen in a public log of a ../aten wheel build; release not confirmed",
+		Class:   classIndexSelect,
 	}
 	SiteIndexSelectLarge = Site{
 		File: "aten/src/ATen/native/cuda/Indexing.cu", Line: 1141,
 		Kernel: "indexSelectLargeIndex", Expr: "srcIndex < srcSelectDimSize",
 		Release: "seen in a public log of a ../aten wheel build; release not confirmed",
+		Class:   classIndexSelect,
 	}
 	SiteScatterGather = Site{
 		File: "aten/src/ATen/native/cuda/ScatterGatherKernel.cu", Line: 144,
 		Kernel: "operator()", Expr: `idx_dim >= 0 && idx_dim < index_size && "index out of bounds"`,
 		Release: "1.13.1 conda",
+		Class:   classGatherBounds,
 	}
 	// SiteScatterFill is the scatter-with-a-value kernel's (one_hot's
-	// scatter_).
+	// scatter_). Its class is scatter's, not one_hot's: CUDA's one_hot has
+	// no check of its own, so the text of a one_hot failure on CUDA is
+	// scatter's assert, and a CPU replay of the same batch raises
+	// one_hot.class_range instead (a gap signature documents too).
 	SiteScatterFill = Site{
 		File: "aten/src/ATen/native/cuda/ScatterGatherKernel.cu", Line: 312,
 		Kernel: "operator()", Expr: `idx_dim >= 0 && idx_dim < index_size && "index out of bounds"`,
 		Release: "seen in a 2022 Windows (1.12-era) build log; the 1.13 line is not confirmed",
+		Class:   classGatherBounds,
 	}
 	SiteIndex = Site{
 		File: "aten/src/ATen/native/cuda/IndexKernel.cu", Line: 91,
 		Kernel: "operator()", Expr: `index >= -sizes[i] && index < sizes[i] && "index out of bounds"`,
 		Release: "seen in a public log of a ../aten wheel build; release not confirmed",
+		Class:   classIndexBounds,
 	}
 	SiteBCE = Site{
 		File: "aten/src/ATen/native/cuda/Loss.cu", Line: 92,
 		Kernel: "operator()", Expr: "input_val >= zero && input_val <= one",
 		Release: "1.13.1 conda",
+		Class:   classBCEInputRange,
 	}
 )
 

@@ -22,14 +22,19 @@ func init() {
 			{Name: "sparse", Kind: AttrBool, Default: false},
 		},
 		Signature: "torch.nn.functional.embedding(input, weight, padding_idx=None, scale_grad_by_freq=False, sparse=False)",
+		Advice:    "Token ids must be in [0, num_embeddings) (the weight's first dimension): an id equal to the vocabulary size means a tokenizer with added tokens and an embedding that was not resized; check padding_idx too.",
 		run:       runEmbedding,
+		memory:    memoryEmbedding,
+		frames:    []Frame{frameEmbedding},
 	})
 	register(&Op{
 		Name:      "index_select",
 		Tensors:   []TensorArg{{Name: "input"}, {Name: "index"}},
 		Attrs:     []Attr{{Name: "dim", Kind: AttrInt, Required: true}},
 		Signature: "torch.index_select(input, dim, index)",
+		Advice:    adviceIndexAlongDim,
 		run:       runIndexSelect,
+		memory:    memoryIndexSelect,
 	})
 	register(&Op{
 		Name:    "gather",
@@ -39,29 +44,139 @@ func init() {
 			{Name: "sparse_grad", Kind: AttrBool, Default: false},
 		},
 		Signature: "torch.gather(input, dim, index, sparse_grad=False)",
+		Advice:    adviceIndexAlongDim,
 		run:       runGather,
+		memory:    memoryGather,
 	})
 	register(&Op{
 		Name:      "scatter_add",
 		Tensors:   []TensorArg{{Name: "input"}, {Name: "index"}, {Name: "src"}},
 		Attrs:     []Attr{{Name: "dim", Kind: AttrInt, Required: true}},
 		Signature: "torch.scatter_add(input, dim, index, src)",
+		Advice:    adviceIndexAlongDim,
 		run:       runScatterAdd,
+		memory:    memoryScatterAdd,
 	})
 	register(&Op{
 		Name:      "one_hot",
 		Tensors:   []TensorArg{{Name: "tensor", Aliases: []string{"input"}}},
 		Attrs:     []Attr{{Name: "num_classes", Kind: AttrInt, Default: int64(-1)}},
 		Signature: "torch.nn.functional.one_hot(tensor, num_classes=-1)",
+		Advice:    "Every label must be in [0, num_classes): num_classes must exceed the largest label (and labels must not be negative).",
 		run:       runOneHot,
+		memory:    memoryOneHot,
 	})
 	register(&Op{
 		Name:      "index",
 		Tensors:   []TensorArg{{Name: "input"}, {Name: "index"}},
 		Attrs:     []Attr{{Name: "dim", Kind: AttrInt, Default: int64(0)}},
 		Signature: "input[(slice(None),) * dim + (index,)]",
+		Advice:    adviceIndexAlongDim,
 		run:       runIndex,
+		memory:    memoryIndex,
 	})
+}
+
+// adviceIndexAlongDim is the advice of the ops that index along dim.
+const adviceIndexAlongDim = "Every index must be in [0, size) along `dim` of the indexed tensor (negative indices are not wrapped by these kernels on CUDA)."
+
+// memoryEmbedding: a flattened copy of a non-contiguous index, then the
+// output.
+func memoryEmbedding(c *call, add allocate) bool {
+	input, weight := c.tensor("input"), c.tensor("weight")
+	if weight.Dims() != 2 || !isIndexDType(input.DType) {
+		return false
+	}
+	if input.Dims() > 1 && !input.IsContiguous() {
+		add("indices.reshape(-1)", input.Numel(), input.DType)
+	}
+	add("output", input.Numel()*weight.Shape[1], weight.DType)
+	return true
+}
+
+func memoryIndexSelect(c *call, add allocate) bool {
+	input, index := c.tensor("input"), c.tensor("index")
+	if input.Dims() == 0 {
+		add("output", index.Numel(), input.DType)
+		return true
+	}
+	dim, f := wrapDim(c.int("dim"), input.Dims())
+	if f != nil {
+		return false
+	}
+	add("output", sliceNumel(input, dim)*index.Numel(), input.DType)
+	return true
+}
+
+func memoryGather(c *call, add allocate) bool {
+	// gather's shape checks come before its output.
+	if _, f := gatherChecks(c.tensor("input"), c.int("dim"), c.tensor("index")); f != nil {
+		return false
+	}
+	add("output", c.tensor("index").Numel(), c.tensor("input").DType)
+	return true
+}
+
+func memoryScatterAdd(c *call, add allocate) bool {
+	input, index, src := c.tensor("input"), c.tensor("index"), c.tensor("src")
+	if index.DType != Int64 || input.DType != src.DType {
+		return false
+	}
+	add("output", input.Numel(), input.DType)
+	return true
+}
+
+// memoryOneHot reads the values when num_classes is -1 (the output's size
+// depends on them).
+func memoryOneHot(c *call, add allocate) bool {
+	t := c.tensor("tensor")
+	if t.DType != Int64 {
+		return false
+	}
+	nc := c.int("num_classes")
+	if t.Numel() == 0 && nc <= 0 {
+		return false
+	}
+	mn, mx := int64(0), int64(-1)
+	t.Each(func(_ []int64, e int64) {
+		v := t.LoadInt(e)
+		mn, mx = min(mn, v), max(mx, v)
+	})
+	if nc == -1 {
+		nc = mx + 1
+	}
+	// On CPU the value checks come before the output; CUDA leaves them
+	// to scatter's device asserts, after it.
+	if nc <= 0 || !c.cuda && (mn < 0 || mx >= nc) {
+		return false
+	}
+	add("output", t.Numel()*nc, Int64)
+	return true
+}
+
+// memoryIndex counts a mask's set elements (the output's size depends on
+// them).
+func memoryIndex(c *call, add allocate) bool {
+	input, index := c.tensor("input"), c.tensor("index")
+	dim := c.int("dim")
+	if dim < 0 || dim >= int64(input.Dims()) {
+		return false
+	}
+	switch index.DType {
+	case Int64:
+		add("output", sliceNumel(input, dim)*index.Numel(), input.DType)
+	case Bool, Uint8:
+		var n int64
+		index.Each(func(_ []int64, e int64) {
+			if index.LoadInt(e) != 0 {
+				n++
+			}
+		})
+		add("output", sliceNumel(input, dim)*n, input.DType)
+	default:
+		return false
+	}
+	return true
 }
 
 // intValues reads t's elements as integers in row-major order.
@@ -80,10 +195,10 @@ func runEmbedding(c *call) (*Result, error) {
 				return fail(withFrames(f, frameEmbeddingPadPos))
 			}
 			if pi > 0 && pi >= n {
-				return fail(hostErr("AssertionError", "Padding_idx must be within num_embeddings", frameEmbeddingPadPos))
+				return fail(hostErr("", "AssertionError", "Padding_idx must be within num_embeddings", frameEmbeddingPadPos))
 			}
 			if pi < 0 && pi < -n {
-				return fail(hostErr("AssertionError", "Padding_idx must be within num_embeddings", frameEmbeddingPadNeg))
+				return fail(hostErr("", "AssertionError", "Padding_idx must be within num_embeddings", frameEmbeddingPadNeg))
 			}
 		}
 	}
@@ -175,14 +290,14 @@ func indexSelect(c *call, self *Tensor, dim int64, index *Tensor, name string, o
 		} else {
 			for _, v := range idx {
 				if v < 0 || v >= axis {
-					return nil, indexErr("index out of range in self")
+					return nil, indexOutOfRange()
 				}
 			}
 		}
 	} else {
 		for _, v := range idx {
 			if v < 0 || v >= self.Numel() {
-				return nil, indexErr("index out of range in self")
+				return nil, indexOutOfRange()
 			}
 		}
 	}
@@ -204,7 +319,15 @@ func indexSelect(c *call, self *Tensor, dim int64, index *Tensor, name string, o
 	return out, nil
 }
 
-// checkIndexArrayRange is index_select's check_indexarray_range.
+// indexOutOfRange is index_select's (and embedding's) range check on CPU.
+func indexOutOfRange() *Failure {
+	return hostErr(classIndexSelect, "IndexError", "index out of range in self")
+}
+
+// checkIndexArrayRange is index_select's check_indexarray_range. Its
+// failure is unclassed: it is index_select's range check, but signature
+// has no rule for this text, and Failure.Class says what signature says
+// (a gap TestOpClasses documents).
 func checkIndexArrayRange(idx []int64, axis int64) *Failure {
 	for _, v := range idx {
 		if v < 0 || v >= axis {
@@ -408,9 +531,10 @@ func fit(st []int64, n int) []int64 {
 	return out
 }
 
+// scatterGatherOOB is the CPU form of scatter's and gather's range check.
 func scatterGatherOOB(v, dim, bound int64) *Failure {
-	return runtimeErr("index " + strconv.FormatInt(v, 10) + " is out of bounds for dimension " +
-		strconv.FormatInt(dim, 10) + " with size " + strconv.FormatInt(bound, 10))
+	return hostErr(classGatherBounds, "RuntimeError", "index "+strconv.FormatInt(v, 10)+" is out of bounds for dimension "+
+		strconv.FormatInt(dim, 10)+" with size "+strconv.FormatInt(bound, 10))
 }
 
 func runScatterAdd(c *call) (*Result, error) {
@@ -545,13 +669,13 @@ func runOneHot(c *call) (*Result, error) {
 		}
 	}
 	if !c.cuda && mn < 0 {
-		return fail(runtimeErr("Class values must be non-negative."))
+		return fail(hostErr(classOneHotRange, "RuntimeError", "Class values must be non-negative."))
 	}
 	if nc == -1 {
 		nc = mx + 1
 	} else if !c.cuda {
 		if nc <= mx {
-			return fail(runtimeErr("Class values must be smaller than num_classes."))
+			return fail(hostErr(classOneHotRange, "RuntimeError", "Class values must be smaller than num_classes."))
 		}
 	} else if nc < 1 {
 		return fail(runtimeErr("num_classes should be positive"))
@@ -592,8 +716,7 @@ func runIndex(c *call) (*Result, error) {
 		// A 0-d integer tensor indexes like a Python int: select().
 		v := index.LoadInt(index.Offset)
 		if v < -size || v >= size {
-			return fail(indexErr("index " + strconv.FormatInt(v, 10) + " is out of bounds for dimension " +
-				strconv.FormatInt(dim, 10) + " with size " + strconv.FormatInt(size, 10)))
+			return fail(indexOutOfBounds(v, dim, size))
 		}
 		if v < 0 {
 			v += size
@@ -669,7 +792,8 @@ func runIndex(c *call) (*Result, error) {
 	} else {
 		for _, lin := range order {
 			if v := vals[idxOf(lin)]; v < -size || v >= size {
-				return fail(indexErr("index " + strconv.FormatInt(v, 10) + " is out of bounds for dimension 0 with size " + strconv.FormatInt(size, 10)))
+				// at::index names dimension 0 whatever dim is.
+				return fail(indexOutOfBounds(v, 0, size))
 			}
 		}
 	}
@@ -691,6 +815,12 @@ func runIndex(c *call) (*Result, error) {
 		i++
 	})
 	return ok(out)
+}
+
+// indexOutOfBounds is advanced indexing's range check on CPU.
+func indexOutOfBounds(v, dim, size int64) *Failure {
+	return hostErr(classIndexBounds, "IndexError", "index "+strconv.FormatInt(v, 10)+" is out of bounds for dimension "+
+		strconv.FormatInt(dim, 10)+" with size "+strconv.FormatInt(size, 10))
 }
 
 // indexMask is indexing with a 1-D bool or uint8 mask along dim.

@@ -27,7 +27,11 @@ func init() {
 			{Name: "label_smoothing", Kind: AttrFloat, Default: 0.0},
 		},
 		Signature: "torch.nn.functional.cross_entropy(input, target, weight=None, ignore_index=-100, reduction='mean', label_smoothing=0.0)",
+		Advice:    adviceClassTargets,
 		run:       runCrossEntropy,
+		memory:    memoryCrossEntropy,
+		frames:    []Frame{frameCrossEntropy},
+		neutral:   map[string]string{"target": "ignore_index"},
 	})
 	register(&Op{
 		Name:    "nll_loss",
@@ -37,7 +41,11 @@ func init() {
 			{Name: "reduction", Kind: AttrString, Default: "mean"},
 		},
 		Signature: "torch.nn.functional.nll_loss(input, target, weight=None, ignore_index=-100, reduction='mean')",
+		Advice:    adviceClassTargets,
 		run:       runNLLLoss,
+		memory:    memoryNLLLoss,
+		frames:    []Frame{frameNLLLoss},
+		neutral:   map[string]string{"target": "ignore_index"},
 	})
 	register(&Op{
 		Name:    "binary_cross_entropy",
@@ -46,8 +54,63 @@ func init() {
 			{Name: "reduction", Kind: AttrString, Default: "mean"},
 		},
 		Signature: "torch.nn.functional.binary_cross_entropy(input, target, weight=None, reduction='mean')",
+		Advice:    "The input must be a probability in [0, 1]: apply a sigmoid first, or use `binary_cross_entropy_with_logits` (which is also numerically safer); NaN inputs fail the same check.",
 		run:       runBCE,
+		memory:    memoryBCE,
+		frames:    []Frame{frameBCE},
 	})
+}
+
+// adviceClassTargets is the advice of the losses over class indices.
+const adviceClassTargets = "Targets must be in [0, C) with C = input.shape[1], or equal ignore_index: a 255 \"void\" label needs `ignore_index=255`; a label equal to C means num_classes is one too small (or labels are 1-based)."
+
+// memoryCrossEntropy: log_softmax, the product for probability targets,
+// then nll_loss's buffers.
+func memoryCrossEntropy(c *call, add allocate) bool {
+	input, target := c.tensor("input"), c.tensor("target")
+	if !input.DType.IsFloat() {
+		return false
+	}
+	add("log_softmax", input.Numel(), input.DType)
+	if sameShape(input.Shape, target.Shape) {
+		// Probability targets: -(log_softmax * target), then the sum.
+		add("log_softmax * target", input.Numel(), input.DType)
+	}
+	lossPlan(add, c.str("reduction"), target, input.DType)
+	return true
+}
+
+func memoryNLLLoss(c *call, add allocate) bool {
+	// nll_loss checks shapes before it allocates.
+	input, target := c.tensor("input"), c.tensor("target")
+	if !input.DType.IsFloat() || input.Dims() >= 2 && (target.Dims() == 0 || target.Shape[0] != input.Shape[0]) {
+		return false
+	}
+	lossPlan(add, c.str("reduction"), target, input.DType)
+	return true
+}
+
+// lossPlan adds nll_loss's output and total_weight.
+func lossPlan(add allocate, reduction string, target *Tensor, dt DType) {
+	if reduction == "none" {
+		add("output", target.Numel(), dt)
+		return
+	}
+	add("output", 1, dt)
+	add("total_weight", 1, dt)
+}
+
+func memoryBCE(c *call, add allocate) bool {
+	input := c.tensor("input")
+	if !input.DType.IsFloat() || !sameShape(input.Shape, c.tensor("target").Shape) {
+		return false
+	}
+	// loss = empty_like(input), then its reduction.
+	add("loss", input.Numel(), input.DType)
+	if c.str("reduction") != "none" {
+		add("output", 1, input.DType)
+	}
+	return true
 }
 
 // reductionEnum is torch.nn._reduction.get_enum.
@@ -208,8 +271,8 @@ func nllLossND(c *call, self, target, weight *Tensor, red int, ii int64) (*Tenso
 		tgt0 = target.Shape[0]
 	}
 	if self.Dims() != 1 && self.Shape[0] != tgt0 {
-		return nil, nil, valueErr("Expected input batch_size (" + strconv.FormatInt(self.Shape[0], 10) +
-			") to match target batch_size (" + strconv.FormatInt(tgt0, 10) + ").")
+		return nil, nil, hostErr(classNLLBatchSize, "ValueError", "Expected input batch_size ("+strconv.FormatInt(self.Shape[0], 10)+
+			") to match target batch_size ("+strconv.FormatInt(tgt0, 10)+").")
 	}
 	switch self.Dims() {
 	case 1, 2:
@@ -276,9 +339,16 @@ func targetOutOfBounds(v int64, printChar bool) *Failure {
 			// Not valid UTF-8: Python gets an empty message.
 			return indexErr("")
 		}
-		return indexErr("Target " + string([]byte{b}) + " is out of bounds.")
+		// The message names a character, not a number: signature classes
+		// it only when that character is a digit (it reads as "Target N
+		// is out of bounds."), and the class says what signature says.
+		class := ""
+		if b >= '0' && b <= '9' {
+			class = classNLLTargetBounds
+		}
+		return hostErr(class, "IndexError", "Target "+string([]byte{b})+" is out of bounds.")
 	}
-	return indexErr("Target " + strconv.FormatInt(v, 10) + " is out of bounds.")
+	return hostErr(classNLLTargetBounds, "IndexError", "Target "+strconv.FormatInt(v, 10)+" is out of bounds.")
 }
 
 // ignored reports t == ignore_index in the target's C++ type.
@@ -350,7 +420,7 @@ func scalarOut(dt DType, v float64) *Tensor {
 func nllLoss(c *call, self, target, weight *Tensor, red int, ii int64) (*Tensor, *Failure) {
 	// TORCH_META_FUNC(nll_loss_forward)
 	if target.Dims() > 1 {
-		return nil, runtimeErr("0D or 1D target tensor expected, multi-target not supported")
+		return nil, hostErr(classNLLTargetDim, "RuntimeError", "0D or 1D target tensor expected, multi-target not supported")
 	}
 	noBatch := self.Dims() == 1 && target.Dims() == 0
 	if !noBatch {
@@ -997,7 +1067,7 @@ func runBCE(c *call) (*Result, error) {
 		x := input.LoadFloat(in[lin])
 		if !(x >= 0 && x <= 1) {
 			if !c.cuda {
-				return fail(withFrames(runtimeErr("all elements of input should be between 0 and 1"), frameBCE))
+				return fail(hostErr(classBCEInputRange, "RuntimeError", "all elements of input should be between 0 and 1", frameBCE))
 			}
 			bad = append(bad, int64(p))
 			continue

@@ -52,132 +52,25 @@ func MemoryBytes(plan []Allocation) int64 {
 	return n
 }
 
+// allocate records one buffer of numel elements of dt; empty buffers are
+// not recorded (torch does not allocate them).
+type allocate func(what string, numel int64, dt DType)
+
 // memoryPlan is the op's allocation plan, or nil.
 func memoryPlan(c *call) []Allocation {
+	if c.op.memory == nil {
+		return nil
+	}
 	var plan []Allocation
 	add := func(what string, numel int64, dt DType) {
 		if numel > 0 {
 			plan = append(plan, Allocation{What: what, Bytes: numel * int64(dt.Size())})
 		}
 	}
-	switch c.op.Name {
-	case "embedding":
-		input, weight := c.tensor("input"), c.tensor("weight")
-		if weight.Dims() != 2 || !isIndexDType(input.DType) {
-			return nil
-		}
-		if input.Dims() > 1 && !input.IsContiguous() {
-			add("indices.reshape(-1)", input.Numel(), input.DType)
-		}
-		add("output", input.Numel()*weight.Shape[1], weight.DType)
-	case "index_select":
-		input, index := c.tensor("input"), c.tensor("index")
-		if input.Dims() == 0 {
-			add("output", index.Numel(), input.DType)
-			break
-		}
-		dim, f := wrapDim(c.int("dim"), input.Dims())
-		if f != nil {
-			return nil
-		}
-		add("output", sliceNumel(input, dim)*index.Numel(), input.DType)
-	case "gather":
-		// gather's shape checks come before its output.
-		if _, f := gatherChecks(c.tensor("input"), c.int("dim"), c.tensor("index")); f != nil {
-			return nil
-		}
-		add("output", c.tensor("index").Numel(), c.tensor("input").DType)
-	case "scatter_add":
-		input, index, src := c.tensor("input"), c.tensor("index"), c.tensor("src")
-		if index.DType != Int64 || input.DType != src.DType {
-			return nil
-		}
-		add("output", input.Numel(), input.DType)
-	case "one_hot":
-		t := c.tensor("tensor")
-		if t.DType != Int64 {
-			return nil
-		}
-		nc := c.int("num_classes")
-		if t.Numel() == 0 && nc <= 0 {
-			return nil
-		}
-		mn, mx := int64(0), int64(-1)
-		t.Each(func(_ []int64, e int64) {
-			v := t.LoadInt(e)
-			mn, mx = min(mn, v), max(mx, v)
-		})
-		if nc == -1 {
-			nc = mx + 1
-		}
-		// On CPU the value checks come before the output; CUDA leaves
-		// them to scatter's device asserts, after it.
-		if nc <= 0 || !c.cuda && (mn < 0 || mx >= nc) {
-			return nil
-		}
-		add("output", t.Numel()*nc, Int64)
-	case "index":
-		input, index := c.tensor("input"), c.tensor("index")
-		dim := c.int("dim")
-		if dim < 0 || dim >= int64(input.Dims()) {
-			return nil
-		}
-		switch index.DType {
-		case Int64:
-			add("output", sliceNumel(input, dim)*index.Numel(), input.DType)
-		case Bool, Uint8:
-			var n int64
-			index.Each(func(_ []int64, e int64) {
-				if index.LoadInt(e) != 0 {
-					n++
-				}
-			})
-			add("output", sliceNumel(input, dim)*n, input.DType)
-		default:
-			return nil
-		}
-	case "cross_entropy":
-		input, target := c.tensor("input"), c.tensor("target")
-		if !input.DType.IsFloat() {
-			return nil
-		}
-		add("log_softmax", input.Numel(), input.DType)
-		if sameShape(input.Shape, target.Shape) {
-			// Probability targets: -(log_softmax * target), then the sum.
-			add("log_softmax * target", input.Numel(), input.DType)
-		}
-		lossPlan(add, c.str("reduction"), target, input.DType)
-	case "nll_loss":
-		// nll_loss checks shapes before it allocates.
-		input, target := c.tensor("input"), c.tensor("target")
-		if !input.DType.IsFloat() || input.Dims() >= 2 && (target.Dims() == 0 || target.Shape[0] != input.Shape[0]) {
-			return nil
-		}
-		lossPlan(add, c.str("reduction"), c.tensor("target"), input.DType)
-	case "binary_cross_entropy":
-		input := c.tensor("input")
-		if !input.DType.IsFloat() || !sameShape(input.Shape, c.tensor("target").Shape) {
-			return nil
-		}
-		// loss = empty_like(input), then its reduction.
-		add("loss", input.Numel(), input.DType)
-		if c.str("reduction") != "none" {
-			add("output", 1, input.DType)
-		}
-	default:
+	if !c.op.memory(c, add) {
 		return nil
 	}
 	return plan
-}
-
-// lossPlan adds nll_loss's output and total_weight.
-func lossPlan(add func(string, int64, DType), reduction string, target *Tensor, dt DType) {
-	if reduction == "none" {
-		add("output", target.Numel(), dt)
-		return
-	}
-	add("output", 1, dt)
-	add("total_weight", 1, dt)
 }
 
 // sliceNumel is the element count of one slice of t along dim.
@@ -193,14 +86,14 @@ func sliceNumel(t *Tensor, dim int64) int64 {
 
 // outOfMemory is the failure of plan on a device of limit bytes in mode, or
 // nil when it fits.
-func outOfMemory(op string, mode Mode, plan []Allocation, limit int64) *Failure {
+func outOfMemory(op *Op, mode Mode, plan []Allocation, limit int64) *Failure {
 	if mode == ModeCUDA {
 		return cudaOutOfMemory(op, plan, limit)
 	}
 	var used int64
 	for _, a := range plan {
 		if used+a.Bytes > limit {
-			return &Failure{Op: op, Exception: "RuntimeError", Message: CPUAllocMessage(a.Bytes), Frames: opFrames(op)}
+			return &Failure{Op: op.Name, Exception: "RuntimeError", Message: CPUAllocMessage(a.Bytes), Frames: op.frames, Class: classHostOOM}
 		}
 		used += a.Bytes
 	}
@@ -234,7 +127,7 @@ const (
 // (2 MiB for small requests, 20 MiB for 1 to 10 MiB, else the request
 // rounded up to 2 MiB). A new segment that does not fit next to the ones
 // reserved is the OOM, reported with the segment's size, as malloc() does.
-func cudaOutOfMemory(op string, plan []Allocation, limit int64) *Failure {
+func cudaOutOfMemory(op *Op, plan []Allocation, limit int64) *Failure {
 	var allocated, reserved int64
 	var free [2][]int64 // per pool (0 small, 1 large): free bytes of each segment
 	for _, a := range plan {
@@ -264,8 +157,8 @@ func cudaOutOfMemory(op string, plan []Allocation, limit int64) *Failure {
 				seg = (size + cudaRoundLarge - 1) / cudaRoundLarge * cudaRoundLarge
 			}
 			if reserved+seg > limit {
-				return &Failure{Op: op, Exception: "torch.cuda.OutOfMemoryError",
-					Message: CUDAOOMMessage(seg, limit, allocated, limit-reserved, reserved), Frames: opFrames(op)}
+				return &Failure{Op: op.Name, Exception: "torch.cuda.OutOfMemoryError",
+					Message: CUDAOOMMessage(seg, limit, allocated, limit-reserved, reserved), Frames: op.frames, Class: classDeviceOOM}
 			}
 			reserved += seg
 			free[pool] = append(free[pool], seg-size)
@@ -303,19 +196,4 @@ func formatSize(n int64) string {
 		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
 	}
 	return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-}
-
-// opFrames are the Python frames through which op's allocation fails.
-func opFrames(op string) []Frame {
-	switch op {
-	case "cross_entropy":
-		return []Frame{frameCrossEntropy}
-	case "nll_loss":
-		return []Frame{frameNLLLoss}
-	case "embedding":
-		return []Frame{frameEmbedding}
-	case "binary_cross_entropy":
-		return []Frame{frameBCE}
-	}
-	return nil
 }

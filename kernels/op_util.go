@@ -7,21 +7,27 @@ import (
 	"strings"
 )
 
-// hostErr is a host-side torch exception.
-func hostErr(exc, msg string, frames ...Frame) *Failure {
-	return &Failure{Exception: exc, Message: msg, Frames: frames}
+// hostErr is a host-side torch exception raised by a check of class class
+// (Failure.Class; "" for a failure whose text signature gives no class).
+// The checks that have a class construct their failure through it (or
+// through a helper that names the class) so that the class sits with the
+// check that raises it.
+func hostErr(class, exc, msg string, frames ...Frame) *Failure {
+	return &Failure{Exception: exc, Message: msg, Frames: frames, Class: class}
 }
 
+// runtimeErr, indexErr and valueErr are unclassed host exceptions: argument
+// errors (shapes, dtypes, attributes) that no class groups.
 func runtimeErr(msg string, frames ...Frame) *Failure {
-	return hostErr("RuntimeError", msg, frames...)
+	return hostErr("", "RuntimeError", msg, frames...)
 }
 
 func indexErr(msg string, frames ...Frame) *Failure {
-	return hostErr("IndexError", msg, frames...)
+	return hostErr("", "IndexError", msg, frames...)
 }
 
 func valueErr(msg string, frames ...Frame) *Failure {
-	return hostErr("ValueError", msg, frames...)
+	return hostErr("", "ValueError", msg, frames...)
 }
 
 // withFrames sets f's frames when it has none (errors raised inside C++ are
@@ -103,7 +109,7 @@ func notImplemented(name string, d DType) *Failure {
 // expectedScalarType is the error of data_ptr<T>() and accessors on a tensor
 // of another dtype.
 func expectedScalarType(want, got DType) *Failure {
-	return runtimeErr("expected scalar type " + scalarTypeName(want) + " but found " + scalarTypeName(got))
+	return hostErr(classScalarType, "RuntimeError", "expected scalar type "+scalarTypeName(want)+" but found "+scalarTypeName(got))
 }
 
 // wrapDim is c10::maybe_wrap_dim with wrap_scalar=true.
