@@ -1,7 +1,6 @@
 package reduction
 
 import (
-	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,6 +75,7 @@ func newUnitSpace(rows []int64, sub *fixtures.Batch, searched []int64, limit int
 	for _, x := range searched {
 		in[x] = true
 	}
+	op, _ := kernels.Lookup(sub.Op) // nil for a step of the user's own: zero is neutral
 	var base int64
 	for ti, e := range sub.Tensors {
 		if e.BatchDim == nil || e.DType == kernels.Bool || e.Layout().Has(kernels.LayoutExpanded) || e.Layout().Has(kernels.LayoutOverlapping) {
@@ -83,7 +83,8 @@ func newUnitSpace(rows []int64, sub *fixtures.Batch, searched []int64, limit int
 		}
 		isFloat := e.DType.IsFloat()
 		sp.neutral[ti] = value{}
-		if v, ok := neutralInt(sub.Op, e.Name, sub.Attrs); ok && !isFloat {
+		if op != nil && !isFloat {
+			v, _ := op.Neutral(e.Name, sub.Attrs)
 			sp.neutral[ti] = value{i: v}
 		}
 		bd := *e.BatchDim
@@ -285,23 +286,4 @@ func repeat(v int64, n int) []int64 {
 		out[i] = v
 	}
 	return out
-}
-
-// neutralInt: TEMPORARY until kernels.Op.Neutral lands.
-func neutralInt(op, tensor string, attrs map[string]any) (int64, bool) {
-	if tensor != "target" {
-		return 0, false
-	}
-	switch v := attrs["ignore_index"].(type) {
-	case json.Number:
-		n, err := v.Int64()
-		return n, err == nil
-	case int64:
-		return v, true
-	case int:
-		return int64(v), true
-	case float64:
-		return int64(v), v == float64(int64(v))
-	}
-	return 0, false
 }
