@@ -28,7 +28,8 @@
 // The package is a leaf: it must never import other packages of this project
 // (not even the signature package whose class ids its failures carry: a
 // test in internal/signature keeps the two in step) and never does I/O
-// (files, network, environment, logging, processes). Everything it
+// (files, network, environment, logging, processes); internal/archtest
+// checks both. Everything it
 // returns is a value or a wrapped sentinel error (ErrIndex, ErrStorage, ...),
 // so callers decide what to print. Functions never panic on a tensor that
 // passed Validate, and entry points that take tensors from outside validate

@@ -11,7 +11,7 @@
 // how many in flight, and what the answers prove. It knows nothing of
 // tensors, batches, files or processes. It is pure: standard library
 // only, no I/O of any kind (no os, io/fs, net, os/exec, no printing); the
-// test TestImports enforces both. The caller's Oracle does the replaying.
+// test TestPackageMap (internal/archtest) enforces both. The caller's Oracle does the replaying.
 //
 // # Units and candidates
 //
