@@ -30,8 +30,13 @@ var (
 
 // reduceBinary builds the reduce binary once per test binary: without
 // the race detector, whatever the tests are built with, since a reduction
-// starts it once per replay as its worker.
+// starts it once per replay as its worker. $REDUCE_BENCH_BIN names a
+// binary to use instead, so that scripts/bench-compare.sh measures two
+// builds with the same benchmarks.
 func reduceBinary(b testing.TB) string {
+	if bin := os.Getenv("REDUCE_BENCH_BIN"); bin != "" {
+		return bin
+	}
 	benchBinOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "reduce-bench-")
 		if err != nil {
