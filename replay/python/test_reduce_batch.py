@@ -700,6 +700,8 @@ def test_record_on_failure_ignores_keyboard_interrupt(tmp_path):
 
 
 def test_info_command(good, capsys):
-    assert rb.main(["info", str(good)]) == 0
+    import reduce_replay as rr
+
+    assert rr.main(["info", str(good)]) == 0
     assert json.loads(capsys.readouterr().out)["samples"] == 3
-    assert rb.main(["nope"]) == 2
+    assert rr.main(["nope"]) == 2
