@@ -1,16 +1,16 @@
 # reduce — build, test, demo, bench.
 #
 # `make test` works on a fresh Debian machine: it installs Debian's PyTorch,
-# numpy and pytest through apt-get when they are missing (as root, or through
-# sudo), then runs the Go tests with the race detector, the Python tests and a
-# short fuzz run.
+# numpy, pytest and zstandard through apt-get when they are missing (as root,
+# or through sudo), then runs the Go tests with the race detector, the Python
+# tests and a short fuzz run.
 
 GO      ?= go
 # The Python that has torch: Debian's, unless the caller names another.
 PYTHON  ?= /usr/bin/python3
 BIN     := bin/reduce
 FUZZTIME ?= 5s
-APT_PACKAGES := python3-torch python3-numpy python3-pytest
+APT_PACKAGES := python3-torch python3-numpy python3-pytest python3-zstandard
 
 export REDUCE_PYTHON := $(PYTHON)
 
@@ -31,13 +31,13 @@ build:
 # module proxy, Debian packages through apt-get.
 deps:
 	$(GO) mod download
-	@if ! $(PYTHON) -c 'import torch, numpy, pytest' >/dev/null 2>&1; then \
-		echo "installing $(APT_PACKAGES) (torch, numpy or pytest missing for $(PYTHON))"; \
+	@if ! $(PYTHON) -c 'import torch, numpy, pytest, zstandard' >/dev/null 2>&1; then \
+		echo "installing $(APT_PACKAGES) (torch, numpy, pytest or zstandard missing for $(PYTHON))"; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $(APT_PACKAGES); \
 	fi
-	@$(PYTHON) -c 'import torch, numpy, pytest; print("python:", "$(PYTHON)", "torch", torch.__version__, "numpy", numpy.__version__)'
+	@$(PYTHON) -c 'import torch, numpy, pytest, zstandard; print("python:", "$(PYTHON)", "torch", torch.__version__, "numpy", numpy.__version__, "zstandard", zstandard.__version__)'
 
 vet:
 	$(GO) vet ./...
@@ -50,7 +50,7 @@ test-go:
 	REDUCE_REQUIRE_TORCH=1 $(GO) test -race -count=1 ./...
 
 test-python:
-	$(PYTHON) -m pytest -q -p no:cacheprovider replay/python
+	REDUCE_REQUIRE_TORCH=1 $(PYTHON) -m pytest -q -p no:cacheprovider replay/python
 	if [ -d fixtures/regress ]; then REDUCE_BATCH_PATH=replay/python $(PYTHON) -m pytest -q -p no:cacheprovider fixtures/regress || [ $$? -eq 5 ]; fi
 
 # test-slurm starts the local cluster, runs the tests that need it and stops

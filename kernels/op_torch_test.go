@@ -21,7 +21,8 @@ import (
 
 // TestOpsAgainstTorch generates randomized valid and invalid cases for every
 // op, runs them all through real PyTorch (CPU) in one Python process
-// (testdata/ops/run_torch.py) and through the Go kernels in ModeCPU, and
+// (testdata/ops/run_torch.py, through reduce_batch.run_op of
+// replay/python) and through the Go kernels in ModeCPU, and
 // requires the same exception class and message, or the same dtype, shape
 // and values.
 //
@@ -64,6 +65,12 @@ func TestOpsAgainstTorch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The script runs the ops through reduce_batch.run_op, what the torch
+	// backend runs: the cases test the Python op table too.
+	module, err := filepath.Abs("../replay/python")
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	shards := runtime.GOMAXPROCS(0)
 	if shards > 4 {
@@ -77,6 +84,7 @@ func TestOpsAgainstTorch(t *testing.T) {
 		go func(k int) {
 			defer wg.Done()
 			cmd := exec.Command(py, script, dir, strconv.Itoa(k), strconv.Itoa(shards))
+			cmd.Env = append(os.Environ(), "REDUCE_BATCH_PATH="+module)
 			cmd.Stderr = &stderrs[k]
 			errs[k] = cmd.Run()
 		}(k)

@@ -95,8 +95,9 @@ type Options struct {
 	// every replay gets REDUCE_SEED, which the torch backend passes to
 	// torch.manual_seed before the step (and a user's step may read).
 	Seed *int64
-	// TempRoot is where per-run directories (and the torch backend's copy
-	// of reduce_batch.py) are made; "" means os.TempDir().
+	// TempRoot is where per-run directories (and the torch backend's copies
+	// of reduce_replay.py and reduce_batch.py) are made; "" means
+	// os.TempDir().
 	TempRoot string
 	// CaptureLimit bounds the kept output of each stream of a replay, as
 	// Runner.CaptureLimit.

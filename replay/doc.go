@@ -2,8 +2,8 @@
 // happened: a verdict with a failure signature.
 //
 // It owns the backends (go: the reduce binary re-executed as a worker; torch:
-// a Python interpreter with the embedded reduce_batch.py; exec: the user's
-// command), their timeouts, process groups and bounded output capture, the
+// a Python interpreter with the embedded reduce_replay.py, which imports the
+// embedded reduce_batch.py users vendor; exec: the user's command), their timeouts, process groups and bounded output capture, the
 // parsing of a replay's output into a signature.Signature, and matching signatures.
 // Where the process runs is its launcher's business: here (the default), or
 // as a Slurm job of its own (the slurm launcher: srun, scancel, and a lost

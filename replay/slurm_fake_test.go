@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"reduce/internal/signature"
 
@@ -64,4 +65,21 @@ func TestSlurmFakeLost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Under the slurm launcher without a shared directory the node sees none
+// of this machine's files: the torch worker and the reduce_batch.py it
+// imports travel with each candidate into the per-run directory, and run
+// from there (the fake srun runs the job here, in a directory of its own).
+func TestSlurmFakeTorchFilesTravel(t *testing.T) {
+	python := torchPython(t)
+	fake, err := filepath.Abs("testdata/fakeslurm")
+	require.NoError(t, err)
+	t.Setenv("PATH", fake+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("FAKE_SRUN_ONCE", "")
+	be := newBackend(t, Options{Kind: KindTorch, Python: python, NoZygote: true, Launcher: LauncherSlurm, Timeout: 2 * time.Minute})
+	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
+	assert.Equal(t, signature.FamilyHostCheck, v.Signature.Family, "%s\n%s", v.Result.Stderr, v.Result.Launch.Log)
+	assert.Equal(t, "IndexError: Target N is out of bounds.", v.Signature.Expression)
+	assert.Regexp(t, `/reduce-run-\w+/reduce_batch\.py", line \d+, in run_op`, string(v.Result.Stderr))
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,25 +18,26 @@ import (
 	"reduce/fixtures"
 )
 
-// The torch backend: a Python with torch runs the embedded reduce_batch.py.
+// The torch backend: a Python with torch runs the embedded reduce_replay.py,
+// written beside the reduce_batch.py it imports.
 //
 // By default each candidate runs in a child forked from a zygote (see
-// zygote): `python reduce_batch.py zygote` imports torch (and the --entry
+// zygote): `python reduce_replay.py zygote` imports torch (and the --entry
 // module) once; its children, forked ahead of need, initialize the device
 // and wait for one candidate each. With NoZygote every candidate gets an
-// interpreter of its own through the Runner: `python reduce_batch.py replay
+// interpreter of its own through the Runner: `python reduce_replay.py replay
 // FILE --device D [--entry M:F] [--device-memory BYTES]`, which pays for
 // `import torch` every time. With --device-memory the candidate's process
 // limits what the op may allocate once the batch is loaded
-// (limit_device_memory in reduce_batch.py).
+// (limit_device_memory in reduce_replay.py).
 type torchBackend struct {
 	python  string
 	device  string // the torch device: cpu, cuda, cuda:N
 	kind    string // DeviceCPU, DeviceCUDA, DeviceROCm
 	entry   string
 	memory  int64  // Options.DeviceMemory
-	dir     string // holds reduce_batch.py
-	module  string
+	dir     string // holds reduce_replay.py and reduce_batch.py
+	module  string // reduce_replay.py in dir
 	env     []string
 	runner  *Runner
 	pool    *Pool
@@ -193,10 +195,12 @@ func newTorchBackend(o Options) (Backend, error) {
 	if t.dir, err = os.MkdirTemp(t.runner.tempRoot(), "reduce-torch-*"); err != nil {
 		return nil, fmt.Errorf("replay: torch backend: %w", err)
 	}
-	t.module = filepath.Join(t.dir, PythonModuleName)
-	if err := os.WriteFile(t.module, PythonModule, 0o644); err != nil {
-		os.RemoveAll(t.dir)
-		return nil, fmt.Errorf("replay: torch backend: %w", err)
+	t.module = filepath.Join(t.dir, WorkerModuleName)
+	for name, data := range pythonFiles() {
+		if err := os.WriteFile(filepath.Join(t.dir, name), data, 0o644); err != nil {
+			os.RemoveAll(t.dir)
+			return nil, fmt.Errorf("replay: torch backend: %w", err)
+		}
 	}
 	if t.noZyg && o.launcher != nil {
 		// The interpreter runs on the cluster's nodes, which may see
@@ -229,7 +233,7 @@ func (t *torchBackend) Kind() Kind { return KindTorch }
 
 func (t *torchBackend) Settings() Settings { return t.set }
 
-// memoryArgs pass Options.DeviceMemory to reduce_batch.py (replay and
+// memoryArgs pass Options.DeviceMemory to reduce_replay.py (replay and
 // zygote take the same flag).
 func (t *torchBackend) memoryArgs() []string {
 	if t.memory <= 0 {
@@ -253,9 +257,10 @@ func (t *torchBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, 
 	if t.noZyg {
 		module, files := t.module, map[string][]byte{"candidate.bin": data}
 		if t.pool.remote() {
-			// The node does not see this machine's files: the module
-			// travels with the candidate.
-			module, files[PythonModuleName] = RunDirArg+"/"+PythonModuleName, PythonModule
+			// The node does not see this machine's files: the worker
+			// and the module it imports travel with the candidate.
+			module = RunDirArg + "/" + WorkerModuleName
+			maps.Copy(files, pythonFiles())
 		}
 		args := []string{module, "replay", RunDirArg + "/candidate.bin", "--device", t.device}
 		if t.entry != "" {

@@ -22,7 +22,7 @@ import (
 
 // The zygote of the torch backend.
 //
-// `python reduce_batch.py zygote --device D --slots N --slot-env JSON
+// `python reduce_replay.py zygote --device D --slots N --slot-env JSON
 // [--entry M:F] [--device-memory BYTES]` imports torch (and the entry's
 // module) once and never touches the device or runs an op itself, so that
 // forking it is safe: no

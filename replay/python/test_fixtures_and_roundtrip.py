@@ -9,13 +9,13 @@ import sys
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, "..", "..", "fixtures", "examples")
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
+import reduce_replay as rr  # noqa: E402
 import check_go_roundtrip  # noqa: E402
 
 NAMES = ["four_class_targets", "one_hot_labels", "channels_last_bf16", "transposed_index", "offset_slice",
@@ -32,7 +32,7 @@ def run(op, attrs, t, memory=None):
         if pid == 0:
             os.close(r)
             try:
-                rb.limit_device_memory("cpu", memory)
+                rr.limit_device_memory("cpu", memory)
                 out = run(op, attrs, t)
             finally:
                 os.write(w, json.dumps(out).encode())
@@ -43,18 +43,7 @@ def run(op, attrs, t, memory=None):
         os.waitpid(pid, 0)
         return json.loads(data.decode())
     try:
-        if op == "cross_entropy":
-            F.cross_entropy(t["input"], t["target"], weight=t.get("weight"), **attrs)
-        elif op == "embedding":
-            F.embedding(t["input"], t["weight"], **attrs)
-        elif op == "gather":
-            torch.gather(t["input"], attrs["dim"], t["index"])
-        elif op == "binary_cross_entropy":
-            F.binary_cross_entropy(t["input"], t["target"], weight=t.get("weight"), **attrs)
-        elif op == "one_hot":
-            F.one_hot(t["tensor"], **attrs)
-        else:
-            raise AssertionError(op)
+        rb.run_op(op, t, attrs)
     except Exception as e:
         return "%s: %s" % (type(e).__name__, str(e).splitlines()[0])
     return None

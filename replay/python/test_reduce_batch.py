@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -575,8 +576,7 @@ def test_zstd_without_module(good, tmp_path, monkeypatch):
     assert "reduce convert" in msg
 
 
-def test_zstd(tmp_path):
-    zstandard = pytest.importorskip("zstandard")
+def test_zstd(tmp_path, zstandard):
     t = LAYOUTS["offset_large_2d"](torch.float16)
     p = tmp_path / "z.bin"
     rb.save(p, {"x": t, "e": torch.zeros(0)}, batch_dims={"x": None, "e": None}, compression="zstd", provenance=False)
@@ -598,6 +598,49 @@ def test_zstd(tmp_path):
                                                             crc32=zlib.crc32(frame)),
                 lambda a: bytearray(frame))
     raises(q, "tensor 'x'", "after the zstd frame")
+
+
+GO_ZSTD = os.path.join(HERE, "testdata", "go_zstd")
+
+
+@pytest.mark.parametrize("name", ["channels_last", "offset_large"])
+def test_zstd_written_by_go(zstandard, name):
+    # Go's writer (klauspost/compress) made these frames; the uncompressed twin, from Go too, says
+    # what they hold (testdata/go_zstd/README.md).
+    z, none = os.path.join(GO_ZSTD, name + ".zstd.bin"), os.path.join(GO_ZSTD, name + ".none.bin")
+    mz, _ = rb.read_raw(z)
+    mn, _ = rb.read_raw(none)
+    assert [e["payload"]["compression"] for e in mz["tensors"]] == ["zstd"] * len(mz["tensors"])
+    assert [e["payload"]["compression"] for e in mn["tensors"]] == ["none"] * len(mn["tensors"])
+
+    def without_payloads(m):
+        return dict(m, tensors=[{k: v for k, v in e.items() if k != "payload"} for e in m["tensors"]])
+
+    assert without_payloads(mz) == without_payloads(mn)
+    bz, bn = rb.load(z), rb.load(none)
+    assert list(bz.tensors) == list(bn.tensors) and len(bz.tensors) == len(DTYPES)
+    for n, want in bn.tensors.items():
+        got = bz.tensors[n]
+        assert (got.dtype, got.shape, got.stride(), got.storage_offset()) == \
+            (want.dtype, want.shape, want.stride(), want.storage_offset()), n
+        assert values_equal(got, want), n
+        assert storage_bytes(got) == storage_bytes(want), n
+
+
+def test_require_fails_under_reduce_require_torch(tmp_path):
+    # conftest.require: a missing module skips a test, and fails it when REDUCE_REQUIRE_TORCH has
+    # any non-empty value. Run on a copy of conftest.py, with a zstandard that cannot be imported.
+    shutil.copy(os.path.join(HERE, "conftest.py"), str(tmp_path))
+    (tmp_path / "zstandard.py").write_text("raise ImportError('hidden for the test')\n")
+    (tmp_path / "test_needs_zstd.py").write_text("def test_it(zstandard):\n    pass\n")
+    for value, code, want in [("", 0, "1 skipped"), ("1", 1, "1 error"), ("yes", 1, "1 error")]:
+        env = dict(os.environ, REDUCE_REQUIRE_TORCH=value, PYTHONPATH=str(tmp_path))
+        p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+                            str(tmp_path / "test_needs_zstd.py")], cwd=str(tmp_path), env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # A fixture's failure is the test's error: pytest exits 1 as for a failed test.
+        assert p.returncode == code and want in p.stdout, (value, p.stdout)
+        assert "python3-zstandard" in p.stdout, p.stdout
 
 
 # ---------------------------------------------------------------------------------------------
@@ -700,6 +743,8 @@ def test_record_on_failure_ignores_keyboard_interrupt(tmp_path):
 
 
 def test_info_command(good, capsys):
-    assert rb.main(["info", str(good)]) == 0
+    import reduce_replay as rr
+
+    assert rr.main(["info", str(good)]) == 0
     assert json.loads(capsys.readouterr().out)["samples"] == 3
-    assert rb.main(["nope"]) == 2
+    assert rr.main(["nope"]) == 2

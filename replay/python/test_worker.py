@@ -1,9 +1,11 @@
-"""Tests of reduce_batch.py's replay worker (`replay`) and zygote (`zygote`), the torch backend
-of reduce. Run with `/usr/bin/python3 -m pytest replay/python -q`."""
+"""Tests of the torch backend of reduce: reduce_batch.py's run_op, resolve_entry and replay, and
+reduce_replay.py's worker (`replay`) and zygote (`zygote`). Run with
+`/usr/bin/python3 -m pytest replay/python -q`."""
 
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,8 +22,9 @@ ENTRY = os.path.join(ROOT, "replay", "testdata", "entry")
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
+import reduce_replay as rr  # noqa: E402
 
-MODULE = os.path.join(HERE, "reduce_batch.py")
+MODULE = os.path.join(HERE, "reduce_replay.py")
 
 
 def example(name):
@@ -70,6 +73,74 @@ def test_run_op_errors():
         rb.run_op("gather", {"input": x, "index": y}, {})
 
 
+def test_run_op_passes_the_defaults():
+    # The table's defaults, the Go kernels' own (TestPythonOpTable), reach torch explicitly.
+    x, y = torch.randn(4, 4), torch.tensor([0, 1, 3])
+    assert rb._op_args("cross_entropy", {"input": x, "target": y}, {"reduction": "sum"})[1] == \
+        {"ignore_index": -100, "reduction": "sum", "label_smoothing": 0.0}
+    assert rb._op_args("gather", {"input": x, "index": y}, {"dim": 0})[1] == {"dim": 0, "sparse_grad": False}
+    assert rb._op_args("one_hot", {"input": y}, {})[1] == {"num_classes": -1}
+    assert torch.equal(rb.run_op("index", {"input": x, "index": y}, {}), x[y])  # dim 0: reduce's own op
+
+
+def test_op_defaults_are_torchs():
+    # Where torch's function has a Python signature, its defaults are the table's: the Go kernels,
+    # the table and torch agree on what an attribute left out means.
+    import inspect
+
+    funcs = {"cross_entropy": F.cross_entropy, "nll_loss": F.nll_loss,
+             "binary_cross_entropy": F.binary_cross_entropy, "embedding": F.embedding}
+    for op, fn in funcs.items():
+        params = inspect.signature(fn).parameters
+        required, optional, _, defaults = rb._OPS[op]
+        for name in required + optional:
+            assert name in params, (op, name)
+        for name, default in defaults.items():
+            assert name in params and params[name].default == default, (op, name, params.get(name))
+            assert type(params[name].default) is type(default), (op, name)
+
+
+def test_reduce_batch_replay(tmp_path):
+    with pytest.raises(IndexError, match="Target 4 is out of bounds"):
+        rb.replay(example("four_class_targets"))
+    b = rb.load(example("four_class_targets"))
+    ok = str(tmp_path / "ok.bin")
+    x, y = b.tensors["input"][:2], b.tensors["target"][:2]
+    rb.save(ok, {"input": x, "target": y}, op="cross_entropy", meta={"fault": "pass"}, provenance=False)
+    assert torch.equal(rb.replay(ok, device="cpu"), F.cross_entropy(x, y))
+    assert torch.equal(rb.replay(ok, entry=os.path.join(ENTRY, "faults.py") + ":run"), x.sum())
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"RDCBATCH garbage")
+    with pytest.raises(rb.HarnessError, match="cannot load the candidate"):
+        rb.replay(str(bad))
+    noop = str(tmp_path / "noop.bin")
+    rb.save(noop, {"input": x}, provenance=False)
+    with pytest.raises(rb.HarnessError, match="records no op"):
+        rb.replay(noop)
+    with pytest.raises(rb.HarnessError, match="want module:function"):
+        rb.replay(ok, entry="nocolon")
+
+
+def test_reduce_batch_replays_alone(tmp_path):
+    # What users vendor is reduce_batch.py alone: the generated device test runs replay() in a
+    # child that has nothing else (no reduce_replay.py beside it).
+    shutil.copy(os.path.join(HERE, "reduce_batch.py"), str(tmp_path))
+    child = ("import sys; sys.path.insert(0, sys.argv[1]); import reduce_batch; "
+             "reduce_batch.replay(sys.argv[2], sys.argv[3]); "
+             "assert 'reduce_replay' not in sys.modules")
+    p = subprocess.run([sys.executable, "-c", child, str(tmp_path), example("four_class_targets"), "cpu"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path), timeout=120)
+    assert p.returncode == 1 and p.stderr.rstrip().endswith("IndexError: Target 4 is out of bounds."), p.stderr
+    assert os.path.join(str(tmp_path), "reduce_batch.py") in p.stderr  # the copy ran, not this directory's
+    b = rb.load(example("four_class_targets"))
+    ok = str(tmp_path / "ok.bin")
+    rb.save(ok, {"input": b.tensors["input"][:2], "target": b.tensors["target"][:2]}, op="cross_entropy",
+            provenance=False)
+    p = subprocess.run([sys.executable, "-c", child, str(tmp_path), ok, "cpu"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, cwd=str(tmp_path), timeout=120)
+    assert p.returncode == 0 and p.stdout == "", p.stderr
+
+
 def test_resolve_entry(monkeypatch):
     monkeypatch.syspath_prepend(ENTRY)
     assert rb.resolve_entry("myproj.step:step").__name__ == "step"
@@ -83,24 +154,24 @@ def test_resolve_entry(monkeypatch):
 
 def test_replay_command_in_process(capsys, tmp_path):
     with pytest.raises(IndexError, match="Target 4 is out of bounds"):
-        rb.main(["replay", example("four_class_targets")])
+        rr.main(["replay", example("four_class_targets")])
     with pytest.raises(IndexError, match="index out of range in self"):
-        rb.main(["replay", example("transposed_index"), "--device", "cpu"])
+        rr.main(["replay", example("transposed_index"), "--device", "cpu"])
     b = rb.load(example("four_class_targets"))
     ok = str(tmp_path / "ok.bin")
     rb.save(ok, {"input": b.tensors["input"][:2], "target": b.tensors["target"][:2]}, op="cross_entropy",
             provenance=False)
     capsys.readouterr()
-    assert rb.main(["replay", ok]) == 0
+    assert rr.main(["replay", ok]) == 0
     assert capsys.readouterr().out.startswith("reduce_batch: ok cross_entropy (cpu): float32[] first=[")
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"RDCBATCH garbage")
-    assert rb.main(["replay", str(bad)]) == rb.HARNESS_EXIT
+    assert rr.main(["replay", str(bad)]) == rr.HARNESS_EXIT
     assert "harness" in capsys.readouterr().err
     noop = str(tmp_path / "noop.bin")
     rb.save(noop, {"input": b.tensors["input"]}, provenance=False)
-    assert rb.main(["replay", noop]) == rb.HARNESS_EXIT
-    assert rb.main(["replay", ok, "--device", "tpu"]) == rb.HARNESS_EXIT
+    assert rr.main(["replay", noop]) == rr.HARNESS_EXIT
+    assert rr.main(["replay", ok, "--device", "tpu"]) == rr.HARNESS_EXIT
 
 
 def test_replay_command_process():
@@ -194,7 +265,7 @@ def test_zygote(tmp_path):
         ev, out, err = z.replay(ok, slot=9)
         assert ev["event"] == "error" and "slot 9" in ev["error"]
         ev, out, err = z.replay(str(tmp_path / "missing.bin"))
-        assert ev["status"] == rb.HARNESS_EXIT and "cannot load the candidate" in err
+        assert ev["status"] == rr.HARNESS_EXIT and "cannot load the candidate" in err
         children = [r["pid"] for r in ready]
     finally:
         assert z.close() == 0
@@ -219,11 +290,11 @@ def test_seed_makes_the_step_repeatable(tmp_path, monkeypatch):
     path = example("four_class_targets")
     entry = str(mod) + ":step"
     monkeypatch.setenv("REDUCE_SEED", "7")
-    a = rb.replay(path, entry=entry)
-    b = rb.replay(path, entry=entry)
+    a = rr.replay(path, entry=entry)
+    b = rr.replay(path, entry=entry)
     assert torch.equal(a, b)
     monkeypatch.setenv("REDUCE_SEED", "8")
-    assert not torch.equal(a, rb.replay(path, entry=entry))
+    assert not torch.equal(a, rr.replay(path, entry=entry))
     monkeypatch.setenv("REDUCE_SEED", "x")
     with pytest.raises(rb.HarnessError, match="REDUCE_SEED"):
-        rb.replay(path, entry=entry)
+        rr.replay(path, entry=entry)

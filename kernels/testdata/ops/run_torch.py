@@ -12,6 +12,9 @@ class and str() or the output's dtype, shape and values (row-major; floats as
 numbers, with "nan", "inf" and "-inf" as strings; integers and bools as
 integers).
 
+The ops run through reduce_batch.run_op ($REDUCE_BATCH_PATH names its
+directory), with the names, aliases and defaults of its op table.
+
 One process runs many cases (importing torch costs about a second). With
 K and N it runs only the cases whose position in cases.json is K modulo N,
 into DIR/results.K.json, so that a few processes can share the work: each
@@ -20,11 +23,18 @@ torch 1.13 error costs 10-100 ms, spent capturing the C++ backtrace.
 
 import json
 import math
+import os
 import sys
 import warnings
 
 import torch
-import torch.nn.functional as F
+
+# reduce_batch.run_op is the one Python definition of the ops (what the
+# torch backend and the generated regression tests run), not a copy here.
+if not os.environ.get("REDUCE_BATCH_PATH"):
+    sys.exit("run_torch.py: set REDUCE_BATCH_PATH to the directory of reduce_batch.py (replay/python)")
+sys.path.insert(0, os.environ["REDUCE_BATCH_PATH"])
+import reduce_batch  # noqa: E402
 
 torch.set_num_threads(1)
 warnings.simplefilter("ignore")
@@ -57,28 +67,6 @@ def build(spec, blob):
     return torch.as_strided(storage, spec["shape"], spec["strides"], spec["offset"])
 
 
-def run(op, t, a):
-    if op == "cross_entropy":
-        return F.cross_entropy(t["input"], t["target"], weight=t.get("weight"), **a)
-    if op == "nll_loss":
-        return F.nll_loss(t["input"], t["target"], weight=t.get("weight"), **a)
-    if op == "binary_cross_entropy":
-        return F.binary_cross_entropy(t["input"], t["target"], weight=t.get("weight"), **a)
-    if op == "embedding":
-        return F.embedding(t["input"], t["weight"], **a)
-    if op == "index_select":
-        return torch.index_select(t["input"], a["dim"], t["index"])
-    if op == "gather":
-        return torch.gather(t["input"], a["dim"], t["index"], sparse_grad=a.get("sparse_grad", False))
-    if op == "scatter_add":
-        return torch.scatter_add(t["input"], a["dim"], t["index"], t["src"])
-    if op == "one_hot":
-        return F.one_hot(t["tensor"], **a)
-    if op == "index":
-        return t["input"][(slice(None),) * a.get("dim", 0) + (t["index"],)]
-    raise KeyError(op)
-
-
 def encode(x):
     if isinstance(x, float):
         if math.isnan(x):
@@ -104,7 +92,7 @@ def main():
         t = {name: build(spec, blob) for name, spec in c["tensors"].items()}
         r = {"id": c["id"]}
         try:
-            out = run(c["op"], t, c["attrs"])
+            out = reduce_batch.run_op(c["op"], t, c["attrs"])
         except Exception as e:  # noqa: BLE001 - every torch error is a result
             r["exception"] = type(e).__name__
             r["message"] = str(e)

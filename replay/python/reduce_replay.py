@@ -1,0 +1,672 @@
+"""The replay worker and fork server of reduce's torch backend; users never call it.
+
+reduce embeds this file and reduce_batch.py (the recorder users vendor) and writes both into one
+directory; this file imports reduce_batch from there. Commands:
+
+    reduce_replay.py replay FILE [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION] [--device-memory BYTES]
+    reduce_replay.py zygote [--device D] [--entry MODULE:FUNCTION] [--slots N] [--slot-env JSON] [--device-memory BYTES]
+    reduce_replay.py info FILE...
+
+`replay` runs one candidate batch in this process; `zygote` imports torch once and forks a
+child per candidate (the protocol is _Zygote's). A candidate that fails exits as the
+interpreter would (1 and the traceback, or death by a signal); HARNESS_EXIT says that it never
+ran (replay.HarnessExitCode on the Go side).
+"""
+
+import ctypes
+import json
+import os
+import platform
+import sys
+
+# The sibling reduce_batch.py, never another copy on sys.path (the user's project may vendor an
+# older one): sys.path[0] is this directory when run as a script, unless PYTHONSAFEPATH or -P
+# left it out.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if sys.path[:1] != [_HERE]:
+    sys.path.insert(0, _HERE)
+import reduce_batch as rb  # noqa: E402
+
+HARNESS_EXIT = 86  # replay.HarnessExitCode: the harness failed, the candidate was never run
+
+
+def _cmd_info(args):
+    """info FILE...: validate batch files and print their manifests."""
+    if not args:
+        sys.stderr.write("usage: reduce_replay.py info FILE...\n")
+        return 2
+    status = 0
+    for path in args:
+        try:
+            m, _ = rb.read_raw(path)
+        except (OSError, ValueError) as e:
+            sys.stderr.write("%s\n" % e)
+            status = 1
+            continue
+        sys.stdout.write(json.dumps(m, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    return status
+
+
+def _cwd_on_path():
+    # The script's directory is sys.path[0]; the user's project is the working directory.
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def _summary(out):
+    torch = rb._torch()
+    if isinstance(out, torch.Tensor):
+        o = out.detach()
+        if o.device.type != "cpu":
+            o = o.cpu()
+        flat = o.reshape(-1)
+        first = flat[:4].tolist()
+        if o.dtype.is_floating_point or o.dtype.is_complex:
+            total = float(flat.double().sum()) if flat.numel() else 0.0
+        else:
+            total = int(flat.long().sum()) if flat.numel() else 0
+        return "%s%s first=%s sum=%r" % (str(o.dtype).replace("torch.", ""), list(o.shape), first, total)
+    if isinstance(out, (tuple, list)):
+        return "(%s)" % ", ".join(_summary(x) for x in out)
+    if isinstance(out, dict):
+        return "{%s}" % ", ".join("%s: %s" % (k, _summary(v)) for k, v in out.items())
+    text = repr(out)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _vm_data():
+    """The process's data size in bytes (VmData of /proc/self/status: what RLIMIT_DATA limits)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+    raise rb.HarnessError("--device-memory: no VmData in /proc/self/status")
+
+
+def _malloc_top():
+    """The free bytes at the top of glibc's main heap (mallinfo2().keepcost), 0 when unknown. They
+    are inside VmData already; an allocation that glibc cannot mmap under the limit extends the
+    heap from them (brk), so the limit must leave them out to count what the op allocates."""
+
+    class _MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in
+                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                     "fordblks", "keepcost")]
+
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return 0
+    fn.restype = _MallInfo2
+    return int(fn().keepcost)
+
+
+def limit_device_memory(device, nbytes):
+    """Let this process allocate at most `nbytes` more on `device` from now on (--device-memory:
+    emulating a device of that size, so that a failure that depends on the batch size alone
+    reproduces). On cuda, the caching allocator's memory fraction: what it has reserved so far
+    (the CUDA context's first block, the loaded batch) plus nbytes. On the CPU, RLIMIT_DATA:
+    the data size now plus nbytes, less the free top of the heap (_malloc_top); an allocation
+    past it makes torch's DefaultCPUAllocator raise "can't allocate memory". The intra-op thread
+    pool is started first: its threads' stacks are data mappings too, and must not count against
+    the op. Free chunks inside the heap may still serve small allocations unseen: the limit is
+    exact to a page for an op's large buffers, not for its small ones. Returns a function that
+    lifts the limit again (for the summary of the output, which is the harness's, not the op's)."""
+    torch = rb._torch()
+    d = torch.device(device)
+    if d.type == "cuda":
+        index = d.index if d.index is not None else torch.cuda.current_device()
+        total = torch.cuda.get_device_properties(index).total_memory
+        reserved = torch.cuda.memory_reserved(index)
+        torch.cuda.set_per_process_memory_fraction(min(1.0, (reserved + nbytes) / float(total)), index)
+        return lambda: torch.cuda.set_per_process_memory_fraction(1.0, index)
+    import resource
+
+    try:
+        # One malloc arena: a thread's first allocation would otherwise map an arena of its own,
+        # counted against the limit though the op never asked for it.
+        ctypes.CDLL(None).mallopt(-8, 1)  # M_ARENA_MAX (glibc malloc.h)
+    except (OSError, AttributeError):
+        pass
+    if torch.get_num_threads() > 1:
+        torch.ones(1 << 18).sum()  # a parallel reduction: the pool's threads exist from here on
+    old = resource.getrlimit(resource.RLIMIT_DATA)
+    soft = max(_vm_data() + nbytes - _malloc_top(), 0)
+    if old[1] != resource.RLIM_INFINITY:
+        soft = min(soft, old[1])
+    resource.setrlimit(resource.RLIMIT_DATA, (soft, old[1]))
+    return lambda: resource.setrlimit(resource.RLIMIT_DATA, old)
+
+
+def replay(path, device="cpu", entry=None, device_memory=0):
+    """Run one candidate: reduce_batch.replay, with reduce's --seed (REDUCE_SEED) and
+    --device-memory (limit_device_memory, set once the batch is loaded) around the step, and a
+    summary line of the output on stdout. A failure of the candidate is the exception the op
+    raises; reduce_batch.HarnessError when it cannot run."""
+    torch = rb._torch()
+    batch, fn = rb._load_candidate(path, device, entry)
+    seed = os.environ.get("REDUCE_SEED", "").strip()
+    if seed:
+        # reduce --seed: the step's random generators start the same in every replay.
+        try:
+            torch.manual_seed(int(seed))
+        except ValueError:
+            raise rb.HarnessError("REDUCE_SEED=%r is not an integer" % seed)
+    lift = limit_device_memory(device, device_memory) if device_memory and device_memory > 0 else None
+    out = rb._run_loaded(batch, fn, device)
+    if lift is not None:
+        lift()
+    sys.stdout.write("reduce_batch: ok %s (%s): %s\n" % (entry or batch.op, device, _summary(out)))
+    return out
+
+
+def _check_device(device):
+    torch = rb._torch()
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise rb.HarnessError("--device %r: %s" % (device, e))
+    if d.type not in ("cpu", "cuda"):
+        raise rb.HarnessError("--device %r: want cpu or cuda[:N]" % device)
+    return d
+
+
+def _cmd_replay(args):
+    """replay FILE [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION] [--device-memory BYTES]: run one candidate batch."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="reduce_replay.py replay")
+    p.add_argument("file")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--entry")
+    p.add_argument("--device-memory", type=int, default=0, help="bytes the op may allocate (0: no limit)")
+    o = p.parse_args(args)
+    _cwd_on_path()
+    try:
+        rb._torch()
+    except ImportError:
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.write("reduce_batch: harness: cannot import torch with %s\n" % sys.executable)
+        return HARNESS_EXIT
+    try:
+        _check_device(o.device)
+        replay(o.file, o.device, o.entry, o.device_memory)
+    except rb.HarnessError as e:
+        sys.stderr.write("reduce_batch: harness: %s\n" % e)
+        return HARNESS_EXIT
+    return 0  # any other exception propagates: Python prints its traceback and exits 1
+
+
+def _exit_code(e):
+    """What the interpreter exits with for an uncaught SystemExit (printing a non-int code)."""
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code & 0xFF
+    try:
+        sys.stderr.write("%s\n" % (code,))
+    except Exception:
+        pass
+    return 1
+
+
+def _flush():
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:
+            pass
+
+
+def _run_candidate(path, device, entry, device_memory=0):
+    """replay() in a forked child, ending as the interpreter would end: the exit status and the
+    traceback of an uncaught exception, death by SIGINT after a KeyboardInterrupt."""
+    import signal
+
+    try:
+        replay(path, device, entry, device_memory)
+        code = 0
+    except rb.HarnessError as e:
+        sys.stderr.write("reduce_batch: harness: %s\n" % e)
+        code = HARNESS_EXIT
+    except SystemExit as e:
+        code = _exit_code(e)
+    except KeyboardInterrupt:
+        sys.excepthook(*sys.exc_info())
+        _flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        code = 128 + signal.SIGINT
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    _flush()
+    return code
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+class _Child(object):
+    def __init__(self, pid, slot, req_w, status_r):
+        self.pid = pid
+        self.slot = slot
+        self.req_w = req_w
+        self.status_r = status_r
+        self.id = None  # the request it runs
+        self.ready = None  # True/False once it reported its device initialization
+
+
+class _Zygote(object):
+    """The torch backend's zygote. The parent has imported torch (and the --entry module) and
+    never touches the device or runs an op: no CUDA context, no thread pool to break in a fork.
+    It keeps one pre-forked child per slot, which initializes the device (and, with
+    --slot-env, sees only its slot's GPU) and then waits for its one candidate on a pipe.
+
+    Protocol: JSON lines. In (stdin): {"id", "slot", "path", "stdout", "stderr", "run_dir"}.
+    Out (stdout): {"event": "hello", "pid", "torch", ...} once; {"event": "ready" |
+    "init_error", "slot", "pid"} when a pre-forked child has initialized the device;
+    {"event": "start", "id", "pid", "pgid", "slot"} when a request is handed to a child;
+    {"event": "exit", "id", "pid", "status", "signal", "core"} when it is reaped (status is
+    null when it was killed by a signal); {"event": "error", "id", "error"} for a request that
+    could not be handed over. EOF on stdin: every child is killed, and the zygote exits."""
+
+    def __init__(self, device, entry, slots, slot_env, proto_in, proto_out, device_memory=0):
+        self.device = device
+        self.entry = entry
+        self.device_memory = device_memory
+        self.slots = slots
+        self.slot_env = slot_env
+        self.proto_in = proto_in
+        self.proto_out = proto_out
+        self.pid = os.getpid()
+        self.children = {}  # pid -> _Child, until reaped
+        self.idle = {}  # slot -> _Child waiting for a request
+        self.status = {}  # status pipe fd -> _Child
+        self.broken = False
+        try:
+            self.libc = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            self.libc = None
+
+    def send(self, obj):
+        if self.broken:
+            return
+        data = (json.dumps(obj, sort_keys=True) + "\n").encode()
+        try:
+            while data:
+                n = os.write(self.proto_out, data)
+                data = data[n:]
+        except OSError:
+            self.broken = True  # the reducer is gone; EOF on stdin follows
+
+    def run(self):
+        import select
+        import signal
+
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        signal.set_wakeup_fd(self.wake_w)
+        for slot in range(self.slots):
+            self.fork(slot)
+        buf = b""
+        while True:
+            fds = [self.proto_in, self.wake_r] + list(self.status)
+            ready, _, _ = select.select(fds, [], [])
+            if self.wake_r in ready:
+                try:
+                    while os.read(self.wake_r, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+            for fd in ready:
+                if fd in self.status:
+                    self.read_status(fd)
+            self.reap()
+            if self.proto_in in ready:
+                data = os.read(self.proto_in, 1 << 16)
+                if not data:
+                    self.shutdown()
+                    return 0
+                buf += data
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    self.request(line)
+
+    def fork(self, slot):
+        req_r, req_w = os.pipe()
+        st_r, st_w = os.pipe()
+        _flush()
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = HARNESS_EXIT
+            try:
+                os.close(req_w)
+                os.close(st_r)
+                code = self.child(slot, req_r, st_w)
+            except BaseException:
+                try:
+                    import traceback
+
+                    traceback.print_exc()
+                    _flush()
+                except BaseException:
+                    pass
+            finally:
+                os._exit(code)
+        os.close(req_r)
+        os.close(st_w)
+        try:
+            os.setpgid(pid, pid)  # also done by the child: whichever runs first
+        except OSError:
+            pass
+        c = _Child(pid, slot, req_w, st_r)
+        self.children[pid] = c
+        self.idle[slot] = c
+        self.status[st_r] = c
+        return c
+
+    def child(self, slot, req_r, st_w):
+        """A pre-forked child: initialize the device, wait for one request, run it, return the
+        exit status (the caller _exits with it: no interpreter teardown in a fork)."""
+        import signal
+
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+        if self.libc is not None:
+            self.libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != self.pid:
+            return 0  # the zygote died before the death signal was armed
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        keep = (req_r, st_w)
+        for fd in [self.proto_in, self.proto_out, self.wake_r, self.wake_w] + list(self.status) + \
+                [c.req_w for c in self.children.values() if c.req_w is not None]:
+            if fd not in keep:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.children, self.idle, self.status = {}, {}, {}
+        if self.slot_env:
+            os.environ.update(self.slot_env[slot % len(self.slot_env)])
+        init_error = None
+        try:
+            self.init_device()
+            msg = {"ok": True}
+        except BaseException as e:
+            import traceback
+
+            init_error = traceback.format_exc()
+            msg = {"ok": False, "error": "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")}
+        try:
+            os.write(st_w, (json.dumps(msg) + "\n").encode())
+        except OSError:
+            pass
+        os.close(st_w)
+        data = b""
+        while True:
+            chunk = os.read(req_r, 1 << 16)
+            if not chunk:
+                break
+            data += chunk
+        os.close(req_r)
+        if not data.strip():
+            return 0  # the zygote shut down
+        req = json.loads(data.decode())
+        try:
+            self.redirect(req)
+        except OSError as e:
+            sys.stderr.write("reduce_batch: harness: child %d cannot open its output: %s\n" % (os.getpid(), e))
+            return HARNESS_EXIT
+        if init_error is not None:
+            sys.stderr.write(init_error)
+            sys.stderr.write("reduce_batch: harness: cannot initialize device %s\n" % self.device)
+            _flush()
+            return HARNESS_EXIT
+        return _run_candidate(req["path"], self.device, self.entry, self.device_memory)
+
+    def init_device(self):
+        torch = rb._torch()
+        d = torch.device(self.device)
+        if d.type == "cuda":
+            torch.cuda.init()
+            if d.index is not None:
+                torch.cuda.set_device(d)
+            torch.empty(1, device=d)  # create the context now, ahead of the candidate
+
+    def redirect(self, req):
+        import faulthandler
+
+        flags = os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+        out = os.open(req["stdout"], flags)  # FIFOs the reducer reads: never block on a gone reader
+        err = os.open(req["stderr"], flags)
+        os.set_blocking(out, True)
+        os.set_blocking(err, True)
+        _flush()
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.close(out)
+        os.close(err)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        if faulthandler.is_enabled():
+            faulthandler.enable(all_threads=True)  # onto the new fd 2
+        run_dir = req.get("run_dir")
+        if run_dir:
+            os.environ["REDUCE_RUN_DIR"] = run_dir
+            os.environ["TMPDIR"] = run_dir
+            if "tempfile" in sys.modules:
+                sys.modules["tempfile"].tempdir = None
+
+    def read_status(self, fd):
+        c = self.status.pop(fd)
+        try:
+            data = os.read(fd, 1 << 16)
+        except OSError:
+            data = b""
+        os.close(fd)
+        c.status_r = None
+        try:
+            msg = json.loads(data.decode() or "{}")
+        except ValueError:
+            msg = {}
+        c.ready = bool(msg.get("ok"))
+        ev = {"event": "ready" if c.ready else "init_error", "slot": c.slot, "pid": c.pid}
+        if not c.ready:
+            ev["error"] = msg.get("error") or "the child exited during device initialization"
+        self.send(ev)
+
+    def request(self, line):
+        line = line.strip()
+        if not line:
+            return
+        rid = None
+        try:
+            req = json.loads(line.decode())
+            rid = req["id"]
+            slot = int(req.get("slot", 0))
+            for key in ("path", "stdout", "stderr"):
+                if not isinstance(req.get(key), str):
+                    raise ValueError("%s: want a string" % key)
+            if not 0 <= slot < self.slots:
+                raise ValueError("slot %d: the zygote has %d" % (slot, self.slots))
+        except (ValueError, KeyError, TypeError) as e:
+            self.send({"event": "error", "id": rid, "error": "bad request: %s" % e})
+            return
+        payload = (json.dumps(req) + "\n").encode()
+        for _ in range(3):
+            c = self.idle.pop(slot, None)
+            try:
+                if c is None:
+                    c = self.fork(slot)
+                    del self.idle[slot]
+                os.write(c.req_w, payload)  # a small write into an empty pipe: never blocks
+            except OSError as e:
+                err = e
+                if c is not None and c.req_w is not None:
+                    os.close(c.req_w)
+                    c.req_w = None
+                continue  # the idle child died (not reaped yet): take a fresh one
+            os.close(c.req_w)
+            c.req_w = None
+            c.id = rid
+            self.send({"event": "start", "id": rid, "pid": c.pid, "pgid": c.pid, "slot": slot})
+            try:
+                self.fork(slot)  # the next candidate's child, ahead of need
+            except OSError:
+                pass
+            return
+        self.send({"event": "error", "id": rid, "error": "cannot hand the request to a child: %s" % err})
+
+    def reap(self):
+        import signal
+
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or not info.si_pid:
+                return
+            pid = info.si_pid
+            try:  # the child is a zombie: its group id cannot be reused yet
+                os.killpg(pid, signal.SIGKILL)  # whatever it left running in its group
+            except OSError:
+                pass
+            _, st = os.waitpid(pid, 0)
+            c = self.children.pop(pid, None)
+            if c is None:
+                continue
+            if c.req_w is not None:
+                os.close(c.req_w)
+                c.req_w = None
+            if c.status_r is not None:
+                self.read_status(c.status_r)
+            if c.id is not None:
+                self.send({
+                    "event": "exit", "id": c.id, "pid": pid,
+                    "status": os.WEXITSTATUS(st) if os.WIFEXITED(st) else None,
+                    "signal": os.WTERMSIG(st) if os.WIFSIGNALED(st) else 0,
+                    "core": bool(os.WIFSIGNALED(st) and os.WCOREDUMP(st)),
+                })
+            elif self.idle.get(c.slot) is c:
+                del self.idle[c.slot]  # died waiting: a new one is forked on demand
+                self.send({"event": "idle_exit", "slot": c.slot, "pid": pid})
+
+    def shutdown(self):
+        import signal
+
+        for c in list(self.children.values()):
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(c.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        for pid, c in list(self.children.items()):
+            try:
+                _, st = os.waitpid(pid, 0)
+            except ChildProcessError:
+                continue
+            if c.id is not None:
+                self.send({"event": "exit", "id": c.id, "pid": pid, "status": None,
+                           "signal": int(signal.SIGKILL), "core": False})
+        self.children = {}
+
+
+def _cmd_zygote(args):
+    """zygote [--device D] [--entry MODULE:FUNCTION] [--slots N] [--slot-env JSON] [--device-memory BYTES]: fork a child per candidate."""
+    import argparse
+    import traceback
+
+    p = argparse.ArgumentParser(prog="reduce_replay.py zygote")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--entry")
+    p.add_argument("--slots", type=int, default=1)
+    p.add_argument("--slot-env", default="[]", help="JSON list: the environment of each slot's children")
+    p.add_argument("--device-memory", type=int, default=0, help="bytes each candidate's op may allocate (0: no limit)")
+    o = p.parse_args(args)
+    # The protocol moves off fds 0 and 1, so that nothing else (a print in an imported module, a
+    # child before it redirects) can write into it.
+    proto_in, proto_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    _cwd_on_path()
+    hello = {"event": "hello", "pid": os.getpid(), "python": platform.python_version(),
+             "executable": sys.executable, "device": o.device}
+
+    def say(obj):
+        data = (json.dumps(obj, sort_keys=True) + "\n").encode()
+        os.write(proto_out, data)
+
+    try:
+        slot_env = json.loads(o.slot_env)
+        if not isinstance(slot_env, list) or not all(isinstance(e, dict) for e in slot_env):
+            raise ValueError("want a list of objects")
+        slot_env = [{str(k): str(v) for k, v in e.items()} for e in slot_env]
+    except ValueError as e:
+        hello["error"] = "--slot-env: %s" % e
+        say(hello)
+        return 2
+    if o.slots < 1:
+        hello["error"] = "--slots %d: want at least 1" % o.slots
+        say(hello)
+        return 2
+    try:
+        torch = rb._torch()
+        import torch.nn.functional  # noqa: F401  (what replay() uses, imported once here)
+    except BaseException as e:
+        traceback.print_exc()
+        hello["error"] = "cannot import torch with %s: %s: %s" % (sys.executable, type(e).__name__, e)
+        say(hello)
+        return HARNESS_EXIT
+    hello["torch"] = str(torch.__version__)
+    hello["cuda"] = getattr(torch.version, "cuda", None)
+    hello["hip"] = getattr(torch.version, "hip", None)
+    try:
+        _check_device(o.device)
+    except rb.HarnessError as e:
+        hello["error"] = str(e)
+        say(hello)
+        return HARNESS_EXIT
+    if o.entry:
+        try:
+            rb.resolve_entry(o.entry)  # imported once here; a failure is every child's to report
+        except rb.HarnessError as e:
+            hello["entry_error"] = str(e)
+    if torch.device(o.device).type == "cuda" and torch.cuda.is_initialized():
+        hello["warning"] = ("CUDA was initialized in the zygote (by the --entry module's import?): "
+                            "forked children cannot use it; pass --no-zygote")
+    say(hello)
+    return _Zygote(o.device, o.entry, o.slots, slot_env, proto_in, proto_out, o.device_memory).run()
+
+
+# Subcommands by name.
+COMMANDS = {"info": _cmd_info, "replay": _cmd_replay, "zygote": _cmd_zygote}
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        sys.stderr.write("usage: reduce_replay.py COMMAND ARGS...\ncommands:\n")
+        for name, fn in sorted(COMMANDS.items()):
+            sys.stderr.write("  %s\n" % ((fn.__doc__ or name).strip().splitlines()[0],))
+        return 2
+    return COMMANDS[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
