@@ -22,6 +22,9 @@
 //	4  interrupted (a partial fixture was written)
 //
 // This package is the command line only: flags, commands, exit codes and
-// output. What a batch is lives in fixtures and kernels, how a candidate is
-// replayed in replay, and which candidates to try in shrink.
+// output. The main job is internal/reduction's Run: this package maps the
+// flags to its Options (and to replay.Options for the backend), its events
+// to the progress bar or JSON lines, and its Result to the summary and the
+// exit code. What a batch is lives in fixtures and kernels, how a candidate
+// is replayed in replay, which candidates to try in shrink.
 package main
