@@ -72,17 +72,11 @@ func (p *Pool) SlotEnv(i int) []string {
 // order at first (0, 1, ...); after that, a command gets whichever slot
 // was freed.
 func (p *Pool) Run(ctx context.Context, c Command) Result {
-	p.init()
-	if err := ctx.Err(); err != nil {
+	slot, err := p.take(ctx)
+	if err != nil {
 		return Result{ExitCode: -1, Canceled: true, Err: err}
 	}
-	var slot int
-	select {
-	case slot = <-p.free:
-	case <-ctx.Done():
-		return Result{ExitCode: -1, Canceled: true, Err: ctx.Err()}
-	}
-	defer func() { p.free <- slot }()
+	defer p.put(slot)
 	if env := p.slots[slot]; env != nil {
 		c.Env = MergeEnv(c.Env, env)
 	}
@@ -95,3 +89,24 @@ func (p *Pool) Run(ctx context.Context, c Command) Result {
 	}
 	return r.Run(ctx, c)
 }
+
+// take waits for a free slot and returns its index, or ctx's error when ctx
+// is done first (also when it is done already and a slot is free). Every
+// replay holds a slot while it runs, whoever starts its process: Run for a
+// Command, the torch backend for a zygote's child (which it forks in the
+// slot's environment, SlotEnv). Give the slot back with put.
+func (p *Pool) take(ctx context.Context) (int, error) {
+	p.init()
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	select {
+	case slot := <-p.free:
+		return slot, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// put frees a slot take returned.
+func (p *Pool) put(slot int) { p.free <- slot }

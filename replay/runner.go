@@ -8,13 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // HarnessExitCode is the exit status a reduce worker (the go worker, the
@@ -47,11 +43,6 @@ const (
 	RunDirEnv = "REDUCE_RUN_DIR"
 	RunDirArg = "{rundir}"
 )
-
-// killWait is how long Run waits for a process to die after SIGKILL before
-// it gives up on it (a process in uninterruptible sleep in a GPU driver
-// cannot be killed until the driver lets it go). A variable for tests.
-var killWait = 10 * time.Second
 
 // Command is one process to run.
 type Command struct {
@@ -290,88 +281,6 @@ func removeAll(dir string) error {
 	return nil
 }
 
-// readBufs holds the buffers the output readers copy through.
-var readBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-// stream reads one of the child's output pipes into a capture until EOF,
-// or until stop makes it give up.
-type stream struct {
-	f    *os.File
-	c    *capture
-	done chan struct{}
-}
-
-func startStream(f *os.File, limit int) *stream {
-	s := &stream{f: f, c: newCapture(limit), done: make(chan struct{})}
-	go s.read()
-	return s
-}
-
-func (s *stream) read() {
-	defer close(s.done)
-	defer s.f.Close()
-	bp := readBufs.Get().(*[]byte)
-	defer readBufs.Put(bp)
-	buf := *bp
-	for {
-		n, err := s.f.Read(buf)
-		s.c.Write(buf[:n])
-		if err == nil {
-			continue
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			s.drain(buf)
-		}
-		return
-	}
-}
-
-// drain reads, without blocking, what is already in the pipe when stop set
-// the deadline: the last words of a child whose pipe an escaped process
-// still holds. At most 1 MiB, so that a process flooding the pipe cannot
-// keep it going.
-func (s *stream) drain(buf []byte) {
-	rc, err := s.f.SyscallConn()
-	if err != nil {
-		return
-	}
-	rc.Control(func(fd uintptr) {
-		for left := 1 << 20; left > 0; {
-			n, err := syscall.Read(int(fd), buf[:min(len(buf), left)])
-			if n <= 0 || err != nil {
-				return
-			}
-			s.c.Write(buf[:n])
-			left -= n
-		}
-	})
-}
-
-// stop makes read return: after what is in the pipe now, even if some
-// process still holds the write end.
-func (s *stream) stop() { s.f.SetReadDeadline(time.Now()) }
-
-// waitExited blocks until the process pid has exited, without reaping it:
-// while it is a zombie its pid, which is also its process group's id,
-// cannot be reused, so the group can be signalled safely.
-func waitExited(pid int) error {
-	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		return err
-	}
-}
-
-// signalGroup sends sig to the process group pgid and to its leader (which
-// may have left the group).
-func signalGroup(pgid int, sig syscall.Signal) {
-	syscall.Kill(-pgid, sig)
-	syscall.Kill(pgid, sig)
-}
-
 // Run runs c in a new process and reports what happened. It returns only
 // when the process is dead and reaped, every process left in its process
 // group has been sent SIGKILL, its output is read and its per-run
@@ -388,6 +297,10 @@ func signalGroup(pgid int, sig syscall.Signal) {
 // output pipes open. A descendant that left the group (setsid, setpgid) is
 // out of reach: Run stops reading the pipes it holds after
 // Runner.WaitDelay and leaves it running.
+//
+// Run only starts the process (startProcess); watching it is the
+// supervisor's (supervise), the same one that watches a torch zygote's
+// child.
 func (r *Runner) Run(ctx context.Context, c Command) (res Result) {
 	res.ExitCode = -1
 	if err := ctx.Err(); err != nil {
@@ -395,7 +308,6 @@ func (r *Runner) Run(ctx context.Context, c Command) (res Result) {
 		res.Err = err
 		return res
 	}
-
 	var dir string
 	if c.TempDir || len(c.Files) > 0 {
 		var err error
@@ -404,68 +316,40 @@ func (r *Runner) Run(ctx context.Context, c Command) (res Result) {
 			return res
 		}
 	}
-	cleanupDir := func() error {
-		if dir == "" {
-			return nil
+	// fail ends a run that never started; its directory is Run's to remove.
+	fail := func(err error) Result {
+		res.Err = err
+		if dir != "" {
+			if err := removeAll(dir); err != nil {
+				res.Err = errors.Join(res.Err, err)
+			}
 		}
-		return removeAll(dir)
+		return res
 	}
-	abandoned := false
-	defer func() {
-		if abandoned {
-			return // the background reaper cleans up
-		}
-		if err := cleanupDir(); err != nil {
-			res.Err = errors.Join(res.Err, err)
-		}
-	}()
 
 	cmd := r.command(&c, dir)
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		res.Err = fmt.Errorf("replay: pipe: %w", err)
-		return res
+	var outR, outW, errR, errW, inR, inW *os.File
+	var err error
+	if outR, outW, err = os.Pipe(); err == nil {
+		if errR, errW, err = os.Pipe(); err == nil && c.Stdin != nil {
+			inR, inW, err = os.Pipe()
+		}
 	}
-	errR, errW, err := os.Pipe()
 	if err != nil {
-		outR.Close()
-		outW.Close()
-		res.Err = fmt.Errorf("replay: pipe: %w", err)
-		return res
+		for _, f := range []*os.File{outR, outW, errR, errW} {
+			if f != nil {
+				f.Close()
+			}
+		}
+		return fail(fmt.Errorf("replay: pipe: %w", err))
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	var inR, inW *os.File
-	if c.Stdin != nil {
-		if inR, inW, err = os.Pipe(); err != nil {
-			outR.Close()
-			outW.Close()
-			errR.Close()
-			errW.Close()
-			res.Err = fmt.Errorf("replay: pipe: %w", err)
-			return res
-		}
+	if inR != nil {
 		cmd.Stdin = inR
 	}
 
-	// The child is started, and waited for, on one locked OS thread: Linux
-	// sends the parent-death signal when the thread that forked the child
-	// exits, and a Go thread may exit while the child runs unless it is
-	// held like this. The thread is blocked in waitid meanwhile anyway.
 	start := time.Now()
-	started := make(chan error, 1)
-	exited := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		waitExited(cmd.Process.Pid)
-		close(exited)
-	}()
-	err = <-started
+	p, err := startProcess(cmd)
 	// The child has its copies of the pipes' ends now; the reducer keeps
 	// only its own, so that EOF comes when the child's side is gone.
 	outW.Close()
@@ -479,126 +363,16 @@ func (r *Runner) Run(ctx context.Context, c Command) (res Result) {
 		if inW != nil {
 			inW.Close()
 		}
-		res.Err = fmt.Errorf("replay: start %s: %w", c.Path, err)
-		return res
+		return fail(fmt.Errorf("replay: start %s: %w", c.Path, err))
 	}
-	res.Started = true
-	pid := cmd.Process.Pid
-	res.PID = pid
 
 	limit := r.captureLimit()
-	stdout := startStream(outR, limit)
-	stderr := startStream(errR, limit)
-	stdinDone := make(chan struct{})
+	out := &output{stdout: startStream(outR, limit), stderr: startStream(errR, limit)}
 	if inW != nil {
-		go func() {
-			defer close(stdinDone)
-			inW.Write(c.Stdin) // EPIPE when the child did not read it all: fine
-			inW.Close()
-		}()
-	} else {
-		close(stdinDone)
+		out.feed(inW, c.Stdin)
 	}
-
-	var timeoutC <-chan time.Time
-	if d := r.timeout(&c); d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		timeoutC = t.C
-	}
-	interrupted := false
-	select {
-	case <-exited:
-	case <-timeoutC:
-		res.TimedOut, interrupted = true, true
-	case <-ctx.Done():
-		res.Canceled, interrupted = true, true
-	}
-	if interrupted {
-		if g := r.grace(); g > 0 {
-			signalGroup(pid, syscall.SIGINT)
-			var cancelC <-chan struct{}
-			if res.TimedOut {
-				cancelC = ctx.Done() // cancelled during the grace: no more of it
-			}
-			t := time.NewTimer(g)
-			select {
-			case <-exited:
-			case <-t.C:
-			case <-cancelC:
-			}
-			t.Stop()
-		}
-		select {
-		case <-exited:
-		default:
-			signalGroup(pid, syscall.SIGKILL)
-			t := time.NewTimer(killWait)
-			select {
-			case <-exited:
-			case <-t.C:
-				abandoned = true
-			}
-			t.Stop()
-		}
-	}
-	res.Duration = time.Since(start)
-
-	stopAll := func() {
-		stdout.stop()
-		stderr.stop()
-		if inW != nil {
-			inW.SetWriteDeadline(time.Now())
-		}
-	}
-	collect := func() {
-		<-stdout.done
-		<-stderr.done
-		<-stdinDone
-		res.Stdout, res.StdoutBytes = stdout.c.Bytes(), stdout.c.total
-		res.Stderr, res.StderrBytes = stderr.c.Bytes(), stderr.c.total
-		res.Truncated = stdout.c.truncated() || stderr.c.truncated()
-	}
-
-	if abandoned {
-		stopAll()
-		collect()
-		res.Err = fmt.Errorf("replay: %s (pid %d) did not exit within %v of SIGKILL; abandoned", c.Path, pid, killWait)
-		go func() {
-			<-exited
-			signalGroup(pid, syscall.SIGKILL)
-			cmd.Wait()
-			cleanupDir()
-		}()
-		return res
-	}
-
-	// The leader is a zombie: kill what is left of its group before
-	// reaping it, then read the pipes to EOF (which comes as soon as the
-	// killed processes are gone), for at most WaitDelay.
-	signalGroup(pid, syscall.SIGKILL)
-	werr := cmd.Wait()
-	t := time.AfterFunc(r.waitDelay(), stopAll)
-	collect()
-	t.Stop()
-
-	if cmd.ProcessState == nil {
-		res.Err = fmt.Errorf("replay: wait %s: %w", c.Path, werr)
-		return res
-	}
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
-		switch {
-		case ws.Exited():
-			res.ExitCode = ws.ExitStatus()
-		case ws.Signaled():
-			res.Signal = ws.Signal()
-			res.CoreDump = ws.CoreDump()
-		}
-	} else {
-		res.ExitCode = cmd.ProcessState.ExitCode()
-	}
-	res.Harness = !c.Foreign && !interrupted && res.Signal == 0 && res.ExitCode == HarnessExitCode
-	return res
+	return r.supervise(ctx, supervised{proc: p, name: c.Path, start: start, timeout: r.timeout(&c),
+		foreign: c.Foreign, out: out, dir: dir})
 }
 
 // command builds the exec.Cmd of c; dir is the per-run directory or "".
@@ -620,6 +394,5 @@ func (r *Runner) command(c *Command, dir string) *exec.Cmd {
 		runDir = []string{RunDirEnv + "=" + dir, "TMPDIR=" + dir}
 	}
 	cmd.Env = MergeEnv(r.environ(), runDir, c.Env)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return cmd
 }

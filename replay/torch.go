@@ -43,8 +43,7 @@ type torchBackend struct {
 	pool    *Pool
 	noZyg   bool
 	set     Settings
-	slots   chan int
-	slotEnv []map[string]string
+	slotEnv []map[string]string // the environment of pool's slot i, for the zygote's child of slot i
 
 	zmu      sync.Mutex
 	z        *zygote
@@ -181,10 +180,7 @@ func newTorchBackend(o Options) (Backend, error) {
 	t.set = o.settings(KindTorch, dev)
 	t.set.Python = python
 	t.pool = o.pool(kind)
-	n := t.pool.Size()
-	t.slots = make(chan int, n)
-	for i := range n {
-		t.slots <- i
+	for i := range t.pool.Size() {
 		env := map[string]string{}
 		for _, kv := range t.pool.SlotEnv(i) {
 			k, v, _ := strings.Cut(kv, "=")

@@ -377,8 +377,8 @@ func TestZygoteProtocolErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case ev := <-c.exit:
-		if ev.Event != "error" || !strings.Contains(ev.Error, "slot 7") {
+	case <-c.done:
+		if ev := c.exit; ev.Event != "error" || !strings.Contains(ev.Error, "slot 7") {
 			t.Errorf("bad slot: %+v", ev)
 		}
 	case <-time.After(10 * time.Second):
@@ -389,4 +389,54 @@ func TestZygoteProtocolErrors(t *testing.T) {
 	if v.Signature.Expression != "RuntimeError: ND or ND target tensor expected, multi-target not supported" {
 		t.Errorf("after a bad request: %v", v.Signature)
 	}
+}
+
+// A zygote replay takes its slot from the backend's Pool, the one every
+// replay takes its slot from, and runs in that slot's child: with slot 0
+// held by someone else it runs in slot 1 (GPU "1"), and it waits while
+// every slot is held.
+func TestZygoteSlotsFromPool(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	o := torchOptions(t, tmp)
+	o.Entry = filepath.Join(entryDir(t), "faults.py") + ":run"
+	o.Jobs, o.GPUs = 2, []string{"0", "1"}
+	be := newBackend(t, o)
+	pool := be.(*torchBackend).pool
+	visible := withMeta(exampleBatch(t, "four_class_targets"), "fault", "visible")
+	held, err := pool.take(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"1", "0"} {
+		v := replayOK(t, be, visible)
+		if !bytes.HasPrefix(v.Result.Stdout, []byte("visible "+want+"\n")) || !v.Zygote {
+			t.Errorf("slot %d held: the replay printed %q, want \"visible %s\"\n%s", held, v.Result.Stdout, want, v.Result.Stderr)
+		}
+		// Hold the other slot instead.
+		other, err := pool.take(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool.put(held)
+		held = other
+	}
+	// Both held: a replay waits for a slot, and gives up with its context.
+	other, err := pool.take(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	v, err := be.Replay(ctx, visible)
+	if err == nil || !v.Result.Canceled || v.Result.Started || v.Signature.Family != signature.FamilyInfra {
+		t.Errorf("every slot held: %v, started %v, %v", v.Signature, v.Result.Started, err)
+	}
+	pool.put(held)
+	pool.put(other)
+	if v := replayOK(t, be, visible); !bytes.HasPrefix(v.Result.Stdout, []byte("visible ")) {
+		t.Errorf("slots free again: %q\n%s", v.Result.Stdout, v.Result.Stderr)
+	}
+	be.Close()
+	emptyDir(t, tmp)
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -57,20 +56,23 @@ import (
 // the group id cannot be reused, then reports "exit". EOF on stdin: the
 // zygote kills every child and exits.
 //
-// This side enforces the timeout itself: SIGINT to the child's process
-// group, after the grace SIGKILL, as the Runner does. (The group's id is
-// the child's pid, which cannot be reused before the zygote reaps it; the
-// reap and its "exit" line are microseconds apart, far less than the pid
-// space takes to wrap around.)
+// Each child is watched by the Runner's supervisor as any other replay
+// process: the zygote is only how it was started (a zygoteChild). Its pid
+// is its process group's id; the zygote, its parent, reaps it and SIGKILLs
+// what is left of its group first, while the group's id cannot be reused,
+// and the "exit" line tells the supervisor it has exited. Until then the
+// supervisor may signal the group (SIGINT on timeout, SIGKILL after the
+// grace); the reap and its "exit" line are microseconds apart, far less than
+// the pid space takes to wrap around.
 //
 // If the zygote dies (killed, crashed, or killed by a candidate), the
 // children it held die with it (parent-death SIGKILL; this side SIGKILLs
-// the group of a running one too and waits for it to be gone), the next
-// replay starts a new zygote, and each replay that was in flight is run
-// once more in the new one (Verdict.Retried): its child was killed with the
-// zygote, so its outcome is unknown. If the zygote dies during the retry
-// too, the verdict is infra, "torch zygote died". A zygote that cannot be
-// started again is an error of Replay.
+// the group of a running one too, and its child counts as exited once it is
+// gone), the next replay starts a new zygote, and each replay that was in
+// flight is run once more in the new one (Verdict.Retried): its child was
+// killed with the zygote, so its outcome is unknown. If the zygote dies
+// during the retry too, the verdict is infra, "torch zygote died". A zygote
+// that cannot be started again is an error of Replay.
 type zygote struct {
 	t       *torchBackend
 	cmd     *exec.Cmd
@@ -105,9 +107,15 @@ type zygoteEvent struct {
 	Warning    string `json:"warning,omitempty"`
 }
 
+// zygoteCall is one request to the zygote. readEvents writes it; the
+// replay reads pid after start delivered it, and exit and gone after done
+// is closed.
 type zygoteCall struct {
-	start chan zygoteEvent
-	exit  chan zygoteEvent
+	start chan zygoteEvent // the "start" event: a child runs the request
+	done  chan struct{}    // closed once exit or gone is set
+	exit  zygoteEvent      // "exit" (the child was reaped) or "error" (never run)
+	gone  bool             // the zygote died first; the child, if any, is gone too
+	pid   int              // the child's, from "start"
 }
 
 // zygoteStart bounds how long a zygote may take to import torch and to
@@ -152,7 +160,6 @@ func startZygote(t *torchBackend) (*zygote, error) {
 	args = append(args, t.memoryArgs()...)
 	cmd := exec.Command(t.python, args...)
 	cmd.Env = MergeEnv(t.runner.environ(), t.env)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var pipes [6]*os.File // in r/w, out r/w, err r/w
 	for i := 0; i < 6; i += 2 {
 		if pipes[i], pipes[i+1], err = os.Pipe(); err != nil {
@@ -171,24 +178,7 @@ func startZygote(t *torchBackend) (*zygote, error) {
 		calls: map[string]*zygoteCall{}, exited: make(chan struct{}), dead: make(chan struct{}),
 		stderr: newCapture(64 << 10),
 	}
-	started := make(chan error, 1)
-	go func() {
-		// The parent-death signal fires when the thread that forked the
-		// zygote exits: hold this one until the zygote is gone.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(z.exited)
-			return
-		}
-		started <- nil
-		waitExited(cmd.Process.Pid)
-		signalGroup(cmd.Process.Pid, syscall.SIGKILL) // what is left in its own group
-		cmd.Wait()
-		close(z.exited)
-	}()
-	err = <-started
+	p, err := startProcess(cmd)
 	pipes[0].Close()
 	pipes[3].Close()
 	pipes[5].Close()
@@ -198,6 +188,11 @@ func startZygote(t *torchBackend) (*zygote, error) {
 		pipes[4].Close()
 		return nil, fmt.Errorf("replay: --python %s: cannot start the torch zygote: %w", t.python, err)
 	}
+	go func() {
+		<-p.exited()
+		p.reap() // and what is left in its own group
+		close(z.exited)
+	}()
 	z.pid = cmd.Process.Pid
 	t.seen(z.pid)
 	go z.readStderr(pipes[4])
@@ -301,17 +296,52 @@ func (z *zygote) readEvents(f *os.File) {
 			}
 		case "start":
 			if c := z.call(ev.ID, false); c != nil {
+				c.pid = ev.PID
 				c.start <- ev
 			}
 		case "exit", "error":
 			if c := z.call(ev.ID, true); c != nil {
-				c.exit <- ev
+				c.exit = ev
+				close(c.done)
 			}
 		}
 	}
 	f.Close()
 	<-z.exited
+	// Every event the zygote wrote has been delivered: the calls left never
+	// get an "exit".
+	z.mu.Lock()
+	calls := z.calls
+	z.calls = nil
+	z.mu.Unlock()
+	for _, c := range calls {
+		c.gone = true
+		if c.pid == 0 {
+			close(c.done) // no child ran it
+			continue
+		}
+		go c.lost()
+	}
 	close(z.dead)
+}
+
+// lost makes sure the child of a call whose zygote died is gone (it got
+// SIGKILL with its parent's death, but what it forked did not), then counts
+// it as exited. Nobody reaps it for this side to see: it is reparented, so
+// it is polled for, often at first, since the supervisor may still signal
+// its group until it counts as exited and the group's id is free once it is
+// reaped. There is no bound: a child stuck in a driver is the supervisor's
+// to give up on (killWait), as any process is.
+func (c *zygoteCall) lost() {
+	signalGroup(c.pid, syscall.SIGKILL)
+	for start := time.Now(); !processGone(c.pid); {
+		d := 5 * time.Millisecond
+		if time.Since(start) > killWait {
+			d = 100 * time.Millisecond
+		}
+		time.Sleep(d)
+	}
+	close(c.done)
 }
 
 // call returns the call of id, removing it when done.
@@ -325,11 +355,18 @@ func (z *zygote) call(id string, done bool) *zygoteCall {
 	return c
 }
 
+// register makes the call of a request before it is sent. Once the zygote
+// is dead a new call is gone at once.
 func (z *zygote) register(id string) *zygoteCall {
-	c := &zygoteCall{start: make(chan zygoteEvent, 1), exit: make(chan zygoteEvent, 1)}
+	c := &zygoteCall{start: make(chan zygoteEvent, 1), done: make(chan struct{})}
 	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.calls == nil {
+		c.gone = true
+		close(c.done)
+		return c
+	}
 	z.calls[id] = c
-	z.mu.Unlock()
 	return c
 }
 
@@ -385,17 +422,15 @@ func (t *torchBackend) newID() string {
 }
 
 func (t *torchBackend) replayZygote(ctx context.Context, data []byte, start time.Time) (Verdict, error) {
-	var slot int
-	select {
-	case slot = <-t.slots:
-	case <-ctx.Done():
+	slot, err := t.pool.take(ctx)
+	if err != nil {
 		v := Verdict{Backend: KindTorch, Device: t.device, Zygote: true,
-			Result:    Result{ExitCode: -1, Canceled: true, Err: ctx.Err()},
+			Result:    Result{ExitCode: -1, Canceled: true, Err: err},
 			Signature: signature.Signature{Family: signature.FamilyInfra, Expression: "canceled"}, Duration: time.Since(start)}
 		v.Exit = exitInfo(v.Result)
-		return v, ctx.Err()
+		return v, err
 	}
-	defer func() { t.slots <- slot }()
+	defer t.pool.put(slot)
 	v, retry, err := t.zygoteOnce(ctx, slot, data, start)
 	if retry && err == nil && ctx.Err() == nil {
 		v, _, err = t.zygoteOnce(ctx, slot, data, start)
@@ -404,9 +439,37 @@ func (t *torchBackend) replayZygote(ctx context.Context, data []byte, start time
 	return v, err
 }
 
-// zygoteOnce runs the candidate in a child of the zygote. retry reports
-// that the zygote died with the candidate's outcome unknown; the verdict is
-// then the infra one to give if the retry dies too.
+// zygoteChild is a child the zygote forked for one request, as the
+// supervisor sees it. Its call's done is closed when the zygote reported
+// its exit (it reaped the child and killed what was left of its group
+// first), or when the zygote died and the child is gone.
+type zygoteChild struct {
+	c      *zygoteCall
+	leader int
+}
+
+func (k zygoteChild) pid() int { return k.leader }
+
+func (k zygoteChild) exited() <-chan struct{} { return k.c.done }
+
+func (k zygoteChild) reap() (exitStatus, error) {
+	st := exitStatus{code: -1}
+	switch {
+	case k.c.gone:
+		return st, errZygoteDied
+	case k.c.exit.Event != "exit":
+		return st, fmt.Errorf("replay: torch zygote: %s", k.c.exit.Error)
+	}
+	if k.c.exit.Status != nil {
+		st.code = *k.c.exit.Status
+	}
+	st.signal, st.core = syscall.Signal(k.c.exit.Signal), k.c.exit.Core
+	return st, nil
+}
+
+// zygoteOnce runs the candidate in a child of the zygote in slot. retry
+// reports that the zygote died with the candidate's outcome unknown; the
+// verdict is then the infra one to give if the retry dies too.
 func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data []byte, start time.Time) (v Verdict, retry bool, err error) {
 	v = Verdict{Backend: KindTorch, Device: t.device, Zygote: true}
 	t.zmu.Lock()
@@ -421,7 +484,13 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data []byte, st
 		v.Signature = signature.Signature{Family: signature.FamilyInfra, Expression: "no run directory"}
 		return v, false, err
 	}
+	// The directory is this function's until a child runs the request;
+	// then it is the supervisor's.
+	handed := false
 	defer func() {
+		if handed {
+			return
+		}
 		if rerr := removeAll(dir); rerr != nil {
 			v.Result.Err = errors.Join(v.Result.Err, rerr)
 		}
@@ -454,24 +523,15 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data []byte, st
 		}
 		streams[i] = startStream(r, t.runner.captureLimit())
 	}
-	res := Result{ExitCode: -1}
-	collect := func() {
-		for _, w := range writers {
-			w.Close()
+	out := &output{stdout: streams[0], stderr: streams[1], held: writers[:]}
+	// died is the verdict of a request whose zygote died before its child
+	// exited: res.Err is nil, or says so (errZygoteDied).
+	died := func(res Result) (Verdict, bool, error) {
+		if res.Err == nil {
+			res.Err = errZygoteDied
 		}
-		tm := time.AfterFunc(t.runner.waitDelay(), func() { streams[0].stop(); streams[1].stop() })
-		<-streams[0].done
-		<-streams[1].done
-		tm.Stop()
-		res.Stdout, res.StdoutBytes = streams[0].c.Bytes(), streams[0].c.total
-		res.Stderr, res.StderrBytes = streams[1].c.Bytes(), streams[1].c.total
-		res.Truncated = streams[0].c.truncated() || streams[1].c.truncated()
-	}
-	died := func() (Verdict, bool, error) {
-		collect()
-		res.Err = errZygoteDied
 		if tail := z.stderrTail(); tail != "" {
-			res.Err = fmt.Errorf("%w; its stderr ends:\n%s", errZygoteDied, tail)
+			res.Err = fmt.Errorf("%w; its stderr ends:\n%s", res.Err, tail)
 		}
 		v.Result, v.Exit = res, exitInfo(res)
 		v.Signature = signature.Signature{Family: signature.FamilyInfra, Expression: "torch zygote died"}
@@ -484,114 +544,38 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data []byte, st
 	sent := time.Now()
 	if err := z.send(map[string]any{"id": id, "slot": slot, "path": filepath.Join(dir, "candidate.bin"),
 		"stdout": paths[0], "stderr": paths[1], "run_dir": dir}); err != nil {
-		z.call(id, true)
 		<-z.dead // a write fails only when the zygote is gone
-		return died()
 	}
 	var pid int
 	select {
 	case ev := <-call.start:
 		pid = ev.PID
-	case ev := <-call.exit: // "error": the request was not run
-		collect()
-		res.Err = fmt.Errorf("replay: torch zygote: %s", ev.Error)
+	case <-call.done:
+		select {
+		case ev := <-call.start: // started, and already exited
+			pid = ev.PID
+		default:
+		}
+	}
+	if pid == 0 {
+		res := Result{ExitCode: -1}
+		out.collect(&res, t.runner.waitDelay())
+		if call.gone {
+			return died(res)
+		}
+		res.Err = fmt.Errorf("replay: torch zygote: %s", call.exit.Error)
 		v.Result, v.Exit = res, exitInfo(res)
 		v.Signature = signature.Signature{Family: signature.FamilyInfra, Expression: "torch zygote: request refused"}
 		v.Duration = time.Since(start)
 		return v, false, nil
-	case <-z.dead:
-		select {
-		case ev := <-call.start:
-			pid = ev.PID
-		default:
-			return died()
-		}
 	}
-	res.Started, res.PID = true, pid
 
-	var timeoutC <-chan time.Time
-	if d := t.runner.timeout(&Command{}); d > 0 {
-		tm := time.NewTimer(d)
-		defer tm.Stop()
-		timeoutC = tm.C
+	handed = true
+	res := t.runner.supervise(ctx, supervised{proc: zygoteChild{c: call, leader: pid}, name: "torch child",
+		start: sent, timeout: t.runner.timeout(&Command{}), out: out, dir: dir})
+	if errors.Is(res.Err, errZygoteDied) && !res.TimedOut && !res.Canceled {
+		return died(res)
 	}
-	var exit zygoteEvent
-	got, gone, interrupted := false, false, false
-	// wait waits for the exit event, the zygote's death or c.
-	wait := func(c <-chan time.Time, cancel <-chan struct{}) {
-		select {
-		case exit = <-call.exit:
-			got = true
-		case <-z.dead:
-			select {
-			case exit = <-call.exit:
-				got = true
-			default:
-				gone = true
-			}
-		case <-c:
-		case <-cancel:
-		}
-	}
-	select {
-	case exit = <-call.exit:
-		got = true
-	case <-z.dead:
-		select {
-		case exit = <-call.exit:
-			got = true
-		default:
-			gone = true
-		}
-	case <-timeoutC:
-		res.TimedOut, interrupted = true, true
-	case <-ctx.Done():
-		res.Canceled, interrupted = true, true
-	}
-	abandoned := false
-	if interrupted {
-		if g := t.runner.grace(); g > 0 && !got && !gone {
-			signalGroup(pid, syscall.SIGINT)
-			var cancel <-chan struct{}
-			if res.TimedOut {
-				cancel = ctx.Done()
-			}
-			tm := time.NewTimer(g)
-			wait(tm.C, cancel)
-			tm.Stop()
-		}
-		if !got && !gone {
-			signalGroup(pid, syscall.SIGKILL)
-			tm := time.NewTimer(killWait)
-			wait(tm.C, nil)
-			tm.Stop()
-			abandoned = !got && !gone
-		}
-	}
-	if gone {
-		// The zygote died: its child got SIGKILL from the kernel; make
-		// sure of it before its run directory goes.
-		signalGroup(pid, syscall.SIGKILL)
-		if !waitGone(pid, killWait) {
-			abandoned = true
-		}
-	}
-	res.Duration = time.Since(sent)
-	if gone && !interrupted {
-		return died()
-	}
-	collect()
-	if got {
-		if exit.Status != nil {
-			res.ExitCode = *exit.Status
-		}
-		res.Signal = syscall.Signal(exit.Signal)
-		res.CoreDump = exit.Core
-	}
-	if abandoned {
-		res.Err = fmt.Errorf("replay: torch child (pid %d) did not exit within %v of SIGKILL; abandoned", pid, killWait)
-	}
-	res.Harness = !interrupted && res.Signal == 0 && res.ExitCode == HarnessExitCode
 	v.Result, v.Exit = res, exitInfo(res)
 	v.Signature = signature.Parse(res.Stderr, v.Exit)
 	v.Duration = time.Since(start)

@@ -22,11 +22,10 @@ import (
 )
 
 // Worker is the go backend's worker, `reduce __worker --device cpu|cuda
-// [--abort] [--sms N] [--device-memory BYTES]`: it reads one batch file
-// (the native format) from stdin, runs the batch's built-in op in the mode
-// the device names, and
-// returns the process's exit status. args are the arguments after the
-// program name; a leading WorkerCommand is skipped. env reads the
+// [--abort] [--device-memory BYTES]`: it reads one batch file (the native
+// format) from stdin, runs the batch's built-in op in the mode the device
+// names, and returns the process's exit status. args are the arguments
+// after the program name; a leading WorkerCommand is skipped. env reads the
 // environment (os.Getenv).
 //
 //   - The op passes: a one-line summary on stdout (each output's dtype,
@@ -69,7 +68,6 @@ func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(s
 	fs.SetOutput(stderr)
 	device := fs.String("device", "cpu", "cpu (CPU semantics) or cuda (CUDA emulation)")
 	abort := fs.Bool("abort", false, "after a device-side failure, die by SIGABRT as a broken CUDA context does at exit")
-	sms := fs.Int("sms", 0, "multiprocessor count of the emulated GPU (0: 108, an A100)")
 	deviceMemory := fs.Int64("device-memory", 0, "bytes the op may allocate, emulating a device of that size (0: no limit)")
 	if err := fs.Parse(args); err != nil {
 		return harness("%v", err)
@@ -95,7 +93,7 @@ func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(s
 	if *deviceMemory < 0 {
 		return harness("--device-memory %d: want a size in bytes, or 0 for no limit", *deviceMemory)
 	}
-	res, err := op.RunOptions(kernels.Options{Mode: mode, SMs: *sms, DeviceMemory: *deviceMemory}, b.Named(), b.Attrs)
+	res, err := op.RunOptions(kernels.Options{Mode: mode, DeviceMemory: *deviceMemory}, b.Named(), b.Attrs)
 	if err != nil {
 		return harness("%v", err)
 	}

@@ -34,6 +34,10 @@ def run(batch):
     if fault == "kill-zygote":
         os.kill(os.getppid(), signal.SIGKILL)
         time.sleep(3600)
+    if fault == "visible":  # the slot's device, as the zygote's child sees it
+        sys.stdout.write("visible %s\n" % os.environ.get("CUDA_VISIBLE_DEVICES", "-"))
+        sys.stdout.flush()
+        return None
     if fault == "tmpfile":  # a temporary file in the run directory, removed with it
         import tempfile
 
