@@ -385,18 +385,3 @@ func processGone(pid int) bool {
 	st := s[i+2]
 	return st == 'Z' || st == 'X'
 }
-
-// waitGone polls until pid is gone or d has passed; it reports whether it
-// is gone.
-func waitGone(pid int, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if processGone(pid) {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

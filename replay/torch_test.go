@@ -440,3 +440,18 @@ func TestZygoteSlotsFromPool(t *testing.T) {
 	be.Close()
 	emptyDir(t, tmp)
 }
+
+// waitGone polls until pid is gone or d has passed; it reports whether it
+// is gone.
+func waitGone(pid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if processGone(pid) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -75,7 +75,6 @@ import (
 // that cannot be started again is an error of Replay.
 type zygote struct {
 	t       *torchBackend
-	cmd     *exec.Cmd
 	pid     int
 	in      *os.File
 	inMu    sync.Mutex
@@ -173,7 +172,7 @@ func startZygote(t *torchBackend) (*zygote, error) {
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0], pipes[3], pipes[5]
 	z := &zygote{
-		t: t, cmd: cmd, in: pipes[1],
+		t: t, in: pipes[1],
 		helloC: make(chan zygoteEvent, 1), statusC: make(chan zygoteEvent, 64),
 		calls: map[string]*zygoteCall{}, exited: make(chan struct{}), dead: make(chan struct{}),
 		stderr: newCapture(64 << 10),
