@@ -9,7 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reduce/internal/torchtest"
+	"reduce/internal/testenv"
 	"runtime"
 	"sort"
 	"strconv"
@@ -37,7 +37,7 @@ import (
 // REDUCE_OPS_SEED the seed (default 1); REDUCE_OPS_CASES the number of cases
 // (default 600).
 func TestOpsAgainstTorch(t *testing.T) {
-	py := torchtest.Python(t)
+	py := testenv.Python(t)
 	seed := int64(1)
 	if s := os.Getenv("REDUCE_OPS_SEED"); s != "" {
 		v, err := strconv.ParseInt(s, 10, 64)

@@ -15,7 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reduce/internal/torchtest"
+	"reduce/internal/testenv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -25,7 +25,7 @@ import (
 // torchPython returns the interpreter to use, or skips t.
 func torchPython(t *testing.T) string {
 	t.Helper()
-	return torchtest.Python(t)
+	return testenv.Python(t)
 }
 
 // torchRef runs torch_ref.py with args and stdin, and decodes its stdout.

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"reduce/internal/torchtest"
+	"reduce/internal/testenv"
 	"reduce/kernels"
 )
 
@@ -102,7 +102,7 @@ func goOp(t *testing.T, op *kernels.Op) pyOp {
 // that 0 is not taken for 0.0). An op, tensor, attribute or default
 // changed on one side only fails here.
 func TestPythonOpTable(t *testing.T) {
-	py := torchtest.Python(t, "torch")
+	py := testenv.Python(t, "torch")
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, PythonModuleName), PythonModule, 0o644))
 	out, err := exec.Command(py, "-c", opTableDump, dir).Output()

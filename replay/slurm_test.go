@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"reduce/internal/signature"
+	"reduce/internal/testenv"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,22 +21,11 @@ import (
 
 // The slurm launcher. The tests that need a cluster run against a real one
 // (scripts/slurm-local.sh start, then REDUCE_SLURM=1 and its SLURM_CONF):
-// they skip without REDUCE_SLURM=1 and fail instead under
-// REDUCE_REQUIRE_SLURM=1 (make test sets both once the cluster is up). The
-// rest (the wrapper, the reading of Slurm's texts) need none.
+// they skip without one and fail instead under REDUCE_REQUIRE_SLURM
+// (testenv.Slurm; make test sets both once the cluster is up). The rest
+// (the wrapper, the reading of Slurm's texts) need none.
 
-func requireSlurm(t testing.TB) {
-	t.Helper()
-	if os.Getenv("REDUCE_SLURM") != "1" {
-		if os.Getenv("REDUCE_REQUIRE_SLURM") == "1" {
-			t.Fatal("REDUCE_REQUIRE_SLURM=1 but REDUCE_SLURM is not 1: start a cluster (make slurm-up) and set REDUCE_SLURM=1")
-		}
-		t.Skip("no Slurm cluster: scripts/slurm-local.sh start, then REDUCE_SLURM=1 and its SLURM_CONF")
-	}
-	if _, err := exec.LookPath("srun"); err != nil {
-		t.Fatalf("REDUCE_SLURM=1 but: %v", err)
-	}
-}
+func requireSlurm(t testing.TB) { t.Helper(); testenv.Slurm(t) }
 
 // squeueNames lists the names of the jobs squeue shows, all users.
 func squeueNames(t testing.TB) []string {

@@ -14,12 +14,12 @@ import (
 
 	"reduce/fixtures"
 	"reduce/internal/signature"
+	"reduce/internal/testenv"
 )
 
 // torchPython returns the Python with torch the tests use: $REDUCE_PYTHON,
-// or the default search. Without one the test is skipped, or fails when
-// REDUCE_REQUIRE_TORCH has any non-empty value (make test sets it), as in
-// internal/torchtest.
+// or the backend's own search (FindPython). Without one the test is
+// skipped, or fails under REDUCE_REQUIRE_TORCH (testenv.Missing).
 func torchPython(t testing.TB) string {
 	t.Helper()
 	want := os.Getenv("REDUCE_PYTHON")
@@ -28,10 +28,7 @@ func torchPython(t testing.TB) string {
 		_, err = checkPython(p)
 	}
 	if err != nil {
-		if os.Getenv("REDUCE_REQUIRE_TORCH") != "" {
-			t.Fatalf("REDUCE_REQUIRE_TORCH is set and there is no Python with torch: %v", err)
-		}
-		t.Skipf("no Python with torch (set REDUCE_PYTHON): %v", err)
+		testenv.Missing(t, testenv.RequireTorch, fmt.Sprintf("no Python with torch (set REDUCE_PYTHON): %v", err))
 	}
 	return p
 }

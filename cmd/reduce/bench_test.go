@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"reduce/fixtures"
-	"reduce/internal/torchtest"
+	"reduce/internal/testenv"
 	"reduce/kernels"
 )
 
@@ -123,7 +123,7 @@ func BenchmarkReduceExamples(b *testing.B) {
 					args := []string{"--batch", "../../fixtures/examples/" + ex.name + ".bin", "--backend", backend, "-j", fmt.Sprint(jobs)}
 					if backend == "torch" {
 						if python == "" {
-							python = torchtest.Python(b, "torch")
+							python = testenv.Python(b, "torch")
 						}
 						args = append(args, "--python", python)
 					}

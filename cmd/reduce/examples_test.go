@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"reduce/fixtures"
-	"reduce/internal/torchtest"
+	"reduce/internal/testenv"
 	"reduce/kernels"
 )
 
@@ -78,7 +78,7 @@ func TestExamplesReduce(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			var extra []string
 			if backend == "torch" {
-				extra = []string{"--python", torchtest.Python(t, "torch")}
+				extra = []string{"--python", testenv.Python(t, "torch")}
 			}
 			for _, p := range paths {
 				data, err := os.ReadFile(p)

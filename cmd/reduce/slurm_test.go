@@ -8,22 +8,20 @@ import (
 	"strings"
 	"testing"
 
+	"reduce/internal/testenv"
+
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
 // TestSlurmScript runs the scripts in testdata/slurm against a real Slurm
 // cluster (scripts/slurm-local.sh start; make test-slurm): reductions with
-// --launcher slurm, their faults, and the queue left empty. It skips
-// without REDUCE_SLURM=1 and fails instead under REDUCE_REQUIRE_SLURM=1.
+// --launcher slurm, their faults, and the queue left empty. Without a
+// cluster it skips, and fails instead under REDUCE_REQUIRE_SLURM
+// (testenv.Slurm).
 // The scripts check that squeue is empty after each reduction, so nothing
 // else may use the cluster meanwhile: run it alone (go test -p 1).
 func TestSlurmScript(t *testing.T) {
-	if os.Getenv("REDUCE_SLURM") != "1" {
-		if os.Getenv("REDUCE_REQUIRE_SLURM") == "1" {
-			t.Fatal("REDUCE_REQUIRE_SLURM=1 but REDUCE_SLURM is not 1: start a cluster (make slurm-up) and set REDUCE_SLURM=1")
-		}
-		t.Skip("no Slurm cluster: scripts/slurm-local.sh start, then REDUCE_SLURM=1 and its SLURM_CONF")
-	}
+	testenv.Slurm(t)
 	examples, err := filepath.Abs("../../fixtures/examples")
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,7 @@
 """pytest setup of reduce's Python tests.
 
 REDUCE_REQUIRE_TORCH, set to any non-empty value (make test sets it), says the machine has
-everything the tests need, as it does for the Go tests (internal/torchtest): a module that is
+everything the tests need, as it does for the Go tests (internal/testenv): a module that is
 missing then fails the tests that need it instead of skipping them.
 """
 
