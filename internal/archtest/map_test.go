@@ -101,6 +101,9 @@ func violations(t *testing.T, root, path string, r rule) []string {
 		if strings.HasPrefix(imp, module+"/cmd/") {
 			out = append(out, chain+": nothing imports cmd/...")
 		}
+		if imp == module+"/internal/testenv" || imp == module+"/internal/archtest" {
+			out = append(out, chain+": tests only")
+		}
 		direct := strings.Count(chain, " → ") == 1
 		for p, why := range r.never {
 			if matches(imp, p) && (direct || !isStd(imp)) {
@@ -113,7 +116,7 @@ func violations(t *testing.T, root, path string, r rule) []string {
 }
 
 // TestPackageMap checks every package of the module against its rule, and
-// that none imports cmd/....
+// that none imports cmd/... or, outside its tests, internal/testenv.
 func TestPackageMap(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
