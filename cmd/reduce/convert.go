@@ -88,7 +88,7 @@ func convert(c *cli.Context) error {
 		opt.SampleIDs = ids
 	}
 
-	inExt, outExt := strings.ToLower(filepath.Ext(in)), strings.ToLower(filepath.Ext(out))
+	inExt := strings.ToLower(filepath.Ext(in))
 	var b *fixtures.Batch
 	if inExt == ".bin" {
 		if b, err = fixtures.Read(in, fixtures.WithMaxSize(limit)); err != nil {
@@ -106,24 +106,26 @@ func convert(c *cli.Context) error {
 		}
 	}
 
-	switch outExt {
-	case ".bin":
+	format, err := fixtures.FormatOf(out)
+	if err != nil {
+		return usagef("convert: output %s: want a .bin, .npz or .safetensors file name", out)
+	}
+	if format == fixtures.FormatBin {
 		if err := fixtures.Write(out, b, fixtures.WithCompression(comp)); err != nil {
 			return usageErr(fmt.Errorf("write %s: %w", out, err))
 		}
-	case ".npz", ".safetensors":
-		if c.IsSet("compression") {
-			return usagef("--compression applies to a .bin output only")
-		}
-		notes, err := fixtures.Export(b, out)
-		if err != nil {
-			return usageErr(err)
-		}
-		for _, n := range notes {
-			fmt.Fprintf(c.App.ErrWriter, "reduce: note: %s\n", n)
-		}
-	default:
-		return usagef("convert: output %s: want a .bin, .npz or .safetensors file name", out)
+		fmt.Fprintln(c.App.Writer, out)
+		return nil
+	}
+	if c.IsSet("compression") {
+		return usagef("--compression applies to a .bin output only")
+	}
+	notes, err := fixtures.Export(b, out)
+	if err != nil {
+		return usageErr(err)
+	}
+	for _, n := range notes {
+		fmt.Fprintf(c.App.ErrWriter, "reduce: note: %s\n", n)
 	}
 	fmt.Fprintln(c.App.Writer, out)
 	return nil

@@ -5,6 +5,7 @@
 //
 //	reduce --batch crash.bin [flags]
 //	reduce inspect [--json] FILE
+//	reduce replay [--backend go|torch|exec] [--device DEV] [--json] FILE
 //	reduce convert IN -o OUT [--op NAME] [--attr k=v]... [--batch-dim name=N]... [--ids FILE]
 //	reduce recorder > reduce_batch.py
 //

@@ -29,7 +29,6 @@ func mainFlags() []cli.Flag {
 		&cli.StringFlag{Name: "strategy", Value: "auto", Usage: "the search: auto (group testing) or ddmin"},
 		&cli.StringFlag{Name: "out", Value: filepath.Join("fixtures", "regress"), Usage: "write the regression fixture under `DIR`"},
 		&cli.BoolFlag{Name: "resume", Usage: "continue an interrupted reduction from its journal under --out: no candidate is replayed twice"},
-		&cli.Int64Flag{Name: "seed", Value: 1, Usage: "seed of the replayed step's random generators (REDUCE_SEED; torch.manual_seed in the torch backend)"},
 		&cli.BoolFlag{Name: "json", Usage: "print JSON lines on stdout, one event per line, the last one the summary"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress on stderr"},
 		maxSizeFlag(),

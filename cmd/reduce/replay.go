@@ -27,6 +27,7 @@ func backendFlags() []cli.Flag {
 		&cli.StringFlag{Name: "replay-format", Value: "bin", Usage: "exec backend: candidate `FORMAT`: bin, npz or safetensors"},
 		&cli.DurationFlag{Name: "timeout", Value: replay.DefaultTimeout, Usage: "stop a replay after `DURATION` (SIGINT, then SIGKILL) and count it as a timeout"},
 		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: 1, Usage: "run `N` replays at once"},
+		&cli.Int64Flag{Name: "seed", Value: 1, Usage: "seed of the replayed step's random generators (REDUCE_SEED; torch.manual_seed in the torch backend)"},
 		&cli.StringFlag{Name: "gpus", Usage: "give each replay slot its own device: `LIST` such as 0,1"},
 		&cli.BoolFlag{Name: "no-zygote", Usage: "torch backend: one interpreter per candidate instead of forking from a zygote"},
 		&cli.BoolFlag{Name: "async", Usage: "do not set CUDA_LAUNCH_BLOCKING=1 / AMD_SERIALIZE_KERNEL=3 for replays"},
@@ -61,18 +62,15 @@ func newBackend(c *cli.Context, b *fixtures.Batch) (replay.Backend, error) {
 			return nil, usagef("--device-memory %q: %v", s, err)
 		}
 	}
-	var seed *int64
-	if c.IsSet("seed") || c.Int64("seed") != 0 {
-		// The replayed step's random generators (torch.manual_seed in the
-		// torch backend; a user's step may read REDUCE_SEED too).
-		s := c.Int64("seed")
-		seed = &s
-	}
+	// The replayed step's random generators (torch.manual_seed in the
+	// torch backend; a user's step may read REDUCE_SEED too), the same for
+	// `reduce replay` as for the reduction that wrote a fixture.
+	seed := c.Int64("seed")
 	be, err := replay.New(replay.Options{
 		Kind: replay.Kind(c.String("backend")), Device: device, Python: c.String("python"), Entry: c.String("entry"),
 		Replay: c.String("replay"), ReplayFormat: fixtures.Format(c.String("replay-format")), Jobs: c.Int("jobs"),
 		GPUs: gpus, Timeout: c.Duration("timeout"), NoZygote: c.Bool("no-zygote"), Blocking: &blocking,
-		Seed: seed, DeviceMemory: deviceMemory,
+		Seed: &seed, DeviceMemory: deviceMemory,
 		Launcher: c.String("launcher"), SlurmArgs: c.String("slurm-args"), SharedDir: c.String("shared-dir"),
 		QueueTimeout: slurmFlag(c, "queue-timeout", c.Duration("queue-timeout")), Retries: retriesFlag(c),
 	})

@@ -22,7 +22,8 @@ type candidate struct {
 	// the candidate's order; repeats are allowed (neutralize fills a batch
 	// with copies of a benign sample). nil keeps every sample, as recorded.
 	rows []int64
-	// edit, when set, changes elements of the rows' batch.
+	// edit, when set, changes elements of its space's batch, whose rows
+	// are the candidate's (rows is then unused).
 	edit *edit
 	// size is what progress reports of the candidate (samples, or
 	// elements kept); it is not part of the description.
@@ -128,18 +129,23 @@ func (sp *unitSpace) same(u int, a, b value) bool {
 	return a.i == b.i
 }
 
-// keys: the description of a candidate as text. Rows are written as
-// shrink writes candidates ({0-3,7}), a run of one repeated sample as
-// 5x100; an edit adds the ids of the neutralized units and the units set,
+// key is the description of a candidate as text: its rows as shrink
+// writes candidates ({0-3,7}; a run of one repeated sample as 5x100),
+// then for an edit the ids of the neutralized units and the units set,
 // id=value. A unit set to its original value is no edit, and one set to
-// its neutral value is neutralized, so each batch has one description.
+// its neutral value is neutralized, so that a boundary probe at either is
+// the element search's candidate. (A neutralized unit whose value already
+// is the neutral one still counts as neutralized, as it always did: two
+// keys then name one batch, which is replayed twice. Folding them would
+// save those replays, and change which candidates a reduction replays.)
 func (c *candidate) key(samples int64) string {
 	var b strings.Builder
-	writeRows(&b, c.rows, samples)
 	if c.edit == nil {
+		writeRows(&b, c.rows, samples)
 		return b.String()
 	}
 	sp := c.edit.space
+	writeRows(&b, sp.rows, samples)
 	kept := make(map[int]bool, len(c.edit.keep))
 	for _, u := range c.edit.keep {
 		kept[u] = true

@@ -20,7 +20,8 @@ func (r *run) confirm(ctx context.Context) error {
 	var seen []signature.Signature
 	lastStderr := ""
 	for i := 0; i < n; i++ {
-		sig, _, v, err := r.answer(ctx, orig, i)
+		a, err := r.answer(ctx, orig, i)
+		sig, v := a.sig, a.verdict
 		if ctx.Err() != nil {
 			return errorf(ErrInterrupted, "interrupted while confirming %s; nothing was written", r.o.Source)
 		}

@@ -187,8 +187,9 @@ type run struct {
 
 // Run reduces b, read from o.Source, replaying candidates with be, and
 // writes a regression fixture per finding under o.Out. On ErrInterrupted
-// the Result may hold partial fixtures; on any other error nothing was
-// written but the journal.
+// the Result may hold partial fixtures, and the journal is kept for
+// Options.Resume; on any other error nothing was written, and the journal
+// is kept only when the search itself failed after the confirmation.
 func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (*Result, error) {
 	o = o.withDefaults()
 	switch {
@@ -222,7 +223,10 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 		Match: string(o.Match), Recorded: r.recorded, Resumed: o.Resume})
 
 	if err := r.confirm(ctx); err != nil {
-		r.journal.close(false)
+		// Only an interrupted confirmation has answers worth resuming: a
+		// journal of one that failed would answer a retry of a flaky
+		// failure with its passes.
+		r.journal.close(ctx.Err() == nil)
 		return nil, err
 	}
 	var found []Finding
@@ -311,66 +315,76 @@ const (
 )
 
 // ask says whether trial of candidate c reproduces the failure kept. It is
-// the oracle of every search.
+// the oracle of every search: a different failure is Unresolved, and
+// counted the first time it is seen.
 func (r *run) ask(ctx context.Context, c *candidate, trial int) (shrink.Outcome, error) {
-	sig, src, _, err := r.answer(ctx, c, trial)
+	a, err := r.answer(ctx, c, trial)
 	if err != nil {
 		return shrink.Unresolved, err
 	}
-	o := r.classify(sig)
-	if o == shrink.Unresolved && src != fromCache {
-		r.other(sig)
+	if a.outcome == shrink.Unresolved && a.src != fromCache {
+		r.other(a.sig)
 	}
-	return o, nil
+	return a.outcome, nil
 }
 
-// answer gives the signature of trial of candidate c: the journal's when
-// it has one, else that of a replay of the candidate's batch (built only
-// then), counted in its phase, journaled and reported. v is the replay's
-// verdict (nil when the journal answered). A replay stopped by
-// cancellation says nothing about the candidate: it is ctx's error.
-func (r *run) answer(ctx context.Context, c *candidate, trial int) (sig signature.Signature, src int, v *replay.Verdict, err error) {
+// answered is a candidate's answer: what its replay showed, that matched
+// against the failure kept, and where it came from.
+type answered struct {
+	sig     signature.Signature
+	outcome shrink.Outcome
+	src     int
+	verdict *replay.Verdict // nil when the journal answered
+}
+
+// answer gives trial of candidate c: the journal's answer when it has one,
+// else that of a replay of the candidate's batch (built only then),
+// counted in its phase, journaled and reported. The signature is matched
+// here, once. A replay stopped by cancellation says nothing about the
+// candidate: it is ctx's error.
+func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, error) {
 	key := c.key(r.batch.Samples)
 	if s, ok, fromFile := r.journal.lookup(key, trial); ok {
+		a := answered{sig: s, outcome: r.classify(s), src: fromCache}
 		if !fromFile {
-			return s, fromCache, nil, nil
+			return a, nil
 		}
 		// Counted where this run's replays are, so that the summary and
 		// the fixture tell the whole reduction.
+		a.src = fromJournal
 		r.mu.Lock()
 		r.resumedPhases[r.phase]++
 		phase := r.phase
 		r.mu.Unlock()
 		r.emit(&Replayed{Event: "replay", Phase: phase, Key: keyWithTrial(key, trial), Size: c.size,
-			Outcome: r.classify(s), Signature: s, Resumed: true})
-		return s, fromJournal, nil, nil
+			Outcome: a.outcome, Signature: s, Resumed: true})
+		return a, nil
 	}
 	b, err := c.build(r.batch)
 	if err != nil {
-		return sig, fromReplay, nil, err
+		return answered{}, err
 	}
 	verdict, err := r.be.Replay(ctx, b)
 	if ctx.Err() != nil {
-		return sig, fromReplay, nil, ctx.Err()
+		return answered{}, ctx.Err()
 	}
 	if err != nil {
-		return sig, fromReplay, nil, err
+		return answered{}, err
 	}
-	sig = verdict.Signature
-	o := r.classify(sig)
+	a := answered{sig: verdict.Signature, outcome: r.classify(verdict.Signature), src: fromReplay, verdict: &verdict}
 	r.mu.Lock()
 	r.replays++
 	r.phases[r.phase]++
 	phase := r.phase
 	r.mu.Unlock()
-	r.journal.record(key, trial, sig)
-	ev := &Replayed{Event: "replay", Phase: phase, Key: keyWithTrial(key, trial), Size: c.size, Outcome: o,
-		Signature: sig, Seconds: verdict.Duration.Seconds()}
+	r.journal.record(key, trial, a.sig)
+	ev := &Replayed{Event: "replay", Phase: phase, Key: keyWithTrial(key, trial), Size: c.size, Outcome: a.outcome,
+		Signature: a.sig, Seconds: verdict.Duration.Seconds()}
 	if verdict.Launcher != "" && verdict.Launcher != replay.LauncherLocal {
 		ev.Launcher, ev.JobID, ev.Node, ev.Requeued = verdict.Launcher, verdict.JobID, verdict.Node, verdict.Requeued
 	}
 	r.emit(ev)
-	return sig, fromReplay, &verdict, nil
+	return a, nil
 }
 
 func keyWithTrial(key string, trial int) string { return fmt.Sprintf("%s#%d", key, trial) }

@@ -383,8 +383,11 @@ func TestFloatBoundaries(t *testing.T) {
 
 func TestNoRepro(t *testing.T) {
 	b, path := crossEntropy(t, 4, map[int]int64{2: 4})
-	_, err := reduce(t, b, path, newStep(func(*fixtures.Batch) signature.Signature { return pass }), reduction.Options{})
+	out := t.TempDir()
+	_, err := reduce(t, b, path, newStep(func(*fixtures.Batch) signature.Signature { return pass }), reduction.Options{Out: out})
 	require.ErrorIs(t, err, reduction.ErrNoRepro)
+	left, _ := os.ReadDir(out)
+	assert.Empty(t, left, "a failed confirmation leaves no journal to resume: its passes would answer a retry")
 	assert.Contains(t, err.Error(), "does not reproduce: wanted host_check(cpu) cross_entropy: IndexError: Target N is out of bounds.")
 	assert.Contains(t, err.Error(), "it passed")
 
@@ -535,6 +538,13 @@ func TestResumeOtherSettings(t *testing.T) {
 		"seed":    func(_ *reduction.Options, s *replay.Settings) { seed := int64(9); s.Seed = &seed },
 		"timeout": func(_ *reduction.Options, s *replay.Settings) { s.Timeout = 1 },
 		"device":  func(_ *reduction.Options, s *replay.Settings) { s.Device = "cuda" },
+		"backend": func(_ *reduction.Options, s *replay.Settings) { s.Kind = replay.KindTorch },
+		"python":  func(_ *reduction.Options, s *replay.Settings) { s.Python = "/opt/python3" },
+		"entry":   func(_ *reduction.Options, s *replay.Settings) { s.Entry = "train:step" },
+		"replay":  func(_ *reduction.Options, s *replay.Settings) { s.Replay = "python step.py {batch}" },
+		"device memory": func(_ *reduction.Options, s *replay.Settings) {
+			s.DeviceMemory = 1 << 30
+		},
 	} {
 		be := newStep(kernelStep)
 		o := reduction.Options{Source: path, Out: out, Resume: true}

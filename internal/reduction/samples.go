@@ -69,8 +69,11 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 	if err != nil {
 		return found, fmt.Errorf("shrink samples: %w", err)
 	}
-	for k, set := range all.Culprits[1:] {
-		if slices.Contains(all.Unconfirmed, k+1) {
+	for k, set := range all.Culprits {
+		if slices.Equal(set, first.Indices) {
+			continue // the first set, found again from the journal's answers
+		}
+		if slices.Contains(all.Unconfirmed, k) {
 			// Found, but its fresh replays did not fail: not a finding to
 			// write a regression test for.
 			r.logf("samples: culprit set %v did not fail again in fresh replays; left out (flaky)", set)
