@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -24,8 +25,30 @@ const (
 	KindExec  Kind = "exec"
 )
 
+// kindOf is one kind of backend New builds: what it replays, and its
+// constructor.
+type kindOf struct {
+	kind Kind
+	runs string
+	new  func(Options) (Backend, error)
+}
+
+// backends are the kinds New builds, the default first. A backend is its
+// file and its line here.
+var backends = []kindOf{
+	{KindGo, "the batch's built-in op", newGoBackend},
+	{KindTorch, "the batch's built-in op in PyTorch, or the --entry function", newTorchBackend},
+	{KindExec, "the --replay command", newExecBackend},
+}
+
 // Kinds lists the backends, the default first.
-func Kinds() []Kind { return []Kind{KindGo, KindTorch, KindExec} }
+func Kinds() []Kind {
+	out := make([]Kind, len(backends))
+	for i, b := range backends {
+		out[i] = b.kind
+	}
+	return out
+}
 
 // WorkerCommand is the hidden subcommand of the reduce binary that runs the
 // go backend's worker: `reduce __worker --device cpu|cuda` reads a batch
@@ -257,14 +280,16 @@ func New(o Options) (Backend, error) {
 	if o.Jobs < 0 {
 		return nil, fmt.Errorf("replay: -j %d: want at least 1", o.Jobs)
 	}
-	switch kind {
-	case KindGo, KindTorch, KindExec:
-	default:
-		return nil, fmt.Errorf("replay: --backend %q: want go, torch or exec", o.Kind)
+	i := slices.IndexFunc(backends, func(b kindOf) bool { return b.kind == kind })
+	if i < 0 {
+		var kinds []string
+		for _, k := range Kinds() {
+			kinds = append(kinds, string(k))
+		}
+		return nil, fmt.Errorf("replay: --backend %q: want %s", o.Kind, strings.Join(kinds, ", "))
 	}
 	if o.Entry != "" && kind != KindTorch {
-		return nil, fmt.Errorf("replay: --entry is for --backend torch (--backend %s runs %s)", kind, map[Kind]string{
-			KindGo: "the batch's built-in op", KindExec: "the --replay command"}[kind])
+		return nil, fmt.Errorf("replay: --entry is for --backend torch (--backend %s runs %s)", kind, backends[i].runs)
 	}
 	if o.Replay != "" && kind != KindExec {
 		return nil, fmt.Errorf("replay: --replay is for --backend exec (it was given with --backend %s)", kind)
@@ -289,15 +314,7 @@ func New(o Options) (Backend, error) {
 			o.TempRoot = o.SharedDir
 		}
 	}
-	var be Backend
-	switch kind {
-	case KindGo:
-		be, err = newGoBackend(o)
-	case KindTorch:
-		be, err = newTorchBackend(o)
-	default:
-		be, err = newExecBackend(o)
-	}
+	be, err := backends[i].new(o)
 	if err != nil || l == nil {
 		return be, err
 	}
