@@ -118,18 +118,11 @@ func (s Signature) Class() string {
 			return ClassHostOOM
 		}
 		return ClassDeviceOOM
-	case FamilyDeviceMismatch:
-		return ClassDeviceMismatch
-	case FamilyIllegalAddress:
-		return ClassIllegalAddress
-	case FamilyLaunchFailure:
-		return ClassLaunchFailure
-	case FamilyMisaligned:
-		return ClassMisalignedAccess
-	case FamilyROCmMemFault:
-		return ClassMemoryFault
-	case FamilyNaNAnomaly:
-		return ClassNaNAnomaly
+	}
+	for _, f := range families {
+		if f.family == s.Family {
+			return f.class
+		}
 	}
 	return ""
 }

@@ -103,11 +103,40 @@ const (
 
 // Families returns every family, failing ones first.
 func Families() []Family {
-	return []Family{
-		FamilyDeviceAssert, FamilyIllegalAddress, FamilyLaunchFailure, FamilyMisaligned,
-		FamilyROCmMemFault, FamilyOOM, FamilyHostCheck, FamilyNaNAnomaly, FamilyDeviceMismatch,
-		FamilyAbortSignal, FamilyCrashSignal, FamilyTimeout, FamilyPass, FamilyInfra,
+	out := make([]Family, len(families))
+	for i, f := range families {
+		out[i] = f.family
 	}
+	return out
+}
+
+// families are what is fixed per family, failing ones first: whether it is
+// a failure of the device itself (deviceSide: one that leaves the context
+// broken, so that a crash or an abort at teardown after it is its
+// consequence rather than another bug), and its class when the family has
+// one for every signature of it (a family whose checks have classes of
+// their own, by op or by expression, says "" and is handled in Class).
+// A family is its constant, its line here, the texts parse.go reads as it,
+// and its first checks in report.md.
+var families = []struct {
+	family     Family
+	deviceSide bool
+	class      string
+}{
+	{FamilyDeviceAssert, true, ""},
+	{FamilyIllegalAddress, true, ClassIllegalAddress},
+	{FamilyLaunchFailure, true, ClassLaunchFailure},
+	{FamilyMisaligned, true, ClassMisalignedAccess},
+	{FamilyROCmMemFault, true, ClassMemoryFault},
+	{FamilyOOM, false, ""},
+	{FamilyHostCheck, false, ""},
+	{FamilyNaNAnomaly, false, ClassNaNAnomaly},
+	{FamilyDeviceMismatch, false, ClassDeviceMismatch},
+	{FamilyAbortSignal, false, ""},
+	{FamilyCrashSignal, false, ""},
+	{FamilyTimeout, false, ""},
+	{FamilyPass, false, ""},
+	{FamilyInfra, false, ""},
 }
 
 // Failing reports whether s is a failure that can stand for a reproduction:
@@ -320,9 +349,10 @@ func isCrashSignal(n int) bool {
 // that leaves the context broken, so that a crash at teardown is its
 // consequence rather than another bug.
 func deviceSide(family Family) bool {
-	switch family {
-	case FamilyDeviceAssert, FamilyIllegalAddress, FamilyLaunchFailure, FamilyMisaligned, FamilyROCmMemFault:
-		return true
+	for _, f := range families {
+		if f.family == family {
+			return f.deviceSide
+		}
 	}
 	return false
 }

@@ -533,3 +533,26 @@ func TestParseLargeInput(t *testing.T) {
 		t.Errorf("Parse of %d bytes = %s", b.Len(), got)
 	}
 }
+
+// TestFamilyTable: every failing family says its class in the family
+// table, but for those whose classes are per check (device asserts and
+// host checks, by op) or per expression (OOM: device or host), and the
+// signals, which name no check; a family added without one fails here.
+func TestFamilyTable(t *testing.T) {
+	perCheck := map[Family]bool{FamilyDeviceAssert: true, FamilyHostCheck: true, FamilyOOM: true,
+		FamilyAbortSignal: true, FamilyCrashSignal: true}
+	seen := map[Family]bool{}
+	for _, f := range families {
+		if seen[f.family] {
+			t.Errorf("%s: twice in the table", f.family)
+		}
+		seen[f.family] = true
+		s := Signature{Family: f.family}
+		if Failing(s) && !perCheck[f.family] && s.Class() == "" {
+			t.Errorf("%s: no class (give it one in the family table)", f.family)
+		}
+		if !Failing(s) && (f.deviceSide || f.class != "") {
+			t.Errorf("%s: not a failure, but device-side or classed", f.family)
+		}
+	}
+}
