@@ -15,8 +15,8 @@
 // dropped element takes (Op.Neutral), the advice for its range check
 // (Op.Advice), and, on each check that raises, the class of the failure
 // (Site.Class, Failure.Class). Callers ask the Op (Lookup) instead of
-// switching on its name, so a new op is one register call and its run
-// function.
+// switching on its name; docs/ARCHITECTURE.md says what else a new op
+// needs (its Python call, its test cases).
 //
 // The central promise is layout preservation: a tensor built from a subset of
 // another's samples keeps its dtype, its stride order, its padding between

@@ -397,6 +397,20 @@ type opGen struct {
 	cases []*opCase
 }
 
+// TestOpCasesCoverEveryOp: the differential tests generate cases of every
+// registered op, so a new op fails here until it has a generator.
+func TestOpCasesCoverEveryOp(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range genOpCases(rand.New(rand.NewSource(1)), 2000) {
+		seen[c.Op] = true
+	}
+	for _, n := range OpNames() {
+		if !seen[n] {
+			t.Errorf("op %s: no generator in genOpCases, so it is never compared with torch", n)
+		}
+	}
+}
+
 func genOpCases(rng *rand.Rand, n int) []*opCase {
 	g := &opGen{rng: rng}
 	makers := []struct {
