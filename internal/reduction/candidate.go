@@ -146,32 +146,25 @@ func (c *candidate) key(samples int64) string {
 	}
 	sp := c.edit.space
 	writeRows(&b, sp.rows, samples)
-	kept := make(map[int]bool, len(c.edit.keep))
-	for _, u := range c.edit.keep {
-		kept[u] = true
-	}
 	var neutral []int64
 	type setTo struct {
 		id int64
 		v  string
 	}
 	var set []setTo
-	for u := range sp.units {
-		v, isSet := c.edit.set[u]
+	c.edit.changes(func(u int, v value, isNeutral bool) {
 		switch {
-		case isSet && sp.same(u, v, sp.original(u)):
-		case isSet && sp.same(u, v, sp.neutral[sp.units[u].tensor]):
+		case isNeutral:
 			neutral = append(neutral, sp.units[u].id)
-		case isSet:
-			s := strconv.FormatInt(v.i, 10)
-			if sp.units[u].float {
-				s = strconv.FormatFloat(v.f, 'g', -1, 64)
-			}
-			set = append(set, setTo{sp.units[u].id, s})
-		case !kept[u]:
+		case sp.same(u, v, sp.original(u)):
+		case sp.same(u, v, sp.neutral[sp.units[u].tensor]):
 			neutral = append(neutral, sp.units[u].id)
+		case sp.units[u].float:
+			set = append(set, setTo{sp.units[u].id, strconv.FormatFloat(v.f, 'g', -1, 64)})
+		default:
+			set = append(set, setTo{sp.units[u].id, strconv.FormatInt(v.i, 10)})
 		}
-	}
+	})
 	if len(neutral) == 0 && len(set) == 0 {
 		return b.String()
 	}
@@ -224,6 +217,25 @@ func writeRanges(b *strings.Builder, seq []int64) {
 	b.WriteByte('}')
 }
 
+// changes calls fn, in unit order, for every searched unit the edit
+// changes, with the value it takes: its neutral value (isNeutral) for a
+// unit not kept, the value set for a unit set. It is what both the
+// description and the batch are made from; keep is sorted, so it is
+// walked, not looked up.
+func (e *edit) changes(fn func(u int, v value, isNeutral bool)) {
+	k := 0
+	for u, un := range e.space.units {
+		for k < len(e.keep) && e.keep[k] < u {
+			k++
+		}
+		if v, isSet := e.set[u]; isSet {
+			fn(u, v, false)
+		} else if k == len(e.keep) || e.keep[k] != u {
+			fn(u, e.space.neutral[un.tensor], true)
+		}
+	}
+}
+
 // build makes the candidate's batch from the recorded one: the rows
 // selected (dtype, per-sample shape and layout kept), then the edit
 // applied to copies of the tensors it touches.
@@ -235,18 +247,11 @@ func (c *candidate) build(orig *fixtures.Batch) (*fixtures.Batch, error) {
 		return orig.Select(c.rows)
 	}
 	sp := c.edit.space
-	kept := make(map[int]bool, len(c.edit.keep))
-	for _, u := range c.edit.keep {
-		kept[u] = true
-	}
 	out := *sp.sub
 	out.Tensors = slices.Clone(sp.sub.Tensors)
 	clones := map[int]*kernels.Tensor{}
-	for u, un := range sp.units {
-		v, isSet := c.edit.set[u]
-		if kept[u] && !isSet {
-			continue
-		}
+	c.edit.changes(func(u int, v value, _ bool) {
+		un := sp.units[u]
 		t := clones[un.tensor]
 		if t == nil {
 			t = sp.sub.Tensors[un.tensor].Tensor.Clone()
@@ -255,15 +260,12 @@ func (c *candidate) build(orig *fixtures.Batch) (*fixtures.Batch, error) {
 			e.Tensor = t
 			out.Tensors[un.tensor] = &e
 		}
-		if !isSet {
-			v = sp.neutral[un.tensor]
-		}
 		if un.float {
 			t.StoreFloat(un.storage, v.f)
 		} else {
 			t.StoreInt(un.storage, v.i)
 		}
-	}
+	})
 	return &out, nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"reduce/shrink"
+
 	"reduce/internal/signature"
 )
 
@@ -32,12 +34,16 @@ func (r *run) confirm(ctx context.Context) error {
 			lastStderr = lastLines(v.Result.Stderr, 3)
 		}
 		seen = append(seen, sig)
-		if r.recorded == nil && signature.Failing(sig) && fails == 0 {
-			r.want = sig
-		}
-		if signature.Failing(sig) && signature.Reproduces(sig, r.want, r.o.Match) {
+		switch {
+		case !signature.Failing(sig):
+		case a.outcome == shrink.Fail:
 			fails++
-		} else if signature.Failing(sig) && sig.Family != signature.FamilyInfra {
+		case r.recorded == nil && fails == 0:
+			// The first failure of a batch that recorded none is the one
+			// kept (answer matched it against none).
+			r.want = sig
+			fails++
+		default:
 			r.other(sig)
 		}
 	}

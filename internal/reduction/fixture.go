@@ -84,13 +84,10 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 	// --resume took from the journal included.
 	r.mu.Lock()
 	phases := map[string]int{}
-	replays := r.replays
-	for p, n := range r.phases {
-		phases[string(p)] += n
-	}
-	for p, n := range r.resumedPhases {
-		phases[string(p)] += n
-		replays += n
+	replays := 0
+	for p, pc := range r.phases {
+		phases[string(p)] = pc.Replays + pc.Resumed
+		replays += pc.Replays + pc.Resumed
 	}
 	others := r.otherFailures()
 	r.mu.Unlock()

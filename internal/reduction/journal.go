@@ -34,7 +34,6 @@ type journal struct {
 	f       *os.File
 	answers map[answerKey]signature.Signature
 	loaded  map[answerKey]bool // answers read from the file by --resume, not used yet
-	resumed int
 }
 
 type answerKey struct {
@@ -164,15 +163,14 @@ func (j *journal) load(data []byte, head journalHeader) error {
 
 // lookup returns the answer recorded for trial of the candidate key
 // describes, if any: one of an earlier run (fromFile, the first time it
-// is used, and then counted as resumed) or one of this run's (the same
-// candidate asked again, by another phase or another search).
+// is used: the reduction counts it as resumed) or one of this run's (the
+// same candidate asked again, by another phase or another search).
 func (j *journal) lookup(key string, trial int) (s signature.Signature, ok, fromFile bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	k := answerKey{key, trial}
 	s, ok = j.answers[k]
 	if ok && j.loaded[k] {
-		j.resumed++
 		delete(j.loaded, k)
 		fromFile = true
 	}
@@ -192,13 +190,6 @@ func (j *journal) record(key string, trial int, s signature.Signature) {
 			j.f = nil
 		}
 	}
-}
-
-// Resumed is the number of answers taken from an earlier run's journal.
-func (j *journal) Resumed() int {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.resumed
 }
 
 // close ends the journal; remove deletes its file (the reduction

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"sort"
 	"sync"
@@ -177,12 +178,10 @@ type run struct {
 	modeReason string
 	size       *regress.SizeResult
 
-	mu            sync.Mutex
-	phase         Phase
-	replays       int
-	phases        map[Phase]int
-	resumedPhases map[Phase]int
-	others        map[string]*regress.OtherFailure
+	mu     sync.Mutex
+	phase  Phase
+	phases map[Phase]PhaseCount // replays and resumed answers, by phase
+	others map[string]*regress.OtherFailure
 }
 
 // Run reduces b, read from o.Source, replaying candidates with be, and
@@ -205,7 +204,7 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 		return nil, errorf(ErrUsage, "read batch %s: %v", o.Source, err)
 	}
 	r := &run{o: o, batch: b, be: be, srcHash: srcHash, start: time.Now(),
-		phases: map[Phase]int{}, resumedPhases: map[Phase]int{}, others: map[string]*regress.OtherFailure{}}
+		phases: map[Phase]PhaseCount{}, others: map[string]*regress.OtherFailure{}}
 	if b.Error != nil {
 		s := signature.Recorded(b.Error.Text)
 		r.recorded, r.want = &s, s
@@ -272,16 +271,11 @@ func (r *run) result(found []Finding, dirs []string, partial bool) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	res := &Result{Want: r.want, Recorded: r.recorded, Mode: r.mode, ModeReason: r.modeReason, Size: r.size,
-		Findings: found, Fixtures: dirs, Replays: r.replays, Resumed: r.journal.Resumed(),
-		Phases: map[Phase]PhaseCount{}, OtherFailures: r.otherFailures(), Launch: replay.Provenance(r.be),
-		Seconds: time.Since(r.start).Seconds(), Partial: partial}
-	for p, n := range r.phases {
-		res.Phases[p] = PhaseCount{Replays: n}
-	}
-	for p, n := range r.resumedPhases {
-		pc := res.Phases[p]
-		pc.Resumed = n
-		res.Phases[p] = pc
+		Findings: found, Fixtures: dirs, Phases: maps.Clone(r.phases), OtherFailures: r.otherFailures(),
+		Launch: replay.Provenance(r.be), Seconds: time.Since(r.start).Seconds(), Partial: partial}
+	for _, pc := range r.phases {
+		res.Replays += pc.Replays
+		res.Resumed += pc.Resumed
 	}
 	return res
 }
@@ -353,8 +347,7 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, er
 		// the fixture tell the whole reduction.
 		a.src = fromJournal
 		r.mu.Lock()
-		r.resumedPhases[r.phase]++
-		phase := r.phase
+		phase := r.count(func(pc *PhaseCount) { pc.Resumed++ })
 		r.mu.Unlock()
 		r.emit(&Replayed{Event: "replay", Phase: phase, Key: keyWithTrial(key, trial), Size: c.size,
 			Outcome: a.outcome, Signature: s, Resumed: true})
@@ -373,9 +366,7 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, er
 	}
 	a := answered{sig: verdict.Signature, outcome: r.classify(verdict.Signature), src: fromReplay, verdict: &verdict}
 	r.mu.Lock()
-	r.replays++
-	r.phases[r.phase]++
-	phase := r.phase
+	phase := r.count(func(pc *PhaseCount) { pc.Replays++ })
 	r.mu.Unlock()
 	r.journal.record(key, trial, a.sig)
 	ev := &Replayed{Event: "replay", Phase: phase, Key: keyWithTrial(key, trial), Size: c.size, Outcome: a.outcome,
@@ -385,6 +376,15 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, er
 	}
 	r.emit(ev)
 	return a, nil
+}
+
+// count updates the current phase's count and returns the phase; mu is
+// held.
+func (r *run) count(add func(*PhaseCount)) Phase {
+	pc := r.phases[r.phase]
+	add(&pc)
+	r.phases[r.phase] = pc
+	return r.phase
 }
 
 func keyWithTrial(key string, trial int) string { return fmt.Sprintf("%s#%d", key, trial) }

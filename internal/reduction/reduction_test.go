@@ -409,7 +409,7 @@ func TestNoRepro(t *testing.T) {
 // flakyStep fails like kernelStep on the trials the hash of (batch, its
 // n-th replay) selects, and passes otherwise: flaky, yet the same for
 // every run that replays the same candidates in the same trials.
-func flakyStep(be **stepBackend) step {
+func flakyStep() step {
 	seen := map[string]int{}
 	var mu sync.Mutex
 	return func(b *fixtures.Batch) signature.Signature {
@@ -565,8 +565,7 @@ func TestResumeOtherSettings(t *testing.T) {
 // culprit, and each (candidate, trial) is replayed at most once.
 func TestFlakyTrials(t *testing.T) {
 	b, path := crossEntropy(t, 32, map[int]int64{21: 4})
-	var be *stepBackend
-	be = newStep(flakyStep(&be))
+	be := newStep(flakyStep())
 	res, err := reduce(t, b, path, be, reduction.Options{Trials: 3, Confirm: 3})
 	require.NoError(t, err)
 	require.NotEmpty(t, res.Findings)
