@@ -10,7 +10,7 @@ GO      ?= go
 PYTHON  ?= /usr/bin/python3
 BIN     := bin/reduce
 FUZZTIME ?= 5s
-APT_PACKAGES := python3-torch python3-numpy python3-pytest python3-zstandard
+APT_PACKAGES := python3-torch python3-numpy python3-pytest python3-zstandard python3-hypothesis
 
 export REDUCE_PYTHON := $(PYTHON)
 
@@ -31,7 +31,7 @@ build:
 # module proxy, Debian packages through apt-get.
 deps:
 	$(GO) mod download
-	@if ! $(PYTHON) -c 'import torch, numpy, pytest, zstandard' >/dev/null 2>&1; then \
+	@if ! $(PYTHON) -c 'import torch, numpy, pytest, zstandard, hypothesis' >/dev/null 2>&1; then \
 		echo "installing $(APT_PACKAGES) (torch, numpy, pytest or zstandard missing for $(PYTHON))"; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -q && \

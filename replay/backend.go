@@ -78,6 +78,11 @@ type Options struct {
 	// imported from the working directory or $PYTHONPATH, or a path to a
 	// .py file; function may be a dotted attribute path.
 	Entry string
+	// Step is the step the batch was recorded with (fixtures.Batch.Step):
+	// without an Entry, the torch backend imports it (its folders on
+	// sys.path, its working directory made current) and calls it with the
+	// batch in its recorded structure (reduce_batch.resolve_step).
+	Step *fixtures.Step
 	// Replay is the exec backend's command (--replay), split into words
 	// like a shell does (see SplitCommand); {batch} in it is replaced by
 	// the candidate file's path.
@@ -221,6 +226,9 @@ type Settings struct {
 	// Python is the torch backend's interpreter, as found.
 	Python string `json:"python,omitempty"`
 	Entry  string `json:"entry,omitempty"`
+	// Step is the recorded step the torch backend replays, as an entry
+	// names it ("module:qualname"), when no Entry overrides it.
+	Step string `json:"step,omitempty"`
 	// Replay and ReplayFormat are the exec backend's command and format.
 	Replay       string          `json:"replay,omitempty"`
 	ReplayFormat fixtures.Format `json:"replay_format,omitempty"`
@@ -236,10 +244,19 @@ type Settings struct {
 	SlurmArgs string   `json:"slurm_args,omitempty"`
 }
 
+// stepName is the recorded step the torch backend replays, "" when an
+// entry overrides it or another backend runs.
+func (o *Options) stepName(kind Kind) string {
+	if o.Step == nil || o.Entry != "" || kind != KindTorch {
+		return ""
+	}
+	return o.Step.Entry()
+}
+
 // settings are o's Settings for a backend of kind on device (resolved by
 // the backend).
 func (o *Options) settings(kind Kind, device string) Settings {
-	s := Settings{Kind: kind, Device: device, Entry: o.Entry, Replay: o.Replay, DeviceMemory: o.DeviceMemory,
+	s := Settings{Kind: kind, Device: device, Entry: o.Entry, Step: o.stepName(kind), Replay: o.Replay, DeviceMemory: o.DeviceMemory,
 		Blocking: o.blocking(), Abort: o.Abort, Seed: o.Seed, Env: o.Env, Launcher: LauncherLocal, SlurmArgs: o.SlurmArgs}
 	switch {
 	case o.Timeout == 0:

@@ -35,6 +35,7 @@ type torchBackend struct {
 	device  string // the torch device: cpu, cuda, cuda:N
 	kind    string // DeviceCPU, DeviceCUDA, DeviceROCm
 	entry   string
+	step    string // the recorded step as JSON, when no entry overrides it
 	memory  int64  // Options.DeviceMemory
 	dir     string // holds reduce_replay.py and reduce_batch.py
 	module  string // reduce_replay.py in dir
@@ -176,6 +177,13 @@ func newTorchBackend(o Options) (Backend, error) {
 		python: python, device: dev, kind: kind, entry: o.Entry, memory: o.DeviceMemory, runner: o.runner(),
 		noZyg: o.NoZygote, seenPIDs: map[int]bool{},
 	}
+	if o.Step != nil && o.Entry == "" {
+		step, err := json.Marshal(o.Step)
+		if err != nil {
+			return nil, fmt.Errorf("replay: the recorded step: %w", err)
+		}
+		t.step = string(step)
+	}
 	t.env = append(append(PythonEnv(), DeviceEnv(kind, o.blocking())...), o.env()...)
 	t.set = o.settings(KindTorch, dev)
 	t.set.Python = python
@@ -259,10 +267,7 @@ func (t *torchBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, 
 			maps.Copy(files, pythonFiles())
 		}
 		args := []string{module, "replay", RunDirArg + "/candidate.bin", "--device", t.device}
-		if t.entry != "" {
-			args = append(args, "--entry", t.entry)
-		}
-		args = append(args, t.memoryArgs()...)
+		args = append(append(args, t.entryArgs()...), t.memoryArgs()...)
 		res := t.pool.Run(ctx, Command{Path: t.python, Args: args, Env: t.env, Files: files})
 		return verdictOf(ctx, KindTorch, t.device, res, start)
 	}
@@ -305,4 +310,16 @@ func (t *torchBackend) pids() []int {
 		out = append(out, p)
 	}
 	return out
+}
+
+// entryArgs are the worker's arguments that say what it runs: the --entry
+// function, else the recorded step, else (none) the batch's op.
+func (t *torchBackend) entryArgs() []string {
+	switch {
+	case t.entry != "":
+		return []string{"--entry", t.entry}
+	case t.step != "":
+		return []string{"--step", t.step}
+	}
+	return nil
 }

@@ -153,10 +153,7 @@ func startZygote(t *torchBackend) (*zygote, error) {
 		return nil, err
 	}
 	args := []string{t.module, "zygote", "--device", t.device, "--slots", strconv.Itoa(len(t.slotEnv)), "--slot-env", string(slotEnv)}
-	if t.entry != "" {
-		args = append(args, "--entry", t.entry)
-	}
-	args = append(args, t.memoryArgs()...)
+	args = append(append(args, t.entryArgs()...), t.memoryArgs()...)
 	cmd := exec.Command(t.python, args...)
 	cmd.Env = MergeEnv(t.runner.environ(), t.env)
 	var pipes [6]*os.File // in r/w, out r/w, err r/w

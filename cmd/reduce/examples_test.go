@@ -91,18 +91,24 @@ func TestExamplesReduce(t *testing.T) {
 					args := append([]string{"--batch", strings.TrimSuffix(p, ".expected.json") + ".bin",
 						"--backend", backend, "--out", t.TempDir(), "--json", "-q"}, extra...)
 					args = append(args, exp.Flags...)
-					cmd := exec.Command(bin, args...)
-					var stdout, stderr bytes.Buffer
-					cmd.Stdout, cmd.Stderr = &stdout, &stderr
-					require.NoError(t, cmd.Run(), "stderr: %s", stderr.String())
-					lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-					var sum summary
-					require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &sum))
-					checkAnswer(t, exp, sum)
+					checkAnswer(t, exp, runSummary(t, exec.Command(bin, args...)))
 				})
 			}
 		})
 	}
+}
+
+// runSummary runs a reduction with --json and returns its summary, the
+// last line of its standard output.
+func runSummary(t *testing.T, cmd *exec.Cmd) summary {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "stderr: %s", stderr.String())
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var sum summary
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &sum))
+	return sum
 }
 
 func checkAnswer(t *testing.T, exp expectedAnswer, sum summary) {

@@ -58,7 +58,7 @@ func mainJob(c *cli.Context) error {
 	if b.Samples == 0 {
 		return usagef("%s: the batch has no samples to reduce", path)
 	}
-	if replay.Kind(c.String("backend")) == replay.KindGo {
+	if kind, _ := backendKind(c, b); kind == replay.KindGo {
 		if b.Op == "" {
 			return usagef("%s records no op (it was recorded for a step of its own): reduce it with --backend torch --entry MODULE:FUNCTION or --backend exec --replay CMD", path)
 		}

@@ -21,7 +21,7 @@ func backendFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "backend", Value: "go", Usage: "replay with `KIND`: go (built-in kernels, no Python), torch (real PyTorch) or exec (--replay)"},
 		&cli.StringFlag{Name: "device", Usage: "go: cpu or cuda (CUDA emulation); torch: the torch `DEVICE` (cpu, cuda, cuda:N); default from the recorded failure"},
-		&cli.StringFlag{Name: "python", Usage: "the Python `INTERPRETER` that has torch (default: /usr/bin/python3 or python3 on PATH)"},
+		&cli.StringFlag{Name: "python", Usage: "the Python `INTERPRETER` that has torch (default: the one that recorded the batch, else /usr/bin/python3 or python3 on PATH)"},
 		&cli.StringFlag{Name: "entry", Usage: "torch backend: call `MODULE:FUNCTION` with the loaded batch instead of the built-in op"},
 		&cli.StringFlag{Name: "replay", Usage: "exec backend: the `COMMAND` to run, {batch} standing for the candidate file"},
 		&cli.StringFlag{Name: "replay-format", Value: "bin", Usage: "exec backend: candidate `FORMAT`: bin, npz or safetensors"},
@@ -40,6 +40,24 @@ func backendFlags() []cli.Flag {
 	}
 }
 
+// backendKind is the backend that replays b: --backend when given, else the
+// torch backend for a batch that records its step and no op (the file says
+// how it replays), else the flag's default. step is b's step when the torch
+// backend replays it.
+func backendKind(c *cli.Context, b *fixtures.Batch) (replay.Kind, *fixtures.Step) {
+	kind := replay.Kind(c.String("backend"))
+	if b == nil || b.Step == nil || b.Op != "" {
+		return kind, nil
+	}
+	if !c.IsSet("backend") && !c.IsSet("replay") {
+		kind = replay.KindTorch
+	}
+	if kind != replay.KindTorch {
+		return kind, nil
+	}
+	return kind, b.Step
+}
+
 // newBackend builds the backend the flags describe. b, when given, chooses
 // the go backend's default device: CUDA emulation for a batch whose
 // recorded failure came from a GPU.
@@ -48,8 +66,19 @@ func newBackend(c *cli.Context, b *fixtures.Batch) (replay.Backend, error) {
 	if err != nil {
 		return nil, usagef("--gpus %q: %v", c.String("gpus"), err)
 	}
+	kind, step := backendKind(c, b)
+	if step != nil && c.String("entry") == "" {
+		fmt.Fprintf(c.App.ErrWriter, "reduce: replaying the recorded step %s on the torch backend\n", step.Entry())
+	}
+	python := c.String("python")
+	if python == "" && kind == replay.KindTorch && b != nil && b.Meta["executable"] != "" {
+		// The interpreter that recorded the batch: the user's own torch.
+		if _, err := os.Stat(b.Meta["executable"]); err == nil {
+			python = b.Meta["executable"]
+		}
+	}
 	device := c.String("device")
-	if device == "" && c.String("backend") == "go" && b != nil && b.Error != nil {
+	if device == "" && kind == replay.KindGo && b != nil && b.Error != nil {
 		switch signature.Recorded(b.Error.Text).Backend {
 		case signature.BackendCUDA, signature.BackendHIP, signature.BackendTriton:
 			device = "cuda"
@@ -67,7 +96,7 @@ func newBackend(c *cli.Context, b *fixtures.Batch) (replay.Backend, error) {
 	// `reduce replay` as for the reduction that wrote a fixture.
 	seed := c.Int64("seed")
 	be, err := replay.New(replay.Options{
-		Kind: replay.Kind(c.String("backend")), Device: device, Python: c.String("python"), Entry: c.String("entry"),
+		Kind: kind, Device: device, Python: python, Entry: c.String("entry"), Step: step,
 		Replay: c.String("replay"), ReplayFormat: fixtures.Format(c.String("replay-format")), Jobs: c.Int("jobs"),
 		GPUs: gpus, Timeout: c.Duration("timeout"), NoZygote: c.Bool("no-zygote"), Blocking: &blocking,
 		Seed: &seed, DeviceMemory: deviceMemory,

@@ -46,7 +46,16 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 	if err != nil || ctx.Err() != nil {
 		return []Finding{first}, err
 	}
+	values := r.batch.SampleValues()
 	switch {
+	case first.ContentFree && len(values) > 0:
+		// The reduction edits tensors only: the per-sample Python values
+		// the step also got may be the cause.
+		r.modeReason = fmt.Sprintf("every tensor value neutralized, the samples still fail: the cause is in their per-sample values (%s)", strings.Join(values, ", "))
+		if len(first.Indices) > 1 {
+			r.modeReason += ", a relation between them"
+		}
+		return []Finding{first}, nil
 	case first.ContentFree && len(first.Indices) == 1:
 		r.modeReason = "every value neutralized, one sample still fails: the cause is a shape or dtype, which any sample has"
 		return []Finding{first}, nil

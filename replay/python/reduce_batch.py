@@ -44,6 +44,7 @@ file's operator (or, with `entry=`, your step) as reduce's torch backend does; t
 tests that reduce generates call it, `run_op` and the `check_*` helpers.
 """
 
+import collections
 import ctypes
 import datetime
 import json
@@ -67,12 +68,14 @@ __all__ = [
     "run_op",
     "replay",
     "resolve_entry",
+    "resolve_step",
+    "State",
     "check_exception",
     "check_outputs",
     "HarnessError",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # reads 1 and 2; writes 1 for a flat dict of tensors without step, state or padding
 MAGIC = b"RDCBATCH"
 _HEADER = struct.Struct("<8sIIQII")  # magic, version, flags, manifest_length, manifest_crc32, reserved
 HEADER_SIZE = _HEADER.size  # 32
@@ -103,11 +106,10 @@ DTYPES = tuple(_DTYPES)
 _COMPRESSIONS = ("none", "zstd")
 _TENSOR_KEYS = frozenset(
     ["name", "dtype", "shape", "strides", "offset", "batch_dim", "storage_elements", "payload",
-     "recorded_offset"])
+     "recorded_offset", "pad"])
 _TENSOR_REQUIRED = ("name", "dtype", "shape", "strides", "offset", "storage_elements", "payload")
 _PAYLOAD_KEYS = frozenset(["offset", "length", "compression", "crc32"])
 _ERROR_KEYS = frozenset(["text", "exception", "exit_status"])
-_CUDA_ERROR_RE = re.compile(r"CUDA error|device-side assert|HIP error|cudaError|CUBLAS_STATUS|CUDNN_STATUS")
 _EXCEPTION_NAME_RE = re.compile(
     r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?:Error|Exception|Warning|Exit|Interrupt)):")
 
@@ -446,6 +448,7 @@ def _provenance(torch, items, failed=False):
     meta = {
         "torch": str(torch.__version__),
         "python": platform.python_version(),
+        "executable": sys.executable,  # the user's interpreter: reduce replays the step with it
         "device": _device_name(torch, items, failed),
         "host": socket.gethostname(),
         "recorded_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -461,38 +464,9 @@ def _provenance(torch, items, failed=False):
     return meta
 
 
-def save(path, tensors, *, op=None, attrs=None, batch_dims=None, sample_ids=None, error=None,
-         meta=None, provenance=True, compression="none", _failed=False):
-    """Write one batch to `path` (atomically: a temporary file, fsync, rename).
-
-    tensors     dict name -> torch.Tensor, by PyTorch's argument names, in the order the step
-                takes them. Each is saved with its dtype, shape, strides and storage offset, and
-                the span of its storage the view reaches (not a contiguous copy). A GPU tensor
-                is copied to the CPU, which is impossible after a device-side assert: pass the
-                CPU copy of the batch.
-    op, attrs   a built-in operator (cross_entropy, nll_loss, embedding, ...) and its keyword
-                arguments; leave op out when the batch is replayed with your own command.
-    batch_dims  dict name -> batch axis, or None for a tensor shared by all samples (an
-                embedding table, class weights); a tensor not named is batched along axis 0
-                (a 0-d tensor is shared).
-    sample_ids  one id per sample (ints are written as strings).
-    error       the failure: an exception, its text, or a dict {text, exception, exit_status}.
-    meta        provenance of your own (str values). With provenance=True (the default) the
-                torch, cuda/hip, python, git, device, host and recorded_at keys are filled in;
-                meta overrides them, and a None value drops one. provenance=False writes meta
-                alone, so that the same arguments give the same bytes.
-    compression "none" (the default) or "zstd" (needs the zstandard module).
-    """
-    torch = _torch()
-    if compression not in _COMPRESSIONS:
-        raise ValueError("compression: %r, want one of %s" % (compression, ", ".join(_COMPRESSIONS)))
-    items = _tensor_items(torch, tensors)
-    for name, t in items:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError("tensor %r: want a torch.Tensor, got %s" % (name, type(t).__name__))
-    axes = _batch_axes(items, batch_dims)
-
-    samples = None
+def _samples_of(items, axes, lenient, notes, samples=None):
+    """The sample count the batched tensors agree on. A tensor that disagrees is an error, or, when
+    recording a crash (lenient), recorded as shared with a note: the file is written all the same."""
     first = None
     for name, t in items:
         d = axes[name]
@@ -502,17 +476,139 @@ def save(path, tensors, *, op=None, attrs=None, batch_dims=None, sample_ids=None
         if samples is None:
             samples, first = n, name
         elif n != samples:
-            raise ValueError("tensor %r: %d samples along batch axis %d, but tensor %r has %d; mark a "
-                             "shared tensor with batch_dims={%r: None}" % (name, n, d, first, samples, name))
+            if not lenient:
+                raise ValueError("tensor %r: %d samples along batch axis %d, but %s %d; mark a shared tensor "
+                                 "with batch_dims={%r: None}"
+                                 % (name, n, d, "tensor %r has" % first if first else "the batch has", samples, name))
+            axes[name] = None
+            notes.append((name, "torch.Tensor", "recorded as shared: %d along axis %d, the batch has %d samples"
+                          % (n, d, samples)))
+    return samples
+
+
+def _pads(items, axes, samples, padded, lengths):
+    if not padded:
+        return {}
+    if lengths is None:
+        raise ValueError("padded: give lengths=, one length per sample along the padded dims")
+    if hasattr(lengths, "tolist"):
+        lengths = lengths.tolist()
+    lengths = [int(n) for n in lengths]
+    if len(lengths) != samples:
+        raise ValueError("lengths: %d lengths for %d samples" % (len(lengths), samples))
+    tensors = dict(items)
+    out = {}
+    for name, d in dict(padded).items():
+        if name not in tensors:
+            raise ValueError("padded: no tensor named %r (tensors: %s)" % (name, ", ".join(sorted(tensors))))
+        t = tensors[name]
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise TypeError("padded[%r]: want a dim (an int), got %r" % (name, d))
+        if d < 0:
+            d += t.dim()
+        if axes[name] is None or not 0 <= d < t.dim() or d == axes[name]:
+            raise ValueError("padded[%r]: dim %r is not a dim of this batched tensor other than its batch axis"
+                             % (name, padded[name]))
+        long = [n for n in lengths if not 0 <= n <= t.shape[d]]
+        if long:
+            raise ValueError("padded[%r]: length %d outside [0, %d], the padded size" % (name, long[0], t.shape[d]))
+        out[name] = {"dim": d, "lengths": lengths}
+    return out
+
+
+def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=None, error=None,
+         meta=None, step=None, state=None, padded=None, lengths=None, provenance=True,
+         compression="none", tensors=None, _failed=False):
+    """Write one batch to `path` (atomically: a temporary file, fsync, rename).
+
+    batch       what the loader yields: a dict of tensors by name, or any nesting of dict, list,
+                tuple, named tuple and mapping object (a BatchEncoding) whose leaves are tensors
+                (batched along axis 0 unless batch_dims says otherwise), lists of Python values
+                with one per sample (strings, numbers, booleans, None) or values shared by the
+                batch. Each tensor is saved with its dtype, shape, strides and storage offset,
+                and the span of its storage the view reaches (not a contiguous copy). A tensor is
+                named by its path in the batch ("input_ids", "0", "1.mask"). A GPU tensor is
+                copied to the CPU, which is impossible after a device-side assert: pass the CPU
+                copy. A leaf that cannot be encoded is recorded as skipped (named on stderr).
+    op, attrs   a built-in operator (cross_entropy, nll_loss, embedding, ...) and its keyword
+                arguments, to replay one operator instead of a step.
+    step        the training step (a top-level function of the batch, or "module:qualname"):
+                `reduce --batch FILE` imports it and calls step(batch) on each candidate, or
+                step(batch, state) when a state was recorded.
+    state       dict name -> a model, an optimizer, a grad scaler or any object with a
+                state_dict() (or a state_dict itself); recorded as data (tensors and values, no
+                pickle, zstd-compressed when zstandard is installed) with the random generators'
+                states, so that every candidate replays from the state at the crash.
+    padded, lengths
+                padded={"input_ids": 1, "attention_mask": 1}: tensors padded along that dim to
+                the batch's longest sample, and lengths= the samples' own lengths: every
+                candidate is padded afresh to its longest sample, as a collate would pad it.
+    batch_dims  dict name -> batch axis, or None for a tensor shared by all samples (an
+                embedding table, class weights); a tensor not named is batched along axis 0
+                (a 0-d tensor is shared).
+    sample_ids  one id per sample (ints are written as strings); by default a per-sample list
+                under a key such as "id" or "ids".
+    error       the failure: an exception, its text, or a dict {text, exception, exit_status}.
+    meta        provenance of your own (str values). With provenance=True (the default) the
+                torch, cuda/hip, python, git, device, host and recorded_at keys are filled in;
+                meta overrides them, and a None value drops one. provenance=False writes meta
+                alone, so that the same arguments give the same bytes.
+    compression "none" (the default) or "zstd" (needs the zstandard module).
+    """
+    torch = _torch()
+    lenient = bool(_failed)  # recording a crash: what cannot be encoded is noted, never fatal
+    if batch is None:
+        batch = tensors
+    elif tensors is not None:
+        raise TypeError("save: give the batch once (batch or tensors=)")
+    if batch is None or (not lenient and isinstance(batch, (dict, list, tuple)) and len(batch) == 0):
+        raise ValueError("no batch to save (it is empty)")
+    if compression not in _COMPRESSIONS:
+        raise ValueError("compression: %r, want one of %s" % (compression, ", ".join(_COMPRESSIONS)))
+    notes = []
+    structure = None
+    if _is_flat(batch) and step is None and state is None:
+        items = _tensor_items(torch, batch)
+        axes = _batch_axes(items, batch_dims)
+        samples = _samples_of(items, axes, lenient, notes)
+    else:
+        counted = _count_samples(torch, batch, batch_dims, sample_ids)
+        fl = _Flattener(torch, "", counted)
+        structure = fl.node(batch)
+        items, notes = fl.tensors, fl.skipped
+        axes = _batch_axes(items, batch_dims)
+        samples = _samples_of(items, axes, lenient, notes, counted if any(axes[n] is not None for n, _ in items)
+                              else None)
+        if samples is None:
+            samples = counted
+        if sample_ids is None:
+            for p, values in fl.per_sample:
+                if p.rpartition(".")[2] in _ID_KEYS and len(values) == samples and all(
+                        isinstance(v, (str, int)) and not isinstance(v, bool) for v in values):
+                    sample_ids = values
+                    break
     ids = None
     if sample_ids is not None:
+        if hasattr(sample_ids, "tolist"):
+            sample_ids = sample_ids.tolist()
         ids = [_clean_str(s if isinstance(s, str) else str(s)) for s in sample_ids]
         if samples is None:
             samples = len(ids)
         elif len(ids) != samples:
-            raise ValueError("sample_ids: %d ids for %d samples" % (len(ids), samples))
+            if not lenient:
+                raise ValueError("sample_ids: %d ids for %d samples" % (len(ids), samples))
+            notes.append(("sample_ids", type(sample_ids).__name__, "%d ids for %d samples: not recorded"
+                          % (len(ids), samples)))
+            ids = None
     if samples is None:
         samples = 0
+    try:
+        pads = _pads(items, axes, samples, padded, lengths)
+    except (TypeError, ValueError) as e:
+        if not lenient:
+            raise
+        notes.append(("padded", "dict", "%s: the batch is reduced without re-padding" % e))
+        pads = {}
 
     manifest = {"samples": samples}
     if ids:
@@ -527,6 +623,32 @@ def save(path, tensors, *, op=None, attrs=None, batch_dims=None, sample_ids=None
     err = _error_entry(error)
     if err is not None:
         manifest["error"] = err
+    if step is not None:
+        try:
+            manifest["step"] = _step_entry(step)
+        except ValueError as e:
+            if not lenient:
+                raise
+            notes.append(("step", type(step).__name__, str(e)))
+    state_items = []
+    if state is not None:
+        if not isinstance(state, dict):
+            raise TypeError("state: want a dict name -> model, optimizer, ... or state_dict")
+        try:
+            values = {str(k): _state_value(v) for k, v in state.items()}
+            values.setdefault("rng", _rng_state(torch))
+            sfl = _Flattener(torch, "state.", None)
+            sfl.names = fl.names
+            manifest["state"] = sfl.node(values)
+            state_items = sfl.tensors
+            notes.extend(("state." + p, t, r) for p, t, r in sfl.skipped)
+        except Exception as e:
+            if not lenient:
+                raise
+            notes.append(("state", "dict", "not recorded: %s: %s" % (type(e).__name__, e)))
+            state_items = []
+    if structure is not None:
+        manifest["structure"] = structure
     m = _provenance(torch, items, _failed) if provenance else {}
     for k, v in dict(meta or {}).items():
         if not isinstance(k, str):
@@ -538,21 +660,55 @@ def save(path, tensors, *, op=None, attrs=None, batch_dims=None, sample_ids=None
     if m:
         manifest["meta"] = {_clean_str(k): _clean_str(v) for k, v in m.items()}
 
+    state_compression = compression
+    if state_items and compression == "none":
+        try:
+            import zstandard  # noqa: F401 (the state is compressed when it can be)
+
+            state_compression = "zstd"
+        except ImportError:
+            pass
     entries, blobs = [], []
     cursor = 0
-    for name, t in items:
-        entry, blob = _encode_tensor(torch, name, t, axes[name], compression)
+    state_bytes = [0, 0]
+    state_names = set(n for n, _ in state_items)
+    failed = {}
+    for name, t, axis, comp in [(n, t, axes[n], compression) for n, t in items] + \
+                               [(n, t, None, state_compression) for n, t in state_items]:
+        try:
+            entry, blob = _encode_tensor(torch, name, t, axis, comp)
+        except Exception as e:
+            if not lenient:
+                raise
+            # A tensor that cannot be read (a GPU copy after a device error): the crash is still
+            # recorded, with this leaf skipped.
+            failed[name] = {"kind": "skipped", "type": "torch:Tensor", "reason": "%s: %s" % (type(e).__name__, e)}
+            notes.append((name, "torch.Tensor", failed[name]["reason"]))
+            continue
+        if name in pads:
+            entry["pad"] = pads[name]
         cursor = _align(cursor)
         entry["payload"]["offset"] = cursor
         cursor += entry["payload"]["length"]
         entries.append(entry)
         blobs.append(blob)
+        if name in state_names:
+            state_bytes[0] += entry["storage_elements"] * _DTYPES[entry["dtype"]][0]
+            state_bytes[1] += entry["payload"]["length"]
     manifest["tensors"] = entries
+    if failed:
+        if structure is None:
+            structure = {"kind": "dict", "keys": [n for n, _ in items],
+                         "items": [{"kind": "tensor", "name": n} for n, _ in items]}
+            manifest["structure"] = structure
+        for tree in (manifest.get("structure"), manifest.get("state")):
+            _replace_leaves(tree, failed)
+    version = 2 if (structure is not None or "step" in manifest or "state" in manifest or pads) else 1
 
     mbytes = encode_manifest(manifest)
     if len(mbytes) > MAX_MANIFEST:
         raise ValueError("manifest: %d bytes, at most %d are allowed" % (len(mbytes), MAX_MANIFEST))
-    header = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(mbytes), zlib.crc32(mbytes) & 0xFFFFFFFF, 0)
+    header = _HEADER.pack(MAGIC, version, 0, len(mbytes), zlib.crc32(mbytes) & 0xFFFFFFFF, 0)
     p = _align(HEADER_SIZE + len(mbytes))
 
     def write(f):
@@ -568,7 +724,30 @@ def save(path, tensors, *, op=None, attrs=None, batch_dims=None, sample_ids=None
             pos = off + entry["payload"]["length"]
 
     _atomic_write(os.fspath(path), write)
+    for where, typ, reason in notes:
+        _warn("%s: %s (%s)" % ("skipped " + where if not reason.startswith(("recorded", "not recorded"))
+                               and where not in ("step", "padded", "sample_ids") else where, reason, typ))
+    if "state" in manifest:
+        _warn("recorded the state (%s): %s, %s in the file" % (
+            ", ".join(k for k in manifest["state"].get("keys", [])), _size(state_bytes[0]), _size(state_bytes[1])))
     return path
+
+
+def _replace_leaves(node, by_name):
+    if not node:
+        return
+    for i, c in enumerate(node.get("items", [])):
+        if c["kind"] == "tensor" and c["name"] in by_name:
+            node["items"][i] = by_name[c["name"]]
+        else:
+            _replace_leaves(c, by_name)
+
+
+def _size(n):
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return ("%d %s" % (n, unit)) if unit == "bytes" else ("%.1f %s" % (n, unit))
+        n /= 1024.0
 
 
 def _atomic_write(path, write):
@@ -608,6 +787,321 @@ def _atomic_write(path, write):
 
 
 # ---------------------------------------------------------------------------------------------
+# The batch as the loader yields it (docs/FORMAT.md, "The structure")
+
+_SCALARS = (str, int, float, bool, type(None))
+# Keys of a per-sample leaf that hold the samples' ids, when sample_ids is not given.
+_ID_KEYS = ("id", "ids", "sample_id", "sample_ids", "uid", "uids", "idx", "index", "key", "keys")
+
+
+def _is_scalar(v):
+    return isinstance(v, _SCALARS) and not (isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))))
+
+
+def _type_path(obj):
+    cls = obj if isinstance(obj, type) else type(obj)
+    return "%s:%s" % (cls.__module__, cls.__qualname__)
+
+
+def _is_namedtuple(x):
+    return isinstance(x, tuple) and hasattr(type(x), "_fields") and hasattr(type(x), "_make")
+
+
+def _is_flat(batch):
+    """A dict of tensors by name: written as version 1 wrote it, without a structure."""
+    torch = _torch()
+    return (type(batch) is dict and batch and all(isinstance(k, str) and k for k in batch)
+            and all(isinstance(v, torch.Tensor) for v in batch.values()))
+
+
+class _Flattener(object):
+    """Walks a batch (or a state) into a structure node, collecting its tensors by path name and
+    what it cannot encode. `samples` decides which lists of Python values are per-sample."""
+
+    def __init__(self, torch, prefix, samples):
+        self.torch = torch
+        self.prefix = prefix
+        self.samples = samples
+        self.tensors = []      # (name, tensor)
+        self.skipped = []      # (path, type, reason)
+        self.per_sample = []   # (path, values)
+        self.names = set()
+
+    def name(self, path):
+        base = self.prefix + (path or "batch")
+        name, n = base, 2
+        while name in self.names:
+            name, n = "%s#%d" % (base, n), n + 1
+        self.names.add(name)
+        return name
+
+    def skip(self, path, x, reason):
+        self.skipped.append((path or "batch", _type_path(x), reason))
+        return {"kind": "skipped", "type": _type_path(x), "reason": reason}
+
+    def items(self, keys, values, path):
+        out = []
+        for k, v in zip(keys, values):
+            out.append(self.node(v, "%s.%s" % (path, k) if path else str(k)))
+        return out
+
+    def node(self, x, path=""):
+        torch = self.torch
+        if isinstance(x, torch.Tensor):
+            try:
+                _dtype_name(torch, x)
+            except TypeError as e:
+                return self.skip(path, x, str(e))
+            if x.layout != torch.strided:
+                return self.skip(path, x, "layout %s (only strided tensors are recorded)" % x.layout)
+            name = self.name(path)
+            self.tensors.append((name, x))
+            return {"kind": "tensor", "name": name}
+        if "numpy" in sys.modules and isinstance(x, sys.modules["numpy"].ndarray):
+            try:
+                return self.node(torch.from_numpy(x), path)
+            except Exception as e:
+                return self.skip(path, x, "numpy array: %s" % e)
+        if _is_namedtuple(x):
+            fields = list(type(x)._fields)
+            return {"kind": "namedtuple", "type": _type_path(x), "keys": fields,
+                    "items": self.items(fields, list(x), path)}
+        if isinstance(x, (list, tuple)):
+            if x and all(isinstance(v, _SCALARS) for v in x) and len(x) == self.samples:
+                if not all(_is_scalar(v) for v in x):
+                    return self.skip(path, x, "a non-finite float has no JSON form")
+                self.per_sample.append((path, list(x)))
+                node = {"kind": "samples", "values": [_clean_str(v) if isinstance(v, str) else v for v in x]}
+                if isinstance(x, tuple):
+                    node["tuple"] = True
+                return node
+            node = {"kind": "tuple" if isinstance(x, tuple) else "list"}
+            if x:
+                node["items"] = self.items(range(len(x)), list(x), path)
+            return node
+        if isinstance(x, dict) or (hasattr(x, "keys") and hasattr(x, "__getitem__")):
+            keys = list(x.keys())
+            bad = [k for k in keys if not (isinstance(k, str) or (isinstance(k, int) and not isinstance(k, bool)))]
+            if bad:
+                return self.skip(path, x, "key %r is not a str or an int" % (bad[0],))
+            node = {"kind": "dict"}
+            if type(x) is not dict and not isinstance(x, collections.OrderedDict):
+                if any(not isinstance(k, str) for k in keys):
+                    return self.skip(path, x, "a mapping object with a key that is not a str")
+                node = {"kind": "mapping", "type": _type_path(x)}
+            if keys:
+                node["keys"] = [_clean_str(k) if isinstance(k, str) else k for k in keys]
+                node["items"] = self.items(keys, [x[k] for k in keys], path)
+            return node
+        if isinstance(x, _SCALARS):
+            if not _is_scalar(x):
+                return self.skip(path, x, "a non-finite float has no JSON form")
+            return {"kind": "value", "value": _clean_str(x) if isinstance(x, str) else x}
+        return self.skip(path, x, "not a tensor, a container or a Python scalar")
+
+
+def _count_samples(torch, batch, batch_dims, sample_ids):
+    """The batch's size: along the batch axis of its tensors, else the ids', else the first list of
+    Python values."""
+    probe = _Flattener(torch, "", None)
+    probe.node(batch)
+    for name, t in probe.tensors:
+        d = (batch_dims or {}).get(name, 0 if t.dim() > 0 else None)
+        if d is not None and -t.dim() <= d < t.dim():
+            return int(t.shape[d])
+    if sample_ids is not None:
+        return len(sample_ids)
+    stack = [batch]
+    while stack:
+        x = stack.pop(0)
+        if isinstance(x, (list, tuple)) and x and all(isinstance(v, _SCALARS) for v in x):
+            return len(x)
+        if isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+    return 0
+
+
+def _import_path(type_path):
+    import importlib
+
+    mod, _, qual = type_path.partition(":")
+    obj = importlib.import_module(mod)
+    for part in qual.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _build(node, tensors, warn):
+    """The Python value of a structure node over the loaded tensors."""
+    kind = node["kind"]
+    if kind == "tensor":
+        return tensors[node["name"]]
+    if kind == "samples":
+        return tuple(node["values"]) if node.get("tuple") else list(node["values"])
+    if kind == "value":
+        return node["value"]
+    if kind == "skipped":
+        return None
+    items = [_build(c, tensors, warn) for c in node.get("items", [])]
+    if kind == "list":
+        return items
+    if kind == "tuple":
+        return tuple(items)
+    keys = node.get("keys", [])
+    if kind == "dict":
+        return dict(zip(keys, items))
+    try:
+        cls = _import_path(node["type"])
+        if kind == "namedtuple":
+            return cls(*items)
+        return cls(dict(zip(keys, items)))
+    except Exception as e:
+        warn("%s %s rebuilt as a %s (%s: %s)" % (kind, node["type"], "tuple" if kind == "namedtuple" else "dict",
+                                                type(e).__name__, e))
+        return tuple(items) if kind == "namedtuple" else dict(zip(keys, items))
+
+
+def _check_node(r, node, where, samples, names, used):
+    """Reader-side check of a structure node (the Go reader's rules, docs/FORMAT.md)."""
+    if not isinstance(node, dict):
+        r.fail(where, "want an object")
+    kind = node.get("kind")
+    allowed = {"tensor": {"name"}, "list": {"items"}, "tuple": {"items"}, "dict": {"keys", "items"},
+               "namedtuple": {"keys", "items", "type"}, "mapping": {"keys", "items", "type"},
+               "samples": {"values", "tuple"}, "value": {"value"}, "skipped": {"type", "reason"}}
+    if kind not in allowed:
+        r.fail(where, "unknown kind %s" % json.dumps(kind))
+    extra = set(node) - allowed[kind] - {"kind"}
+    if extra:
+        r.fail(where, "key %s does not belong to kind %s" % (sorted(extra)[0], kind))
+    if kind == "tensor":
+        if node.get("name") not in names:
+            r.fail(where, "no tensor named %s" % json.dumps(node.get("name")))
+        if node["name"] in used:
+            r.fail(where, "tensor %r appears twice" % node["name"])
+        used.add(node["name"])
+    elif kind == "samples":
+        vals = node.get("values", [])
+        if not isinstance(vals, list) or len(vals) != samples:
+            r.fail(where, "want one value per sample (%d)" % samples)
+        if not all(isinstance(v, _SCALARS) for v in vals):
+            r.fail(where, "values: want strings, numbers, booleans or null")
+    elif kind in ("dict", "namedtuple", "mapping"):
+        keys, items = node.get("keys", []), node.get("items", [])
+        if not isinstance(keys, list) or not isinstance(items, list) or len(keys) != len(items):
+            r.fail(where, "want as many keys as items")
+        if len(set(json.dumps(k) for k in keys)) != len(keys):
+            r.fail(where, "duplicate keys")
+    if not isinstance(node.get("items", []), list):
+        r.fail(where, "items: want an array")
+    for i, c in enumerate(node.get("items", [])):
+        _check_node(r, c, "%s.items[%d]" % (where, i), samples, names, used)
+
+
+class State(dict):
+    """The state recorded with a batch (save(..., state=)): name -> the state_dict recorded for it
+    (tensors and Python values, no pickle); "rng" holds the random generators' states, which
+    reduce restores before it calls the step. restore(model=m, optimizer=o) loads each named
+    state_dict into the object given for it."""
+
+    def restore(self, **objects):
+        for name, obj in objects.items():
+            if name not in self:
+                raise KeyError("state: nothing recorded under %r (recorded: %s)" % (name, ", ".join(sorted(self))))
+            obj.load_state_dict(self[name])
+        return self
+
+    def restore_rng(self):
+        """Set the random generators (torch, CUDA, random, numpy) to their states at the crash."""
+        rng = self.get("rng") or {}
+        torch = _torch()
+        if rng.get("torch") is not None:
+            torch.set_rng_state(rng["torch"].cpu())
+        if rng.get("cuda") and torch.cuda.is_available():
+            try:
+                torch.cuda.set_rng_state_all([t.cpu() for t in rng["cuda"]])
+            except Exception:
+                pass
+        if rng.get("random") is not None:
+            import random
+
+            v = rng["random"]
+            random.setstate((v[0], tuple(v[1]), v[2]))
+        if rng.get("numpy") is not None:
+            try:
+                import numpy
+            except ImportError:
+                return
+            v = rng["numpy"]
+            numpy.random.set_state((v[0], numpy.asarray(v[1].cpu().numpy(), dtype=numpy.uint32), v[2], v[3], v[4]))
+
+
+def _rng_state(torch):
+    import random
+
+    rng = {"torch": torch.get_rng_state()}
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            rng["cuda"] = list(torch.cuda.get_rng_state_all())
+    except Exception:
+        pass  # after a device error the CUDA generators cannot be read: the CPU ones still are
+    v = random.getstate()
+    rng["random"] = [v[0], list(v[1]), v[2]]
+    if "numpy" in sys.modules:
+        np = sys.modules["numpy"]
+        s = np.random.get_state()
+        rng["numpy"] = [s[0], torch.from_numpy(s[1].astype("int64")), int(s[2]), int(s[3]), float(s[4])]
+    return rng
+
+
+def _state_value(obj):
+    if hasattr(obj, "state_dict") and callable(obj.state_dict):
+        return obj.state_dict()
+    return obj
+
+
+def _step_entry(step):
+    """The manifest's step for a step function (or "module:qualname"), or raises ValueError saying
+    why it cannot be imported by name."""
+    if isinstance(step, str):
+        mod, sep, qual = step.rpartition(":")
+        if not sep or not mod or not qual:
+            raise ValueError("step %r: want module:qualname" % step)
+        entry = {"module": mod, "qualname": qual, "cwd": os.getcwd()}
+        m = sys.modules.get(mod)
+        if getattr(m, "__file__", None):
+            entry["file"] = os.path.abspath(m.__file__)
+        return entry
+    fn = getattr(step, "__func__", step)
+    if getattr(step, "__self__", None) is not None and not isinstance(step.__self__, type):
+        raise ValueError("step %r is a bound method: pass a function of the batch (reduce cannot rebuild "
+                         "the object it is bound to)" % (step,))
+    mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not mod or not qual or "<" in qual:
+        raise ValueError("step %r cannot be imported by name (a lambda or a function defined inside another): "
+                         "define it at the top level of a module" % (step,))
+    entry = {"module": mod, "qualname": qual, "cwd": os.getcwd()}
+    try:
+        import inspect
+
+        src = inspect.getsourcefile(fn)
+    except TypeError:
+        src = None
+    if src:
+        entry["file"] = os.path.abspath(src)
+    return entry
+
+
+def _warn(msg):
+    try:
+        sys.stderr.write("reduce_batch: %s\n" % msg)
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
 # Reading
 
 
@@ -624,6 +1118,13 @@ class Batch(object):
     meta             dict of str -> str
     recorded_offsets dict name -> the storage offset the recorder saw, for tensors whose offset
                      was 4096 bytes or more (the file keeps a shorter prefix, docs/FORMAT.md)
+    data             the batch in the structure it was recorded in (a dict, list, tuple, named
+                     tuple or mapping object, with its per-sample and shared values; a skipped
+                     leaf is None); for a file without a structure, the dict of tensors
+    step             the recorded step {module, qualname, file, cwd}, or None
+    state            the recorded State (name -> state_dict, "rng"), or None
+    skipped          [(path, type, reason)] of the leaves the recorder could not encode
+    pads             dict name -> {dim, lengths} for the tensors padded to the longest sample
     manifest         the manifest as read
     """
 
@@ -643,11 +1144,40 @@ class Batch(object):
             "text": err.get("text", ""), "exception": err.get("exception", ""),
             "exit_status": err.get("exit_status")}
         self.meta = manifest.get("meta") or {}
+        self.step = manifest.get("step")
+        self.pads = {e["name"]: e["pad"] for e in manifest["tensors"] if "pad" in e}
+        self.skipped = []
+        for key in ("structure", "state"):
+            if key in manifest:
+                _skipped_leaves(manifest[key], "" if key == "structure" else "state", self.skipped)
+        if "structure" in manifest:
+            self.data = _build(manifest["structure"], tensors, _warn)
+        else:
+            self.data = dict(tensors)
+        self.state = None
+        if "state" in manifest:
+            self.state = State(_build(manifest["state"], tensors, _warn))
+            for name in _tree_tensors(manifest["state"]):
+                self.tensors.pop(name, None)  # tensors holds the batch's; the state's are in state
 
     def __repr__(self):
         parts = ["%s %s%s" % (n, str(t.dtype).replace("torch.", ""), list(t.shape))
                  for n, t in self.tensors.items()]
         return "<Batch %s: %d samples, op=%r, tensors: %s>" % (self.path, self.samples, self.op, ", ".join(parts))
+
+
+def _skipped_leaves(node, path, out):
+    if node.get("kind") == "skipped":
+        out.append((path or "batch", node.get("type", ""), node.get("reason", "")))
+    keys = node.get("keys") or list(range(len(node.get("items", []))))
+    for k, c in zip(keys, node.get("items", [])):
+        _skipped_leaves(c, "%s.%s" % (path, k) if path else str(k), out)
+
+
+def _tree_tensors(node):
+    if node.get("kind") == "tensor":
+        return [node["name"]]
+    return [n for c in node.get("items", []) for n in _tree_tensors(c)]
 
 
 def _is_int(v):
@@ -681,8 +1211,10 @@ class _Reader(object):
         magic, version, flags, mlen, mcrc, reserved = _HEADER.unpack(head)
         if magic != MAGIC:
             self.fail("magic", "got %r, want %r: not a reduce batch file" % (magic, MAGIC))
-        if version != FORMAT_VERSION:
-            self.fail("version", "%d, this reader reads version %d" % (version, FORMAT_VERSION))
+        if not 1 <= version <= FORMAT_VERSION:
+            self.fail("version", "%d, this reader reads versions 1 to %d (a newer reduce_batch.py reads it: "
+                      "`reduce recorder`)" % (version, FORMAT_VERSION))
+        self.version = version
         if flags != 0:
             self.fail("flags", "0x%x, want 0" % flags)
         if reserved != 0:
@@ -741,12 +1273,33 @@ class _Reader(object):
         tensors = m.get("tensors")
         if not isinstance(tensors, list):
             self.fail("tensors", "want an array")
+        for key in ("structure", "step", "state"):
+            if key in m and getattr(self, "version", FORMAT_VERSION) < 2:
+                self.fail(key, "a version 2 key in a version %d file" % self.version)
         names = set()
         total = 0
         for i, e in enumerate(tensors):
             total += self.tensor(e, i, names, samples)
             if total > self.max_size:
                 self.fail("tensors", "the storage adds up to more than %d bytes (the size limit)" % self.max_size)
+        step = m.get("step")
+        if step is not None:
+            if not isinstance(step, dict) or set(step) - {"module", "qualname", "file", "cwd"} or \
+                    not all(isinstance(step.get(k), str) and step.get(k) for k in ("module", "qualname")):
+                self.fail("step", "want an object with module and qualname (and file, cwd)")
+        if "state" in m and "structure" not in m:
+            self.fail("state", "a state needs the batch's structure")
+        if "structure" in m:
+            used = set()
+            _check_node(self, m["structure"], "structure", samples, names, used)
+            in_batch = set(used)
+            if "state" in m:
+                _check_node(self, m["state"], "state", 0, names, used)
+            for e in tensors:
+                if e["name"] not in used:
+                    self.fail("tensor %r" % e["name"], "in neither the structure nor the state")
+                if e["name"] not in in_batch and (e.get("batch_dim") is not None or "pad" in e):
+                    self.fail("tensor %r" % e["name"], "a state tensor has no batch axis (batch_dim null)")
         return m
 
     def tensor(self, e, i, names, samples):
@@ -802,6 +1355,19 @@ class _Reader(object):
             if shape[bd] != samples:
                 self.fail(where, "batch_dim: size %d along axis %d, but the batch has %d samples"
                           % (shape[bd], bd, samples))
+        pad = e.get("pad")
+        if pad is not None:
+            if getattr(self, "version", FORMAT_VERSION) < 2:
+                self.fail(where, "pad: a version 2 key in a version %d file" % self.version)
+            if bd is None:
+                self.fail(where, "pad: a shared tensor has no samples to pad")
+            if not isinstance(pad, dict) or set(pad) != {"dim", "lengths"} or not _is_int(pad["dim"]) or \
+                    not 0 <= pad["dim"] < len(shape) or pad["dim"] == bd:
+                self.fail(where, "pad: want {dim, lengths}, dim a dim other than the batch axis")
+            ls = pad["lengths"]
+            if not isinstance(ls, list) or len(ls) != samples or \
+                    not all(_is_int(n) and 0 <= n <= shape[pad["dim"]] for n in ls):
+                self.fail(where, "pad: lengths: want one length in [0, %d] per sample" % shape[pad["dim"]])
         p = e["payload"]
         if not isinstance(p, dict):
             self.fail(where, "payload: want an object")
@@ -932,26 +1498,23 @@ def load(path, device="cpu", *, max_size=DEFAULT_MAX_SIZE):
 # The training-loop hook
 
 
-def _is_device_error(exc):
-    try:
-        text = "%s: %s" % (type(exc).__name__, exc)
-    except Exception:
-        return False
-    return bool(_CUDA_ERROR_RE.search(text)) or "AcceleratorError" in type(exc).__name__
-
-
 class record_on_failure(object):
     """Context manager: on an exception in the block, save the batch to `path` with the error,
-    then let the exception propagate unchanged. `tensors` is a dict (CPU tensors: the device is
-    unusable after a CUDA error) or a zero-argument callable returning one; the keyword arguments
-    are save()'s. If saving fails, a warning goes to stderr and the original exception is
-    re-raised all the same. After the block, `.saved` tells whether a file was written."""
+    then let the exception propagate unchanged. `batch` is what the loader yielded (its CPU copy:
+    the device is unusable after a CUDA error), or a zero-argument callable returning it; the
+    keyword arguments are save()'s (step=, state=, padded=, ...). The file is always written:
+    a leaf that cannot be encoded (a GPU tensor after a device error, a complex tensor, an object)
+    is recorded as skipped and named on stderr. Only if writing the file itself fails (a full
+    disk), a warning goes to stderr; the original exception is re-raised all the same. After the
+    block, `.saved` tells whether a file was written."""
 
-    def __init__(self, path, tensors, **kwargs):
+    def __init__(self, path, batch=None, *, tensors=None, **kwargs):
         if "error" in kwargs:
             raise TypeError("record_on_failure: error is the exception raised in the block")
+        if batch is None:
+            batch = tensors
         self.path = path
-        self.tensors = tensors
+        self.batch = batch
         self.kwargs = kwargs
         self.saved = False
 
@@ -976,16 +1539,19 @@ class record_on_failure(object):
         return False
 
     def _record(self, exc):
-        torch = _torch()
-        tensors = self.tensors() if callable(self.tensors) else self.tensors
-        if _is_device_error(exc):
-            items = list(tensors.items()) if hasattr(tensors, "items") else list(tensors)
-            for name, t in items:
-                if isinstance(t, torch.Tensor) and t.device.type != "cpu":
-                    raise RuntimeError(
-                        "tensor %r is on %s, and after a device error its memory cannot be read: pass "
-                        "the CPU copy of the batch (keep it before .to(device))" % (name, t.device))
-        save(self.path, tensors, error=exc, _failed=True, **self.kwargs)
+        batch = self.batch
+        if callable(batch) and not hasattr(batch, "__getitem__"):
+            try:
+                batch = batch()
+            except Exception as e:
+                _warn("the batch callable raised %s: %s; recording the failure without a batch" % (type(e).__name__, e))
+                batch = {}
+        try:
+            save(self.path, batch, error=exc, _failed=True, **self.kwargs)
+        except Exception as e:
+            # An argument save() refuses (a bad op name, ...): the crash is still recorded, bare.
+            _warn("%s: %s; recording the batch without the other arguments" % (type(e).__name__, e))
+            save(self.path, batch, error=exc, _failed=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1193,18 +1759,81 @@ def resolve_entry(entry):
 
 
 
-def _load_candidate(path, device, entry):
-    """(the batch loaded on device, the --entry function or None) for replay(); HarnessError when
-    the batch cannot run: the entry does not resolve, the file does not load, or it records no op
-    and no entry is given."""
+def _step_paths(step):
+    """The folders the recorded step is imported from, first first: the root of its module's
+    package (the folder of its file for a top-level module), then the working directory it ran
+    in, as when the user ran their script."""
+    out = []
+    f, mod = step.get("file"), step.get("module", "")
+    if f:
+        root = os.path.dirname(os.path.abspath(f))
+        if mod != "__main__":
+            parts = mod.split(".")
+            if os.path.splitext(os.path.basename(f))[0] == "__init__":
+                parts = parts[:-1]
+            for _ in parts[:-1]:
+                root = os.path.dirname(root)
+        out.append(root)
+    if step.get("cwd"):
+        out.append(step["cwd"])
+    return out
+
+
+def resolve_step(step, chdir=False):
+    """The function of a step recorded with a batch ({module, qualname, file, cwd}): its folders
+    put first on sys.path (and, with chdir, the working directory it ran in made current), then
+    imported by name, or from its file when it was defined in the script that was run. Raises
+    HarnessError naming the module and the sys.path tried."""
+    paths = _step_paths(step)
+    for d in reversed(paths):
+        if d in sys.path:
+            sys.path.remove(d)
+        sys.path.insert(0, d)
+    if chdir and step.get("cwd") and os.path.isdir(step["cwd"]):
+        os.chdir(step["cwd"])
+    if step.get("module") == "__main__":
+        if not step.get("file"):
+            raise HarnessError("the step %s was defined in an interactive session (module __main__ without a "
+                               "file): define it in a file" % step.get("qualname"))
+        target = "%s:%s" % (step["file"], step["qualname"])
+    else:
+        target = "%s:%s" % (step["module"], step["qualname"])
+    try:
+        return resolve_entry(target)
+    except HarnessError as e:
+        raise HarnessError("the recorded step %s: %s (sys.path tried: %s)" % (target, e, ", ".join(sys.path[:6])))
+
+
+def _call_step(fn, batch):
+    """The recorded step's contract: step(batch) with the batch as the loader yielded it, or
+    step(batch, state) when a state was recorded (the random generators restored first)."""
+    if batch.state is not None:
+        batch.state.restore_rng()
+        return fn(batch.data, batch.state)
+    return fn(batch.data)
+
+
+def _load_candidate(path, device, entry, step=None):
+    """(the batch loaded on device, a function of the Batch that runs it) for replay(): the --entry
+    function (called with the Batch), else the step (`step`, or the one the file records) called
+    as _call_step does, else None for the batch's op. HarnessError when the batch cannot run: the
+    entry or step does not resolve, the file does not load, or it records no op, no step and no
+    entry is given."""
+    path = os.path.abspath(path)
     fn = resolve_entry(entry) if entry else None
+    if fn is None and step is not None:
+        sfn = resolve_step(step, chdir=True)
+        fn = lambda b: _call_step(sfn, b)  # noqa: E731
     try:
         batch = load(path, device=device)
     except (OSError, BatchFileError) as e:
         raise HarnessError("cannot load the candidate: %s" % e)
+    if fn is None and batch.step and not batch.op:
+        sfn = resolve_step(batch.step, chdir=True)
+        fn = lambda b: _call_step(sfn, b)  # noqa: E731
     if fn is None and not batch.op:
-        raise HarnessError("%s: the batch records no op (it was recorded for a step of its own): replay "
-                           "it with --entry module:function or --backend exec" % path)
+        raise HarnessError("%s: the batch records no op and no step: replay it with --entry module:function "
+                           "or --backend exec, or record it with step=" % path)
     return batch, fn
 
 
@@ -1218,13 +1847,15 @@ def _run_loaded(batch, fn, device):
     return out
 
 
-def replay(path, device="cpu", entry=None):
+def replay(path, device="cpu", entry=None, step=None):
     """Run a batch file as reduce's torch backend does: load it on `device` (its tensors rebuilt
-    with as_strided), run its op through run_op, or the function of `entry` ("module:function",
-    see resolve_entry) called with the Batch, and synchronize the device. Returns the output; a
+    with as_strided), run the function of `entry` ("module:function", see resolve_entry) called
+    with the Batch, or else the recorded step (step(batch) with the batch as the loader yielded
+    it, step(batch, state) with a recorded state), or else its op through run_op; then
+    synchronize the device. Returns the output; a
     failure of the step is the exception it raises, HarnessError when the batch cannot run.
 
     After a device-side assert the process's CUDA context is unusable: run it in a child process
     (the generated regression tests do) and judge the child's exit status and traceback."""
-    batch, fn = _load_candidate(path, device, entry)
+    batch, fn = _load_candidate(path, device, entry, step)
     return _run_loaded(batch, fn, device)

@@ -3,8 +3,8 @@
 reduce embeds this file and reduce_batch.py (the recorder users vendor) and writes both into one
 directory; this file imports reduce_batch from there. Commands:
 
-    reduce_replay.py replay FILE [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION] [--device-memory BYTES]
-    reduce_replay.py zygote [--device D] [--entry MODULE:FUNCTION] [--slots N] [--slot-env JSON] [--device-memory BYTES]
+    reduce_replay.py replay FILE [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION | --step JSON] [--device-memory BYTES]
+    reduce_replay.py zygote [--device D] [--entry MODULE:FUNCTION | --step JSON] [--slots N] [--slot-env JSON] [--device-memory BYTES]
     reduce_replay.py info FILE...
 
 `replay` runs one candidate batch in this process; `zygote` imports torch once and forks a
@@ -139,13 +139,13 @@ def limit_device_memory(device, nbytes):
     return lambda: resource.setrlimit(resource.RLIMIT_DATA, old)
 
 
-def replay(path, device="cpu", entry=None, device_memory=0):
+def replay(path, device="cpu", entry=None, device_memory=0, step=None):
     """Run one candidate: reduce_batch.replay, with reduce's --seed (REDUCE_SEED) and
     --device-memory (limit_device_memory, set once the batch is loaded) around the step, and a
     summary line of the output on stdout. A failure of the candidate is the exception the op
     raises; reduce_batch.HarnessError when it cannot run."""
     torch = rb._torch()
-    batch, fn = rb._load_candidate(path, device, entry)
+    batch, fn = rb._load_candidate(path, device, entry, step)
     seed = os.environ.get("REDUCE_SEED", "").strip()
     if seed:
         # reduce --seed: the step's random generators start the same in every replay.
@@ -157,8 +157,22 @@ def replay(path, device="cpu", entry=None, device_memory=0):
     out = rb._run_loaded(batch, fn, device)
     if lift is not None:
         lift()
-    sys.stdout.write("reduce_batch: ok %s (%s): %s\n" % (entry or batch.op, device, _summary(out)))
+    sys.stdout.write("reduce_batch: ok %s (%s): %s\n" % (entry or _step_name(step or batch.step) or batch.op, device, _summary(out)))
     return out
+
+
+def _step_name(step):
+    return step and "%s:%s" % (step.get("module"), step.get("qualname"))
+
+
+def _step_arg(text):
+    """--step: the step a batch records (docs/FORMAT.md, step), as JSON."""
+    import json
+
+    step = json.loads(text)
+    if not isinstance(step, dict) or not step.get("module") or not step.get("qualname"):
+        raise ValueError("want a JSON object with module and qualname")
+    return step
 
 
 def _check_device(device):
@@ -180,6 +194,7 @@ def _cmd_replay(args):
     p.add_argument("file")
     p.add_argument("--device", default="cpu")
     p.add_argument("--entry")
+    p.add_argument("--step", type=_step_arg, help="the batch's recorded step, as JSON (the file's own by default)")
     p.add_argument("--device-memory", type=int, default=0, help="bytes the op may allocate (0: no limit)")
     o = p.parse_args(args)
     _cwd_on_path()
@@ -193,7 +208,7 @@ def _cmd_replay(args):
         return HARNESS_EXIT
     try:
         _check_device(o.device)
-        replay(o.file, o.device, o.entry, o.device_memory)
+        replay(o.file, o.device, o.entry, o.device_memory, o.step)
     except rb.HarnessError as e:
         sys.stderr.write("reduce_batch: harness: %s\n" % e)
         return HARNESS_EXIT
@@ -222,13 +237,13 @@ def _flush():
             pass
 
 
-def _run_candidate(path, device, entry, device_memory=0):
+def _run_candidate(path, device, entry, device_memory=0, step=None):
     """replay() in a forked child, ending as the interpreter would end: the exit status and the
     traceback of an uncaught exception, death by SIGINT after a KeyboardInterrupt."""
     import signal
 
     try:
-        replay(path, device, entry, device_memory)
+        replay(path, device, entry, device_memory, step)
         code = 0
     except rb.HarnessError as e:
         sys.stderr.write("reduce_batch: harness: %s\n" % e)
@@ -275,9 +290,10 @@ class _Zygote(object):
     null when it was killed by a signal); {"event": "error", "id", "error"} for a request that
     could not be handed over. EOF on stdin: every child is killed, and the zygote exits."""
 
-    def __init__(self, device, entry, slots, slot_env, proto_in, proto_out, device_memory=0):
+    def __init__(self, device, entry, slots, slot_env, proto_in, proto_out, device_memory=0, step=None):
         self.device = device
         self.entry = entry
+        self.step = step
         self.device_memory = device_memory
         self.slots = slots
         self.slot_env = slot_env
@@ -434,7 +450,7 @@ class _Zygote(object):
             sys.stderr.write("reduce_batch: harness: cannot initialize device %s\n" % self.device)
             _flush()
             return HARNESS_EXIT
-        return _run_candidate(req["path"], self.device, self.entry, self.device_memory)
+        return _run_candidate(req["path"], self.device, self.entry, self.device_memory, self.step)
 
     def init_device(self):
         torch = rb._torch()
@@ -593,6 +609,7 @@ def _cmd_zygote(args):
     p = argparse.ArgumentParser(prog="reduce_replay.py zygote")
     p.add_argument("--device", default="cpu")
     p.add_argument("--entry")
+    p.add_argument("--step", type=_step_arg, help="the batch's recorded step, as JSON")
     p.add_argument("--slots", type=int, default=1)
     p.add_argument("--slot-env", default="[]", help="JSON list: the environment of each slot's children")
     p.add_argument("--device-memory", type=int, default=0, help="bytes each candidate's op may allocate (0: no limit)")
@@ -647,11 +664,16 @@ def _cmd_zygote(args):
             rb.resolve_entry(o.entry)  # imported once here; a failure is every child's to report
         except rb.HarnessError as e:
             hello["entry_error"] = str(e)
+    elif o.step:
+        try:
+            rb.resolve_step(o.step, chdir=True)  # the children inherit the module and the folder
+        except rb.HarnessError as e:
+            hello["entry_error"] = str(e)
     if torch.device(o.device).type == "cuda" and torch.cuda.is_initialized():
         hello["warning"] = ("CUDA was initialized in the zygote (by the --entry module's import?): "
                             "forked children cannot use it; pass --no-zygote")
     say(hello)
-    return _Zygote(o.device, o.entry, o.slots, slot_env, proto_in, proto_out, o.device_memory).run()
+    return _Zygote(o.device, o.entry, o.slots, slot_env, proto_in, proto_out, o.device_memory, o.step).run()
 
 
 # Subcommands by name.

@@ -239,22 +239,36 @@ def test_batch_dim_not_zero(tmp_path):
 
 def test_save_rejects_bad_input(tmp_path):
     p = tmp_path / "x.bin"
-    with pytest.raises(TypeError, match="'x'"):
-        rb.save(p, {"x": [1, 2]})
-    with pytest.raises(TypeError, match="dtype"):
-        rb.save(p, {"x": torch.zeros(2, dtype=torch.complex64)})
-    with pytest.raises(TypeError, match="layout"):
-        rb.save(p, {"x": torch.eye(2).to_sparse()})
-    with pytest.raises(ValueError):
-        rb.save(p, {"": torch.zeros(2)})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no batch"):
         rb.save(p, {})
     with pytest.raises(ValueError):
         rb.save(p, {"x": torch.zeros(2)}, attrs={"eps": float("nan")})
     with pytest.raises(ValueError):
         rb.save(p, {"x": torch.zeros(2)}, compression="lz4")
+    with pytest.raises(ValueError, match="bound method"):
+        rb.save(p, {"x": torch.zeros(2)}, step=[].append)
+    with pytest.raises(ValueError, match="top level"):
+        rb.save(p, {"x": torch.zeros(2)}, step=lambda b: b)
+    with pytest.raises(ValueError, match="length 5 outside"):
+        rb.save(p, {"x": torch.zeros(2, 4)}, padded={"x": 1}, lengths=[1, 5])
     assert not p.exists()
     assert os.listdir(tmp_path) == []  # no temporary files left behind
+
+
+def test_save_skips_what_it_cannot_encode(tmp_path, capfd):
+    """A leaf that is no tensor, container or Python value, a complex or sparse tensor: recorded
+    as skipped (the file says which and why, and so does stderr), the rest written."""
+    p = tmp_path / "x.bin"
+    rb.save(p, {"x": torch.zeros(2), "c": torch.zeros(2, dtype=torch.complex64), "s": torch.eye(2).to_sparse(),
+                "o": object()}, provenance=False)
+    b = rb.load(p)
+    assert sorted(b.skipped) == [("c", "torch:Tensor", "dtype torch.complex64 is not supported (want one of "
+                                  "bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)"),
+                                 ("o", "builtins:object", "not a tensor, a container or a Python scalar"),
+                                 ("s", "torch:Tensor", "layout torch.sparse_coo (only strided tensors are recorded)")]
+    assert b.data["c"] is None and b.data["o"] is None and torch.equal(b.data["x"], torch.zeros(2))
+    err = capfd.readouterr().err
+    assert "skipped c: dtype torch.complex64" in err and "skipped o:" in err
 
 
 # ---------------------------------------------------------------------------------------------
@@ -446,7 +460,7 @@ def test_bad_magic(good, tmp_path):
     raises(p, "magic")
 
 
-@pytest.mark.parametrize("field,pos,value", [("version", 8, 2), ("flags", 12, 1), ("reserved", 28, 7)])
+@pytest.mark.parametrize("field,pos,value", [("version", 8, 3), ("flags", 12, 1), ("reserved", 28, 7)])
 def test_bad_header_words(good, tmp_path, field, pos, value):
     data = bytearray(good.read_bytes())
     struct.pack_into("<I", data, pos, value)
@@ -710,29 +724,37 @@ def test_record_on_failure_save_fails(tmp_path, capsys):
     def broken():
         raise OSError("disk on fire")
 
+    # A batch callable that raises: the failure is recorded all the same, without a batch.
     err = KeyError("k")
     with pytest.raises(KeyError) as info:
         with rb.record_on_failure(tmp_path / "c.bin", broken) as rec:
             raise err
-    assert info.value is err and not rec.saved
+    assert info.value is err and rec.saved
     assert "disk on fire" in capsys.readouterr().err
+    b = rb.load(tmp_path / "c.bin")
+    assert b.error["exception"] == "KeyError" and b.tensors == {}
+    os.unlink(tmp_path / "c.bin")
+    # A file that cannot be written at all: a warning, and the original exception.
     with pytest.raises(KeyError):
-        with rb.record_on_failure(tmp_path / "nodir" / "c.bin", {"x": torch.ones(2)}):
+        with rb.record_on_failure(tmp_path / "nodir" / "c.bin", {"x": torch.ones(2)}) as rec:
             raise err
-    assert "could not save" in capsys.readouterr().err
+    assert "could not save" in capsys.readouterr().err and not rec.saved
     assert os.listdir(tmp_path) == []
 
 
-def test_record_on_failure_device_error_reads_only_cpu(tmp_path, capsys):
-    # A tensor on another device (meta stands in for a dead GPU) is not touched after a
-    # device error; the original error propagates.
+def test_record_on_failure_device_error_skips_the_device_copy(tmp_path, capsys):
+    # A tensor on another device (meta stands in for a dead GPU) cannot be read after a device
+    # error: it is recorded as skipped, with a reason that names the fix, and the CPU tensors are
+    # recorded; the original error propagates.
     dead = torch.empty(3, device="meta")
     with pytest.raises(RuntimeError, match="device-side assert"):
-        with rb.record_on_failure(tmp_path / "c.bin", {"x": dead}):
+        with rb.record_on_failure(tmp_path / "c.bin", {"x": dead, "y": torch.arange(3)}):
             raise RuntimeError("CUDA error: device-side assert triggered")
     err = capsys.readouterr().err
-    assert "CPU copy" in err and "'x'" in err
-    assert not (tmp_path / "c.bin").exists()
+    assert "skipped x" in err and "CPU copy" in err
+    b = rb.load(tmp_path / "c.bin")
+    assert [p for p, _, _ in b.skipped] == ["x"] and "CPU copy" in b.skipped[0][2]
+    assert b.data["x"] is None and torch.equal(b.data["y"], torch.arange(3))
 
 
 def test_record_on_failure_ignores_keyboard_interrupt(tmp_path):

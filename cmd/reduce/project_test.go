@@ -1,0 +1,74 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"reduce/internal/testenv"
+)
+
+// TestProjectCrashes is the README's path on a small real training project
+// (testdata/project: a Dataset with ids, a DataLoader with a padding
+// collate, a model with learned positions, an optimizer, a loop): each crash
+// is recorded by the real loop with record_on_failure(batch, step=...) and
+// no op, then reduced with `reduce --batch crash.bin` and no other flag,
+// from another directory. The interpreter is REDUCE_PYTHON's (make test runs
+// this with Debian's torch and with PyPI's).
+func TestProjectCrashes(t *testing.T) {
+	py := testenv.Python(t, "torch")
+	bin := reduceBinary(t)
+	src, err := filepath.Abs("testdata/project")
+	require.NoError(t, err)
+	cases := []struct {
+		crash string
+		ids   []string // the samples reduce must name
+		mode  string
+		want  string // in the signature's expression
+	}{
+		{"label", []string{"txt-037"}, "samples", "Target N is out of bounds."},
+		{"token", []string{"txt-037"}, "samples", "index out of range in self"},
+		// Padded to 70 by the collate: without re-padding every candidate
+		// would keep 70 columns and fail.
+		{"length", []string{"txt-037"}, "samples", "index out of range in self"},
+		// The weights went bad before the step: only the recorded state
+		// reproduces it.
+		{"nan", []string{"txt-037"}, "samples", "loss is nan"},
+		// A relation between two samples' per-sample keys.
+		{"dupkey", []string{"txt-037", "txt-041"}, "samples", "duplicate key N in the batch"},
+	}
+	for _, c := range cases {
+		t.Run(c.crash, func(t *testing.T) {
+			t.Parallel()
+			proj := t.TempDir()
+			for _, f := range []string{"train.py", "textclf.py"} {
+				data, err := os.ReadFile(filepath.Join(src, f))
+				require.NoError(t, err)
+				require.NoError(t, os.WriteFile(filepath.Join(proj, f), data, 0o644))
+			}
+			// `reduce recorder > reduce_batch.py`, as the README says.
+			rec, err := exec.Command(bin, "recorder").Output()
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(proj, "reduce_batch.py"), rec, 0o644))
+
+			train := exec.Command(py, "train.py", "--crash", c.crash, "--out", "crash.bin")
+			train.Dir = proj
+			out, err := train.CombinedOutput()
+			require.Error(t, err, "the training run must crash:\n%s", out)
+			require.Contains(t, string(out), "reduce_batch: saved the failing batch to crash.bin")
+
+			cmd := exec.Command(bin, "--batch", filepath.Join(proj, "crash.bin"), "--json", "-q")
+			cmd.Dir = t.TempDir() // not the project's folder: the step's own is found from the file
+			sum := runSummary(t, cmd)
+			assert.Contains(t, sum.Signature.Expression, c.want)
+			assert.Equal(t, c.mode, string(sum.Mode), sum.ModeReason)
+			require.Len(t, sum.Culprits, 1, "%+v", sum.Culprits)
+			assert.Equal(t, c.ids, sum.Culprits[0].IDs)
+			assert.False(t, sum.Partial)
+		})
+	}
+}

@@ -1,0 +1,105 @@
+"""A small text classifier, as a user's training project has it: a Dataset of samples with ids, a
+collate that pads each batch to its longest sample, a model with learned positions, and the
+training step. reduce's end-to-end tests crash it on purpose (train.py --crash KIND)."""
+
+import torch
+import torch.nn.functional as F
+
+VOCAB = 50
+CLASSES = 4
+MAX_LEN = 64  # learned positions: a longer sequence indexes past the table
+
+
+class Texts(torch.utils.data.Dataset):
+    """Sample i: {"id", "tokens" (a 1-d int64 tensor of its own length), "label", "key"}."""
+
+    def __init__(self, n=48, seed=0, crash=None):
+        g = torch.Generator().manual_seed(seed)
+        self.samples = []
+        for i in range(n):
+            length = int(torch.randint(3, 20, (1,), generator=g))
+            tokens = torch.randint(1, VOCAB, (length,), generator=g)
+            tokens[tokens == 13] = 14  # token 13 is the one whose weights go bad (crash "nan")
+            label = int(torch.randint(0, CLASSES, (1,), generator=g))
+            self.samples.append({"id": "txt-%03d" % i, "tokens": tokens, "label": label, "key": 1000 + i})
+        bad = 37  # the sample the crash is about; it lands in the third batch of 16
+        s = self.samples[bad]
+        if crash == "label":
+            s["label"] = CLASSES
+        elif crash == "token":
+            s["tokens"][2] = VOCAB
+        elif crash == "length":
+            s["tokens"] = torch.randint(1, VOCAB, (70,), generator=g)
+            s["tokens"][s["tokens"] == 13] = 14
+        elif crash == "nan":
+            s["tokens"][1] = 13
+        elif crash == "dupkey":
+            s["key"] = self.samples[41]["key"]
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, i):
+        return self.samples[i]
+
+
+def collate(samples):
+    """Pad to the longest sample of the batch (0 is the padding token)."""
+    lengths = torch.tensor([len(s["tokens"]) for s in samples])
+    tokens = torch.zeros(len(samples), int(lengths.max()), dtype=torch.int64)
+    for i, s in enumerate(samples):
+        tokens[i, :len(s["tokens"])] = s["tokens"]
+    return {
+        "ids": [s["id"] for s in samples],
+        "tokens": tokens,
+        "lengths": lengths,
+        "label": torch.tensor([s["label"] for s in samples]),
+        "key": [s["key"] for s in samples],
+    }
+
+
+class Classifier(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok = torch.nn.Embedding(VOCAB, 16, padding_idx=0)
+        self.pos = torch.nn.Embedding(MAX_LEN, 16)
+        self.out = torch.nn.Linear(16, CLASSES)
+
+    def forward(self, tokens, lengths):
+        positions = torch.arange(tokens.shape[1]).unsqueeze(0).expand_as(tokens)
+        h = self.tok(tokens) + self.pos(positions)
+        mask = (torch.arange(tokens.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(2)
+        return self.out((h * mask).sum(1) / lengths.unsqueeze(1))
+
+
+_objects = {}
+
+
+def model_and_optimizer():
+    """The run's model and optimizer, built once per process (seeded)."""
+    if not _objects:
+        torch.manual_seed(0)
+        model = Classifier()
+        _objects["model"] = model
+        _objects["optimizer"] = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    return _objects["model"], _objects["optimizer"]
+
+
+def train_step(batch, state=None):
+    """One training step on a batch as collate() makes it. reduce replays it: with a state
+    recorded, the model and optimizer start from it."""
+    model, optimizer = model_and_optimizer()
+    if state is not None:
+        state.restore(model=model, optimizer=optimizer)
+    keys = batch["key"]
+    dup = sorted(k for k in set(keys) if keys.count(k) > 1)
+    if dup:
+        raise ValueError("duplicate key %d in the batch" % dup[0])
+    logits = model(batch["tokens"], batch["lengths"])
+    loss = F.cross_entropy(logits, batch["label"])
+    if not torch.isfinite(loss):
+        raise FloatingPointError("loss is %s" % loss.item())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
