@@ -98,7 +98,12 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 		Diagnosis: r.diagnosis(f), Replays: replays, Phases: phases, OtherFailures: others,
 		Seconds: time.Since(r.start).Seconds(), Partial: f.Partial,
 		Source:      regress.RecordSource{File: filepath.Base(r.o.Source), Hash: "sha256:" + r.srcHash, Samples: r.batch.Samples},
-		Environment: r.environment(set), Attrs: r.batch.Attrs, Entry: set.Entry,
+		Environment: r.environment(set), Attrs: r.batch.Attrs, Entry: set.Entry, Step: set.Step,
+	}
+	if rec.Step != "" && set.Device == "cpu" && r.want.Exception != "" {
+		// The step failed on the CPU in the replays: the test expects the
+		// same class there (its message was normalized into the signature).
+		rec.CPU = &regress.CPUFailure{Exception: r.want.Exception}
 	}
 	if set.Kind == replay.KindExec {
 		if args, err := replay.SplitCommand(set.Replay); err == nil {
@@ -206,6 +211,9 @@ func valueText(e regress.Element) string {
 // diagnosis is the finding's one line for a person.
 func (r *run) diagnosis(f Finding) string {
 	op := r.batch.Op
+	if op == "" && r.batch.Step != nil {
+		op = "the step " + r.batch.Step.Qualname
+	}
 	if op == "" {
 		op = "the step"
 	}
@@ -216,6 +224,9 @@ func (r *run) diagnosis(f Finding) string {
 	switch {
 	case r.mode == ModeSize && r.size != nil:
 		return fmt.Sprintf("%s: %s at batch size %d; %d samples pass", op, r.want.Family, r.size.SmallestFailing, r.size.LargestPassing)
+	case f.ContentFree && len(r.batch.SampleValues()) > 0:
+		return fmt.Sprintf("%s: %s whatever the tensor values of %s: the cause is in their per-sample values (%s)%s",
+			op, r.want.Family, where, strings.Join(r.batch.SampleValues(), ", "), map[bool]string{true: ", a relation between them"}[len(f.Indices) > 1])
 	case f.ContentFree:
 		return fmt.Sprintf("%s: %s whatever the values of %s: the cause is a shape, dtype or size, not a value", op, r.want.Family, where)
 	case len(f.Elements) > 0:

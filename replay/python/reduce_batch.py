@@ -69,6 +69,7 @@ __all__ = [
     "replay",
     "resolve_entry",
     "resolve_step",
+    "run_step",
     "State",
     "check_exception",
     "check_outputs",
@@ -1811,6 +1812,15 @@ def _call_step(fn, batch):
         batch.state.restore_rng()
         return fn(batch.data, batch.state)
     return fn(batch.data)
+
+
+def run_step(batch):
+    """Run the step a Batch records, as reduce replays it: imported by name (resolve_step), called
+    with the batch as the loader yielded it (and the recorded state). The regression tests that
+    reduce writes for a recorded step call it."""
+    if not batch.step:
+        raise HarnessError("%s records no step" % batch.path)
+    return _call_step(resolve_step(batch.step), batch)
 
 
 def _load_candidate(path, device, entry, step=None):
