@@ -16,24 +16,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
+from check_structure_select import Encoding  # noqa: E402  (a mapping that is not a dict)
 
 Sample = collections.namedtuple("Sample", "image label")
-
-
-class Encoding(collections.abc.Mapping):
-    """A mapping object that is not a dict (what a tokenizer's BatchEncoding is)."""
-
-    def __init__(self, data):
-        self.data = dict(data)
-
-    def __getitem__(self, k):
-        return self.data[k]
-
-    def __iter__(self):
-        return iter(self.data)
-
-    def __len__(self):
-        return len(self.data)
 
 
 def _header_version(path):
