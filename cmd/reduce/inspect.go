@@ -70,6 +70,18 @@ type batchInfo struct {
 	Error     *fixtures.Failure `json:"error"`
 	Meta      map[string]string `json:"meta"`
 	Tensors   []tensorInfo      `json:"tensors"`
+	// Version 2: the step, the batch's leaves besides tensors (per-sample
+	// and shared values, skipped leaves) and the state's size.
+	Step       *fixtures.Step `json:"step,omitempty"`
+	Leaves     []leafInfo     `json:"leaves,omitempty"`
+	StateBytes int64          `json:"state_bytes,omitempty"`
+}
+
+type leafInfo struct {
+	Path   string            `json:"path"`
+	Kind   fixtures.NodeKind `json:"kind"`
+	Type   string            `json:"type,omitempty"`
+	Reason string            `json:"reason,omitempty"`
 }
 
 type tensorInfo struct {
@@ -79,21 +91,32 @@ type tensorInfo struct {
 	Strides        []int64 `json:"strides"`
 	Offset         int64   `json:"offset"`
 	RecordedOffset int64   `json:"recorded_offset,omitempty"`
-	Layout         string  `json:"layout"`
-	BatchDim       *int    `json:"batch_dim"`
-	Bytes          int64   `json:"bytes"`
+	Layout         string        `json:"layout"`
+	BatchDim       *int          `json:"batch_dim"`
+	Bytes          int64         `json:"bytes"`
+	Pad            *fixtures.Pad `json:"pad,omitempty"`
 }
 
 func describe(path string, b *fixtures.Batch) batchInfo {
 	info := batchInfo{
 		File: path, Samples: b.Samples, SampleIDs: b.SampleIDs, Op: b.Op,
-		Attrs: b.Attrs, Error: b.Error, Meta: b.Meta, Tensors: []tensorInfo{},
+		Attrs: b.Attrs, Error: b.Error, Meta: b.Meta, Tensors: []tensorInfo{}, Step: b.Step,
 	}
+	b.Structure.Leaves(func(path string, n *fixtures.Node) {
+		if n.Kind != fixtures.NodeTensor {
+			info.Leaves = append(info.Leaves, leafInfo{Path: path, Kind: n.Kind, Type: n.Type, Reason: n.Reason})
+		}
+	})
+	state := b.StateTensors()
 	for _, e := range b.Tensors {
+		if state[e.Name] {
+			info.StateBytes += int64(len(e.Data))
+			continue
+		}
 		info.Tensors = append(info.Tensors, tensorInfo{
 			Name: e.Name, DType: e.DType.String(), Shape: e.Shape, Strides: e.Strides,
 			Offset: e.Offset, RecordedOffset: e.RecordedOffset, Layout: e.Layout().String(),
-			BatchDim: e.BatchDim, Bytes: int64(len(e.Data)),
+			BatchDim: e.BatchDim, Bytes: int64(len(e.Data)), Pad: e.Pad,
 		})
 	}
 	return info
@@ -101,7 +124,10 @@ func describe(path string, b *fixtures.Batch) batchInfo {
 
 func (info batchInfo) print(w io.Writer) error {
 	op := info.Op
-	if op == "" {
+	switch {
+	case op == "" && info.Step != nil:
+		op = "none (the recorded step replays it)"
+	case op == "":
 		op = "none (replayed with the user's command)"
 	}
 	fmt.Fprintf(w, "%s: %d samples, op %s\n", info.File, info.Samples, op)
@@ -111,6 +137,20 @@ func (info batchInfo) print(w io.Writer) error {
 	if len(info.SampleIDs) > 0 {
 		fmt.Fprintf(w, "sample ids: %s\n", abbreviate(info.SampleIDs, 8))
 	}
+	if info.Step != nil {
+		fmt.Fprintf(w, "step: %s (replayed by reduce --batch with the torch backend; ran in %s)\n", info.Step.Entry(), info.Step.Cwd)
+	}
+	if info.StateBytes > 0 {
+		fmt.Fprintf(w, "state: %d bytes of weights, optimizer and RNG states (every candidate replays from it)\n", info.StateBytes)
+	}
+	for _, l := range info.Leaves {
+		switch l.Kind {
+		case fixtures.NodeSkipped:
+			fmt.Fprintf(w, "skipped %s: %s (%s)\n", l.Path, l.Reason, l.Type)
+		case fixtures.NodeSamples:
+			fmt.Fprintf(w, "per-sample values: %s\n", l.Path)
+		}
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tDTYPE\tSHAPE\tSTRIDES\tOFFSET\tLAYOUT\tBATCH AXIS\tBYTES")
@@ -118,6 +158,9 @@ func (info batchInfo) print(w io.Writer) error {
 		axis := "none"
 		if t.BatchDim != nil {
 			axis = fmt.Sprint(*t.BatchDim)
+		}
+		if t.Pad != nil {
+			axis += fmt.Sprintf(", padded along %d", t.Pad.Dim)
 		}
 		offset := fmt.Sprint(t.Offset)
 		if t.RecordedOffset != 0 && t.RecordedOffset != t.Offset {

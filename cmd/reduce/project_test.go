@@ -61,6 +61,14 @@ func TestProjectCrashes(t *testing.T) {
 			require.Error(t, err, "the training run must crash:\n%s", out)
 			require.Contains(t, string(out), "reduce_batch: saved the failing batch to crash.bin")
 
+			ins, err := exec.Command(bin, "inspect", filepath.Join(proj, "crash.bin")).CombinedOutput()
+			require.NoError(t, err, "%s", ins)
+			assert.Contains(t, string(ins), "step: textclf:train_step")
+			assert.Contains(t, string(ins), "padded along 1")
+			if c.crash == "nan" {
+				assert.Contains(t, string(ins), "state: ")
+			}
+
 			cmd := exec.Command(bin, "--batch", filepath.Join(proj, "crash.bin"), "--json", "-q")
 			cmd.Dir = t.TempDir() // not the project's folder: the step's own is found from the file
 			sum := runSummary(t, cmd)
