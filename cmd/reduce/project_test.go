@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,4 +80,31 @@ func TestProjectCrashes(t *testing.T) {
 			assert.False(t, sum.Partial)
 		})
 	}
+}
+
+// A recorded step that cannot be imported (the module was renamed since):
+// exit 2 before any replay, naming the module and the sys.path tried.
+func TestProjectStepMissing(t *testing.T) {
+	py := testenv.Python(t, "torch")
+	bin := reduceBinary(t)
+	dir := t.TempDir()
+	pyDir, err := filepath.Abs("../../replay/python")
+	require.NoError(t, err)
+	rec := exec.Command(py, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import reduce_batch, torch; "+
+		"reduce_batch.save('crash.bin', {'x': torch.ones(3)}, step='renamed_module:train_step', error='IndexError: x')", pyDir)
+	rec.Dir = dir
+	out, err := rec.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	cmd := exec.Command(bin, "--batch", "crash.bin", "--json")
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, ExitUsage, exit.ExitCode())
+	msg := stderr.String()
+	assert.Contains(t, msg, "the recorded step renamed_module:train_step: cannot import renamed_module")
+	assert.Contains(t, msg, "sys.path tried: "+dir)
+	assert.NotContains(t, stdout.String(), `"event":"replay"`, "no candidate was replayed")
 }

@@ -1802,7 +1802,8 @@ def resolve_step(step, chdir=False):
     try:
         return resolve_entry(target)
     except HarnessError as e:
-        raise HarnessError("the recorded step %s: %s (sys.path tried: %s)" % (target, e, ", ".join(sys.path[:6])))
+        why = str(e).replace("--entry %r: " % target, "")
+        raise HarnessError("the recorded step %s: %s (sys.path tried: %s)" % (target, why, ", ".join(sys.path[:6])))
 
 
 def _call_step(fn, batch):
