@@ -15,7 +15,6 @@ import (
 	"reduce/internal/reduction"
 	"reduce/internal/regress"
 	"reduce/internal/signature"
-	"reduce/kernels"
 	"reduce/replay"
 	"reduce/shrink"
 )
@@ -58,16 +57,7 @@ func mainJob(c *cli.Context) error {
 	if b.Samples == 0 {
 		return usagef("%s: the batch has no samples to reduce", path)
 	}
-	if replay.Kind(c.String("backend")) == replay.KindGo {
-		if b.Op == "" {
-			return usagef("%s records no op (it was recorded for a step of its own): reduce it with --backend torch --entry MODULE:FUNCTION or --backend exec --replay CMD", path)
-		}
-		if _, err := kernels.Lookup(b.Op); err != nil {
-			return usagef("%s: op %q is not built into the go backend (it has %s): reduce it with --backend torch or --backend exec",
-				path, b.Op, strings.Join(kernels.OpNames(), ", "))
-		}
-	}
-	be, err := newBackend(c, b)
+	be, err := newBackend(c, path, b)
 	if err != nil {
 		return err
 	}
