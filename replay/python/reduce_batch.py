@@ -1148,8 +1148,9 @@ def check_outputs(out, expected):
 
 def resolve_entry(entry):
     """The function of an --entry "module:function": module is a dotted name (imported from the
-    working directory or PYTHONPATH) or a path to a .py file; function may be dotted. Raises
-    HarnessError (an import error's traceback is printed to stderr first)."""
+    working directory or PYTHONPATH) or a path to a .py file, whose folder goes first on sys.path;
+    function may be dotted. Raises HarnessError (an import error's traceback is printed to stderr
+    first)."""
     import importlib
     import traceback
 
@@ -1161,6 +1162,8 @@ def resolve_entry(entry):
             import importlib.util
 
             path = os.path.abspath(mod_name)
+            if sys.path[:1] != [os.path.dirname(path)]:
+                sys.path.insert(0, os.path.dirname(path))  # its imports (a sibling model.py) as a script's
             name = "_reduce_entry_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
             mod = sys.modules.get(name)
             if mod is None or getattr(mod, "__file__", None) != path:
@@ -1180,7 +1183,8 @@ def resolve_entry(entry):
         raise
     except Exception as e:
         traceback.print_exc()
-        raise HarnessError("--entry %r: cannot import %s: %s: %s" % (entry, mod_name, type(e).__name__, e))
+        raise HarnessError("--entry %r: cannot import %s: %s: %s (sys.path: %s)"
+                           % (entry, mod_name, type(e).__name__, e, ", ".join(sys.path)))
     obj = mod
     for part in attr.split("."):
         try:
