@@ -13,6 +13,7 @@ import (
 
 	"reduce/fixtures"
 	"reduce/internal/signature"
+	"reduce/kernels"
 )
 
 // Kind is a backend: a closed set, the values of the --backend flag.
@@ -290,27 +291,14 @@ var ErrClosed = errors.New("replay: backend closed")
 // zygote (or checks its interpreter) here, so a Python that cannot import
 // torch, or a device it cannot initialize, is an error of New.
 func New(o Options) (Backend, error) {
-	kind := Kind(strings.ToLower(strings.TrimSpace(string(o.Kind))))
-	if kind == "" {
-		kind = KindGo
+	kind, _, err := KindFor(o)
+	if err != nil {
+		return nil, err
 	}
 	if o.Jobs < 0 {
 		return nil, fmt.Errorf("replay: -j %d: want at least 1", o.Jobs)
 	}
 	i := slices.IndexFunc(backends, func(b kindOf) bool { return b.kind == kind })
-	if i < 0 {
-		var kinds []string
-		for _, k := range Kinds() {
-			kinds = append(kinds, string(k))
-		}
-		return nil, fmt.Errorf("replay: --backend %q: want %s", o.Kind, strings.Join(kinds, ", "))
-	}
-	if o.Entry != "" && kind != KindTorch {
-		return nil, fmt.Errorf("replay: --entry is for --backend torch (--backend %s runs %s)", kind, backends[i].runs)
-	}
-	if o.Replay != "" && kind != KindExec {
-		return nil, fmt.Errorf("replay: --replay is for --backend exec (it was given with --backend %s)", kind)
-	}
 	if o.DeviceMemory < 0 {
 		return nil, fmt.Errorf("replay: --device-memory %d: want a size in bytes, or 0 for no limit", o.DeviceMemory)
 	}
@@ -336,6 +324,87 @@ func New(o Options) (Backend, error) {
 		return be, err
 	}
 	return &launched{Backend: be, l: l}, nil
+}
+
+// KindFor is the backend o asks for. o.Kind "" leaves the choice to the
+// options that only one backend takes: --entry runs on the torch backend
+// and --replay on exec, so either one chooses its backend, and chosenBy
+// names it (for a note to the user); neither chooses go. An option of
+// another backend than the one o.Kind names is an error, as are both.
+func KindFor(o Options) (kind Kind, chosenBy string, err error) {
+	kind = Kind(strings.ToLower(strings.TrimSpace(string(o.Kind))))
+	if kind == "" {
+		switch {
+		case o.Entry != "" && o.Replay != "":
+			return "", "", errors.New("replay: --entry runs on the torch backend and --replay on exec: give one of them")
+		case o.Entry != "":
+			return KindTorch, "--entry", nil
+		case o.Replay != "":
+			return KindExec, "--replay", nil
+		case o.Step != nil:
+			return KindTorch, "the recorded step", nil
+		}
+		return KindGo, "", nil
+	}
+	i := slices.IndexFunc(backends, func(b kindOf) bool { return b.kind == kind })
+	if i < 0 {
+		var kinds []string
+		for _, k := range Kinds() {
+			kinds = append(kinds, string(k))
+		}
+		return "", "", fmt.Errorf("replay: --backend %q: want %s", o.Kind, strings.Join(kinds, ", "))
+	}
+	if o.Entry != "" && kind != KindTorch {
+		return "", "", fmt.Errorf("replay: --entry is for --backend torch, and --backend %s runs %s: drop one of them", kind, backends[i].runs)
+	}
+	if o.Replay != "" && kind != KindExec {
+		return "", "", fmt.Errorf("replay: --replay is for --backend exec, and --backend %s runs %s: drop one of them", kind, backends[i].runs)
+	}
+	return kind, "", nil
+}
+
+// Step says what a backend built from o replays for b: the --replay
+// command, the --entry function or the op b records. When there is none,
+// or the op is not built in, the error says how to give one: checked before
+// any replay, it saves replays that could only fail in the harness.
+func Step(o Options, b *fixtures.Batch) (string, error) {
+	kind, _, err := KindFor(o)
+	if err != nil {
+		return "", err
+	}
+	recorded := ""
+	if b.Step != nil && b.Op == "" {
+		recorded = b.Step.Entry()
+	}
+	return step(kind, b.Op, o.Entry, recorded)
+}
+
+// step is Step's rule on what it depends on: the backend, the op the batch
+// records ("" for none), the --entry given ("" for none) and the step the
+// batch records when it has no op ("module:qualname", or ""): the function
+// the torch backend calls when no --entry is given.
+func step(kind Kind, op, entry, recorded string) (string, error) {
+	switch {
+	case kind == KindExec:
+		return "the --replay command", nil
+	case kind == KindTorch && entry != "":
+		return "--entry " + entry, nil
+	case kind == KindTorch && recorded != "":
+		return "the recorded step " + recorded, nil
+	case kind == KindGo && op == "" && recorded != "":
+		return "", fmt.Errorf("the batch records the step %s and no op, and the go backend runs only built-in ops: replay it on the torch backend (leave out --backend go)", recorded)
+	}
+	how := "replay it with --entry MODULE:FUNCTION, or with --backend exec --replay CMD"
+	if kind == KindGo {
+		how = "the go backend runs only built-in ops: replay it with --backend torch --entry MODULE:FUNCTION, or with --backend exec --replay CMD"
+	}
+	if op == "" {
+		return "", fmt.Errorf("the batch records no op and no step (it was recorded for a step of its own); %s", how)
+	}
+	if _, err := kernels.Lookup(op); err != nil {
+		return "", fmt.Errorf("op %q is not built in (the built-in ops: %s); %s", op, strings.Join(kernels.OpNames(), ", "), how)
+	}
+	return "op " + op, nil
 }
 
 // blocking is o.Blocking with its default.

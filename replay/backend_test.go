@@ -451,6 +451,88 @@ func TestNewOptionErrors(t *testing.T) {
 	}
 }
 
+// TestKindFor: --entry and --replay choose their backend when none is
+// given, and conflict with another one.
+func TestKindFor(t *testing.T) {
+	for _, tc := range []struct {
+		o        Options
+		kind     Kind
+		chosenBy string
+		err      string
+	}{
+		{o: Options{}, kind: KindGo},
+		{o: Options{Entry: "m:f"}, kind: KindTorch, chosenBy: "--entry"},
+		{o: Options{Replay: "step {batch}"}, kind: KindExec, chosenBy: "--replay"},
+		{o: Options{Step: &fixtures.Step{Module: "train", Qualname: "step"}}, kind: KindTorch, chosenBy: "the recorded step"},
+		{o: Options{Step: &fixtures.Step{Module: "train", Qualname: "step"}, Replay: "step {batch}"}, kind: KindExec, chosenBy: "--replay"},
+		{o: Options{Kind: "go", Step: &fixtures.Step{Module: "train", Qualname: "step"}}, kind: KindGo},
+		{o: Options{Kind: " Torch ", Entry: "m:f"}, kind: KindTorch},
+		{o: Options{Kind: "exec", Replay: "step {batch}"}, kind: KindExec},
+		{o: Options{Entry: "m:f", Replay: "step {batch}"}, err: "give one of them"},
+		{o: Options{Kind: "go", Entry: "m:f"}, err: "--entry is for --backend torch, and --backend go"},
+		{o: Options{Kind: "exec", Entry: "m:f"}, err: "--entry is for --backend torch, and --backend exec"},
+		{o: Options{Kind: "torch", Replay: "step {batch}"}, err: "--replay is for --backend exec, and --backend torch"},
+		{o: Options{Kind: "jax"}, err: `--backend "jax"`},
+	} {
+		kind, chosenBy, err := KindFor(tc.o)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("KindFor(%+v): %v; want an error naming %q", tc.o, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || kind != tc.kind || chosenBy != tc.chosenBy {
+			t.Errorf("KindFor(%+v) = %q, %q, %v; want %q, %q", tc.o, kind, chosenBy, err, tc.kind, tc.chosenBy)
+		}
+	}
+}
+
+// TestStep: what each backend replays for a batch with and without an op,
+// with and without --entry; nothing to replay is an error that says how to
+// give it.
+func TestStep(t *testing.T) {
+	for _, tc := range []struct {
+		kind     Kind
+		op       string
+		entry    string
+		recorded string
+		want     string // what runs, or the error's words
+		fails    bool
+	}{
+		{KindGo, "cross_entropy", "", "", "op cross_entropy", false},
+		{KindGo, "", "", "", "the go backend runs only built-in ops: replay it with --backend torch --entry", true},
+		{KindGo, "frobnicate", "", "", `op "frobnicate" is not built in`, true},
+		{KindGo, "", "", "train:step", "records the step train:step and no op, and the go backend runs only built-in ops", true},
+		{KindTorch, "cross_entropy", "", "", "op cross_entropy", false},
+		{KindTorch, "cross_entropy", "m:f", "", "--entry m:f", false},
+		{KindTorch, "", "m:f", "", "--entry m:f", false},
+		{KindTorch, "", "m:f", "train:step", "--entry m:f", false},
+		{KindTorch, "", "", "train:step", "the recorded step train:step", false},
+		{KindTorch, "", "", "", "records no op and no step (it was recorded for a step of its own); replay it with --entry MODULE:FUNCTION, or with --backend exec --replay CMD", true},
+		{KindTorch, "frobnicate", "", "", `op "frobnicate" is not built in`, true},
+		{KindExec, "", "", "", "the --replay command", false},
+		{KindExec, "frobnicate", "", "", "the --replay command", false},
+	} {
+		got, err := step(tc.kind, tc.op, tc.entry, tc.recorded)
+		if tc.fails {
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("step(%s, %q, %q, %q) = %q, %v; want an error naming %q", tc.kind, tc.op, tc.entry, tc.recorded, got, err, tc.want)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("step(%s, %q, %q, %q) = %q, %v; want %q", tc.kind, tc.op, tc.entry, tc.recorded, got, err, tc.want)
+		}
+	}
+	// Step reads the backend from the options as New does.
+	if _, err := Step(Options{Entry: "m:f"}, &fixtures.Batch{}); err != nil {
+		t.Errorf("Step with --entry alone: %v", err)
+	}
+	if _, err := Step(Options{}, &fixtures.Batch{}); err == nil || !strings.Contains(err.Error(), "records no op") {
+		t.Errorf("Step of the go backend for a batch without an op: %v", err)
+	}
+}
+
 func TestSplitCommand(t *testing.T) {
 	for _, tc := range []struct {
 		in   string

@@ -221,6 +221,10 @@ func newTorchBackend(o Options) (Backend, error) {
 			os.RemoveAll(t.dir)
 			return nil, fmt.Errorf("replay: --python %s: %v", python, err)
 		}
+		if err := t.checkEntry(); err != nil {
+			os.RemoveAll(t.dir)
+			return nil, err
+		}
 		return t, nil
 	}
 	t.zmu.Lock()
@@ -231,6 +235,36 @@ func newTorchBackend(o Options) (Backend, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// checkEntry imports the --entry function once, as every replay would:
+// an entry that cannot be imported is an error of New, as it is when the
+// zygote imports it at its start, rather than a harness failure of every
+// candidate.
+func (t *torchBackend) checkEntry() error {
+	if t.entry == "" {
+		return nil
+	}
+	res := t.runner.Run(context.Background(), Command{Path: t.python, Args: []string{t.module, "entry", t.entry}, Env: t.env})
+	switch {
+	case res.Err != nil && !res.Started:
+		return fmt.Errorf("replay: --python %s: %w", t.python, res.Err)
+	case res.ExitCode == 0:
+		return nil
+	}
+	// The worker's last line says why ("reduce_batch: harness: --entry ...:
+	// cannot import ..."), after the import's traceback, if any.
+	errb := bytes.TrimRight(res.Stderr, "\n")
+	why := lastLine(errb)
+	errb = bytes.TrimRight(errb[:bytes.LastIndexByte(errb, '\n')+1], "\n")
+	msg := "replay: " + strings.TrimPrefix(why, "reduce_batch: harness: ")
+	if len(errb) > 4096 {
+		errb = errb[len(errb)-4096:]
+	}
+	if len(errb) > 0 {
+		msg += "; its stderr ends:\n" + string(errb)
+	}
+	return errors.New(msg)
 }
 
 func (t *torchBackend) Kind() Kind { return KindTorch }

@@ -4,8 +4,9 @@
 # flags: run it when the fixture writer changes. The size-mode example is
 # left out: its fixture would only replay under --device-memory, which the
 # committed fixtures' tests do not emulate. A fixture is named by its
-# batch.bin, so the names change only when a reduction finds another
-# minimal batch; the script lists the directories that came and went.
+# batches and its record (less the run's timings and whereabouts), so the
+# names change when a reduction finds another minimal batch or records it
+# otherwise; the script lists the directories that came and went.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go build -o bin/reduce ./cmd/reduce

@@ -19,7 +19,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:      "reduce",
 		Usage:     "shrink a recorded failing PyTorch batch to the smallest input that fails the same way",
 		UsageText: "reduce --batch crash.bin [flags]\nreduce COMMAND [flags] ARGS",
@@ -55,17 +55,25 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		// Errors are printed and mapped to exit codes by run, not by the
 		// library (which would call os.Exit from inside tests).
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError: func(c *cli.Context, err error, _ bool) error {
-			return usagef("%v (see reduce %s--help)", err, commandPrefix(c))
-		},
+		OnUsageError:   onUsageError,
 	}
+	// A command without a handler of its own would print "Incorrect
+	// Usage" and its whole help on stdout, where results go.
+	for _, cmd := range app.Commands {
+		cmd.OnUsageError = onUsageError
+	}
+	return app
 }
 
-func commandPrefix(c *cli.Context) string {
-	if c.Command != nil && c.Command.Name != "" {
-		return c.Command.Name + " "
+// onUsageError turns a flag urfave/cli could not parse into bad usage that
+// names the help to read: `reduce --help` for the main job, `reduce
+// COMMAND --help` for a command.
+func onUsageError(c *cli.Context, err error, isSubcommand bool) error {
+	help := "reduce --help"
+	if isSubcommand && c.Command != nil {
+		help = "reduce " + c.Command.Name + " --help"
 	}
-	return ""
+	return usagef("%v (see %s)", err, help)
 }
 
 // intersperse moves a subcommand's flags ahead of its positional arguments,

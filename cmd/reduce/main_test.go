@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"reduce/fixtures"
+	"reduce/internal/testenv"
 	"reduce/replay"
 )
 
@@ -55,13 +58,39 @@ func TestScript(t *testing.T) {
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("EXAMPLES", examples)
 			env.Setenv("BAD", bad)
+			if python, ok, _ := testenv.ScriptPython("torch"); ok {
+				env.Setenv("PYTHON", python)
+			}
 			return nil
+		},
+		// [torch]: a Python with torch is there ($PYTHON); without, a
+		// script that needs it skips, or fails under REDUCE_REQUIRE_TORCH.
+		Condition: func(cond string) (bool, error) {
+			if cond != "torch" {
+				return false, fmt.Errorf("unknown condition %q", cond)
+			}
+			_, ok, err := testenv.ScriptPython("torch")
+			return ok, err
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"exits":  cmdExits,
 			"nodups": cmdNoDups,
+			"dropop": cmdDropOp,
 		},
 	})
+}
+
+// cmdDropOp is the script command `dropop IN OUT`: it writes the batch IN
+// without its op and attributes, as a batch recorded for a step of the
+// user's own is.
+func cmdDropOp(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: dropop IN OUT")
+	}
+	b, err := fixtures.Read(ts.MkAbs(args[0]))
+	ts.Check(err)
+	b.Op, b.Attrs = "", nil
+	ts.Check(fixtures.Write(ts.MkAbs(args[1]), b))
 }
 
 // cmdExits is the script command `exits CODE PROG ARGS...`: it runs PROG

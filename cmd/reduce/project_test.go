@@ -105,6 +105,6 @@ func TestProjectStepMissing(t *testing.T) {
 	assert.Equal(t, ExitUsage, exit.ExitCode())
 	msg := stderr.String()
 	assert.Contains(t, msg, "the recorded step renamed_module:train_step: cannot import renamed_module")
-	assert.Contains(t, msg, "sys.path tried: "+dir)
+	assert.Contains(t, msg, "(sys.path tried: "+dir)
 	assert.NotContains(t, stdout.String(), `"event":"replay"`, "no candidate was replayed")
 }

@@ -15,7 +15,6 @@ import (
 	"reduce/internal/reduction"
 	"reduce/internal/regress"
 	"reduce/internal/signature"
-	"reduce/kernels"
 	"reduce/replay"
 	"reduce/shrink"
 )
@@ -40,7 +39,7 @@ func mainFlags() []cli.Flag {
 // code.
 func mainJob(c *cli.Context) error {
 	if c.NArg() > 0 {
-		return usagef("unknown command %q (see reduce --help)", c.Args().First())
+		return unknownCommand(c, c.Args().First())
 	}
 	path := c.String("batch")
 	if path == "" {
@@ -58,16 +57,7 @@ func mainJob(c *cli.Context) error {
 	if b.Samples == 0 {
 		return usagef("%s: the batch has no samples to reduce", path)
 	}
-	if kind, _ := backendKind(c, b); kind == replay.KindGo {
-		if b.Op == "" {
-			return usagef("%s records no op (it was recorded for a step of its own): reduce it with --backend torch --entry MODULE:FUNCTION or --backend exec --replay CMD", path)
-		}
-		if _, err := kernels.Lookup(b.Op); err != nil {
-			return usagef("%s: op %q is not built into the go backend (it has %s): reduce it with --backend torch or --backend exec",
-				path, b.Op, strings.Join(kernels.OpNames(), ", "))
-		}
-	}
-	be, err := newBackend(c, b)
+	be, err := newBackend(c, path, b)
 	if err != nil {
 		return err
 	}
@@ -98,6 +88,32 @@ func mainJob(c *cli.Context) error {
 		return withCode(ExitInterrupted, err)
 	}
 	return err
+}
+
+// unknownCommand is the error for a word where a command was expected:
+// the batch given without --batch when it names a file (or looks like
+// one), else the commands there are.
+func unknownCommand(c *cli.Context, arg string) error {
+	switch {
+	case c.IsSet("batch"):
+		return usagef("unexpected argument %q: the batch is --batch %s, and the main job takes no arguments (see reduce --help)", arg, c.String("batch"))
+	case looksLikeFile(arg):
+		return usagef("unknown command %q: did you mean --batch %s?", arg, regress.ShellQuote(arg))
+	}
+	var names []string
+	for _, cmd := range c.App.VisibleCommands() {
+		names = append(names, cmd.Name)
+	}
+	return usagef("unknown command %q: the commands are %s (see reduce --help)", arg, strings.Join(names, ", "))
+}
+
+// looksLikeFile reports whether arg names an existing file, or has the
+// shape of a path (a separator, or an extension such as .bin).
+func looksLikeFile(arg string) bool {
+	if st, err := os.Stat(arg); err == nil && !st.IsDir() {
+		return true
+	}
+	return strings.ContainsRune(arg, filepath.Separator) || len(filepath.Ext(arg)) > 1
 }
 
 // reductionOptions maps the main job's flags.

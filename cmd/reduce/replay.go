@@ -22,8 +22,8 @@ func backendFlags() []cli.Flag {
 		&cli.StringFlag{Name: "backend", Value: "go", Usage: "replay with `KIND`: go (built-in kernels, no Python), torch (real PyTorch) or exec (--replay)"},
 		&cli.StringFlag{Name: "device", Usage: "go: cpu or cuda (CUDA emulation); torch: the torch `DEVICE` (cpu, cuda, cuda:N); default from the recorded failure"},
 		&cli.StringFlag{Name: "python", Usage: "the Python `INTERPRETER` that has torch (default: the one that recorded the batch, else /usr/bin/python3 or python3 on PATH)"},
-		&cli.StringFlag{Name: "entry", Usage: "torch backend: call `MODULE:FUNCTION` with the loaded batch instead of the built-in op"},
-		&cli.StringFlag{Name: "replay", Usage: "exec backend: the `COMMAND` to run, {batch} standing for the candidate file"},
+		&cli.StringFlag{Name: "entry", Usage: "torch backend: call `MODULE:FUNCTION` with the loaded batch instead of the built-in op (alone, it chooses --backend torch); a path's folder goes first on sys.path"},
+		&cli.StringFlag{Name: "replay", Usage: "exec backend: the `COMMAND` to run, {batch} standing for the candidate file (alone, it chooses --backend exec)"},
 		&cli.StringFlag{Name: "replay-format", Value: "bin", Usage: "exec backend: candidate `FORMAT`: bin, npz or safetensors"},
 		&cli.DurationFlag{Name: "timeout", Value: replay.DefaultTimeout, Usage: "stop a replay after `DURATION` (SIGINT, then SIGKILL) and count it as a timeout"},
 		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: 1, Usage: "run `N` replays at once"},
@@ -40,45 +40,51 @@ func backendFlags() []cli.Flag {
 	}
 }
 
-// backendKind is the backend that replays b: --backend when given, else the
-// torch backend for a batch that records its step and no op (the file says
-// how it replays), else the flag's default. step is b's step when the torch
-// backend replays it.
-func backendKind(c *cli.Context, b *fixtures.Batch) (replay.Kind, *fixtures.Step) {
-	kind := replay.Kind(c.String("backend"))
-	if b == nil || b.Step == nil || b.Op != "" {
-		return kind, nil
-	}
-	if !c.IsSet("backend") && !c.IsSet("replay") {
-		kind = replay.KindTorch
-	}
-	if kind != replay.KindTorch {
-		return kind, nil
-	}
-	return kind, b.Step
-}
-
-// newBackend builds the backend the flags describe. b, when given, chooses
-// the go backend's default device: CUDA emulation for a batch whose
-// recorded failure came from a GPU.
-func newBackend(c *cli.Context, b *fixtures.Batch) (replay.Backend, error) {
+// newBackend builds the backend the flags describe for the batch b, read
+// from path. Before anything is replayed it refuses a batch the backend has
+// nothing to run for (replay.Step), and notes on stderr a backend that
+// --entry, --replay or the step the batch records chose. A batch that
+// records its step and no op replays it on the torch backend, with the
+// interpreter that recorded it unless --python names one. b chooses the go backend's default device:
+// CUDA emulation for a batch whose recorded failure came from a GPU.
+func newBackend(c *cli.Context, path string, b *fixtures.Batch) (replay.Backend, error) {
 	gpus, err := replay.ParseGPUs(c.String("gpus"))
 	if err != nil {
 		return nil, usagef("--gpus %q: %v", c.String("gpus"), err)
 	}
-	kind, step := backendKind(c, b)
-	if step != nil && c.String("entry") == "" {
-		fmt.Fprintf(c.App.ErrWriter, "reduce: replaying the recorded step %s on the torch backend\n", step.Entry())
+	var kind replay.Kind
+	if c.IsSet("backend") {
+		kind = replay.Kind(c.String("backend"))
+	}
+	o := replay.Options{Kind: kind, Entry: c.String("entry"), Replay: c.String("replay")}
+	if b.Op == "" {
+		o.Step = b.Step
+	}
+	kind, chosenBy, err := replay.KindFor(o)
+	if err != nil {
+		return nil, usageErr(err)
+	}
+	if chosenBy != "" {
+		fmt.Fprintf(c.App.ErrWriter, "reduce: %s runs on the %s backend: using it\n", chosenBy, kind)
+	}
+	what, err := replay.Step(o, b)
+	if err != nil {
+		return nil, usagef("%s: %v", path, err)
+	}
+	if kind != replay.KindTorch || o.Entry != "" {
+		o.Step = nil
+	} else if o.Step != nil {
+		fmt.Fprintf(c.App.ErrWriter, "reduce: replaying %s\n", what)
 	}
 	python := c.String("python")
-	if python == "" && kind == replay.KindTorch && b != nil && b.Meta["executable"] != "" {
+	if python == "" && kind == replay.KindTorch && b.Meta["executable"] != "" {
 		// The interpreter that recorded the batch: the user's own torch.
 		if _, err := os.Stat(b.Meta["executable"]); err == nil {
 			python = b.Meta["executable"]
 		}
 	}
 	device := c.String("device")
-	if device == "" && kind == replay.KindGo && b != nil && b.Error != nil {
+	if device == "" && kind == replay.KindGo && b.Error != nil {
 		switch signature.Recorded(b.Error.Text).Backend {
 		case signature.BackendCUDA, signature.BackendHIP, signature.BackendTriton:
 			device = "cuda"
@@ -96,8 +102,8 @@ func newBackend(c *cli.Context, b *fixtures.Batch) (replay.Backend, error) {
 	// `reduce replay` as for the reduction that wrote a fixture.
 	seed := c.Int64("seed")
 	be, err := replay.New(replay.Options{
-		Kind: kind, Device: device, Python: python, Entry: c.String("entry"), Step: step,
-		Replay: c.String("replay"), ReplayFormat: fixtures.Format(c.String("replay-format")), Jobs: c.Int("jobs"),
+		Kind: kind, Device: device, Python: python, Entry: o.Entry, Step: o.Step,
+		Replay: o.Replay, ReplayFormat: fixtures.Format(c.String("replay-format")), Jobs: c.Int("jobs"),
 		GPUs: gpus, Timeout: c.Duration("timeout"), NoZygote: c.Bool("no-zygote"), Blocking: &blocking,
 		Seed: &seed, DeviceMemory: deviceMemory,
 		Launcher: c.String("launcher"), SlurmArgs: c.String("slurm-args"), SharedDir: c.String("shared-dir"),
@@ -182,7 +188,7 @@ func replayOnce(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	be, err := newBackend(c, b)
+	be, err := newBackend(c, path, b)
 	if err != nil {
 		return err
 	}

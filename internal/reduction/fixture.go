@@ -1,6 +1,7 @@
 package reduction
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -28,6 +29,11 @@ func (r *run) writeFixtures(found []Finding) ([]string, error) {
 	dirs := make([]string, len(found))
 	for i, f := range found {
 		dir, err := regress.Write(r.o.Out, r.regression(f, i, culprits))
+		if errors.Is(err, regress.ErrExists) {
+			// Another reduction's fixture under the same name: bad usage
+			// of --out, never a fixture kept in silence.
+			return nil, errorf(ErrUsage, "%v: give another --out, or remove that directory", err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("write fixture under --out %s: %w", r.o.Out, err)
 		}

@@ -57,6 +57,24 @@ func Python(t testing.TB, modules ...string) string {
 	return r.python
 }
 
+// ScriptPython is Python for a testscript condition, where there is no
+// testing.TB to skip: the interpreter that imports modules (default: torch)
+// and true; with none, false (the script skips) or, under
+// REDUCE_REQUIRE_TORCH, an error (the script fails).
+func ScriptPython(modules ...string) (string, bool, error) {
+	if len(modules) == 0 {
+		modules = []string{"torch"}
+	}
+	r := find(modules)
+	switch {
+	case r.why == "":
+		return r.python, true, nil
+	case os.Getenv(RequireTorch) != "":
+		return "", false, fmt.Errorf("%s (%s is set: it must be there)", r.why, RequireTorch)
+	}
+	return "", false, nil
+}
+
 // Slurm checks that a Slurm cluster is there for t: REDUCE_SLURM set (to
 // any non-empty value; scripts/slurm-local.sh start, with its SLURM_CONF)
 // and srun on PATH. Without, t is skipped or, under REDUCE_REQUIRE_SLURM,

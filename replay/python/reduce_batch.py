@@ -1715,8 +1715,9 @@ def check_outputs(out, expected):
 
 def resolve_entry(entry):
     """The function of an --entry "module:function": module is a dotted name (imported from the
-    working directory or PYTHONPATH) or a path to a .py file; function may be dotted. Raises
-    HarnessError (an import error's traceback is printed to stderr first)."""
+    working directory or PYTHONPATH) or a path to a .py file, whose folder goes first on sys.path;
+    function may be dotted. Raises HarnessError (an import error's traceback is printed to stderr
+    first)."""
     import importlib
     import traceback
 
@@ -1728,6 +1729,8 @@ def resolve_entry(entry):
             import importlib.util
 
             path = os.path.abspath(mod_name)
+            if sys.path[:1] != [os.path.dirname(path)]:
+                sys.path.insert(0, os.path.dirname(path))  # its imports (a sibling model.py) as a script's
             name = "_reduce_entry_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
             mod = sys.modules.get(name)
             if mod is None or getattr(mod, "__file__", None) != path:
@@ -1747,7 +1750,8 @@ def resolve_entry(entry):
         raise
     except Exception as e:
         traceback.print_exc()
-        raise HarnessError("--entry %r: cannot import %s: %s: %s" % (entry, mod_name, type(e).__name__, e))
+        raise HarnessError("--entry %r: cannot import %s: %s: %s (sys.path: %s)"
+                           % (entry, mod_name, type(e).__name__, e, ", ".join(sys.path)))
     obj = mod
     for part in attr.split("."):
         try:
@@ -1803,7 +1807,7 @@ def resolve_step(step, chdir=False):
         return resolve_entry(target)
     except HarnessError as e:
         why = str(e).replace("--entry %r: " % target, "")
-        raise HarnessError("the recorded step %s: %s (sys.path tried: %s)" % (target, why, ", ".join(sys.path[:6])))
+        raise HarnessError("the recorded step %s: %s" % (target, why.replace("(sys.path: ", "(sys.path tried: ")))
 
 
 def _call_step(fn, batch):

@@ -6,6 +6,7 @@ directory; this file imports reduce_batch from there. Commands:
     reduce_replay.py replay FILE [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION | --step JSON] [--device-memory BYTES]
     reduce_replay.py zygote [--device D] [--entry MODULE:FUNCTION | --step JSON] [--slots N] [--slot-env JSON] [--device-memory BYTES]
     reduce_replay.py info FILE...
+    reduce_replay.py entry MODULE:FUNCTION
 
 `replay` runs one candidate batch in this process; `zygote` imports torch once and forks a
 child per candidate (the protocol is _Zygote's). A candidate that fails exits as the
@@ -676,8 +677,22 @@ def _cmd_zygote(args):
     return _Zygote(o.device, o.entry, o.slots, slot_env, proto_in, proto_out, o.device_memory, o.step).run()
 
 
+def _cmd_entry(args):
+    """entry MODULE:FUNCTION: import the --entry function as a replay would, once, before any replay."""
+    if len(args) != 1:
+        sys.stderr.write("usage: reduce_replay.py entry MODULE:FUNCTION\n")
+        return 2
+    _cwd_on_path()
+    try:
+        rb.resolve_entry(args[0])
+    except rb.HarnessError as e:
+        sys.stderr.write("reduce_batch: harness: %s\n" % e)
+        return HARNESS_EXIT
+    return 0
+
+
 # Subcommands by name.
-COMMANDS = {"info": _cmd_info, "replay": _cmd_replay, "zygote": _cmd_zygote}
+COMMANDS = {"entry": _cmd_entry, "info": _cmd_info, "replay": _cmd_replay, "zygote": _cmd_zygote}
 
 
 def main(argv=None):
