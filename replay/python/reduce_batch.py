@@ -2050,11 +2050,10 @@ def _lightning_info(trainer, pl_module, batch_idx):
 def lightning_step(batch, state):
     """The step of a file written by lightning_callback: rebuild the LightningModule as
     cls(**hparams) on the batch's device (with the recorded weights, and the precision's dtype or
-    autocast), then run its transfer_batch_to_device and on_after_batch_transfer,
-    training_step(batch, batch_idx) and backward of
-    its loss (the tensor returned, or its "loss"). Returns the detached loss (None when
-    training_step returned None: Lightning skips that batch too). HarnessError when the module
-    cannot be rebuilt."""
+    autocast), then run its transfer_batch_to_device and on_after_batch_transfer hooks,
+    training_step(batch, batch_idx) and backward of its loss (the tensor returned, or its
+    "loss"). Returns the detached loss (None when training_step returned None: Lightning skips
+    that batch too). HarnessError when the module cannot be rebuilt."""
     import collections.abc
     import contextlib
     import inspect
@@ -2079,7 +2078,9 @@ def lightning_step(batch, state):
     kind = precision.split("-")[0]
     dtype = {"16": torch.float16, "bf16": torch.bfloat16, "64": torch.float64}.get(kind)
     true_dtype = dtype is not None and (kind == "64" or precision.endswith("-true"))
-    module.to(device, dtype) if true_dtype else module.to(device)
+    module.to(device)
+    if true_dtype:
+        module.to(dtype)
     weights = state.get("model")
     if weights:
         kept = {k: v for k, v in weights.items() if v is not None}

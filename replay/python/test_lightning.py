@@ -117,7 +117,13 @@ def _modules(L):
         def validation_step(self, batch, batch_idx):
             raise RuntimeError("validation broke")
 
-    return Labels, Weights, NoHparams, FailsInValidation
+    class Dtype(Labels):
+        """Fails on every batch, saying the dtype its layer computes in."""
+
+        def training_step(self, batch, batch_idx):
+            raise ValueError("logits in %s" % self.lin(batch["x"]).dtype)
+
+    return Labels, Weights, NoHparams, FailsInValidation, Dtype
 
 
 # The modules at the top level, one set per package, so that the replay imports them by name.
@@ -131,11 +137,11 @@ def module(name, package):
     return globals()["%s_%s" % (name, package.replace(".", "_"))]
 
 
-def fit(L, model, callback, collate=as_dict, val=False, bad_label=7):
+def fit(L, model, callback, collate=as_dict, val=False, bad_label=7, precision="32-true"):
     loader = torch.utils.data.DataLoader(Samples(bad_label), batch_size=8, collate_fn=collate)
     trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[callback],
-                        limit_val_batches=1 if val else 0, num_sanity_val_steps=0)
+                        limit_val_batches=1 if val else 0, num_sanity_val_steps=0, precision=precision)
     trainer.fit(model, loader, loader if val else None)
 
 
@@ -188,6 +194,17 @@ def test_the_recorded_weights_are_the_replays(lightning_packages, tmp_path):
     # Without the weights, the module starts from its initial ones: the step passes.
     assert "model" not in rb.load(paths[False]).state
     assert torch.isfinite(rb.replay(paths[False]))
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
+def test_the_replay_computes_in_the_recorded_precision(lightning_packages, tmp_path, precision):
+    package, L = next(iter(lightning_packages.items()))
+    path = str(tmp_path / "crash.bin")
+    with pytest.raises(ValueError, match="logits in torch.bfloat16"):
+        fit(L, module("Dtype", package)(), rb.lightning_callback(path), precision=precision)
+    assert rb.load(path).state["lightning"]["precision"] == precision
+    with pytest.raises(ValueError, match="logits in torch.bfloat16"):
+        rb.replay(path)
 
 
 def test_a_module_without_hparams_is_recorded_with_a_warning(lightning_packages, tmp_path, capfd):
