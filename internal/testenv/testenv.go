@@ -1,5 +1,6 @@
 // Package testenv says whether a test has what it needs from the machine:
-// a Python with real PyTorch (Python), a Slurm cluster (Slurm). A test that
+// a Python with real PyTorch (Python), one with PyTorch Lightning too
+// (PythonLightning), a Slurm cluster (Slurm). A test that
 // finds it missing is skipped, saying why, unless the matching REDUCE_REQUIRE_
 // variable has any non-empty value (make test sets them): then what is
 // missing is a broken setup and the test fails. It is the one place that
@@ -17,9 +18,14 @@ import (
 
 // The variables that turn a missing dependency into a failure.
 const (
-	RequireTorch = "REDUCE_REQUIRE_TORCH"
-	RequireSlurm = "REDUCE_REQUIRE_SLURM"
+	RequireTorch     = "REDUCE_REQUIRE_TORCH"
+	RequireSlurm     = "REDUCE_REQUIRE_SLURM"
+	RequireLightning = "REDUCE_REQUIRE_LIGHTNING"
 )
+
+// lightningProbe imports torch and PyTorch Lightning by either of its
+// package names (reduce_batch.lightning_callback takes both).
+const lightningProbe = "import torch\ntry:\n    import lightning.pytorch\nexcept ImportError:\n    import pytorch_lightning"
 
 // Missing ends t for want of something: it skips with why, or fails when
 // the variable require has any non-empty value.
@@ -75,6 +81,30 @@ func ScriptPython(modules ...string) (string, bool, error) {
 	return "", false, nil
 }
 
+// PythonLightning returns an interpreter that imports torch and PyTorch
+// Lightning (the lightning package or pytorch_lightning):
+// $REDUCE_PYTHON_LIGHTNING when set, and then one that cannot is a failure
+// (it was named for these tests); else the first of $REDUCE_PYTHON (or
+// Python's defaults) that can. With none, t is skipped or, under
+// REDUCE_REQUIRE_LIGHTNING, fails. Debian has no Lightning package: make
+// test's default interpreter skips these tests.
+func PythonLightning(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("REDUCE_PYTHON_LIGHTNING"); p != "" {
+		r := probe("torch+lightning:"+p, lightningProbe, "torch and lightning", "pip install lightning", []string{p})
+		if r.why != "" {
+			t.Fatalf("REDUCE_PYTHON_LIGHTNING is set but %s", r.why)
+		}
+		return r.python
+	}
+	r := probe("torch+lightning", lightningProbe, "torch and lightning",
+		"pip install lightning into a venv with torch, and set REDUCE_PYTHON_LIGHTNING or REDUCE_PYTHON", pythonCandidates())
+	if r.why != "" {
+		Missing(t, RequireLightning, r.why)
+	}
+	return r.python
+}
+
 // Slurm checks that a Slurm cluster is there for t: REDUCE_SLURM set (to
 // any non-empty value; scripts/slurm-local.sh start, with its SLURM_CONF)
 // and srun on PATH. Without, t is skipped or, under REDUCE_REQUIRE_SLURM,
@@ -92,6 +122,22 @@ func Slurm(t testing.TB) {
 
 func find(modules []string) result {
 	key := strings.Join(modules, ",")
+	return probe(key, "import "+key, key, "install Debian's python3-torch python3-numpy, or set REDUCE_PYTHON", pythonCandidates())
+}
+
+// pythonCandidates are the interpreters tried: $REDUCE_PYTHON alone when
+// set, else Debian's and the python3 on PATH.
+func pythonCandidates() []string {
+	if p := os.Getenv("REDUCE_PYTHON"); p != "" {
+		return []string{p}
+	}
+	return []string{"/usr/bin/python3", "python3"}
+}
+
+// probe returns the first of candidates that runs code without an error,
+// once per key and process; what is the missing thing, hint how to get it,
+// in the why.
+func probe(key, code, what, hint string, candidates []string) result {
 	probes.Lock()
 	defer probes.Unlock()
 	if probes.done == nil {
@@ -99,10 +145,6 @@ func find(modules []string) result {
 	}
 	if r, ok := probes.done[key]; ok {
 		return r
-	}
-	candidates := []string{"/usr/bin/python3", "python3"}
-	if p := os.Getenv("REDUCE_PYTHON"); p != "" {
-		candidates = []string{p}
 	}
 	var whys []string
 	r := result{}
@@ -112,17 +154,17 @@ func find(modules []string) result {
 			whys = append(whys, fmt.Sprintf("%s: not found", c))
 			continue
 		}
-		out, err := exec.Command(path, "-c", "import "+key).CombinedOutput()
+		out, err := exec.Command(path, "-c", code).CombinedOutput()
 		if err != nil {
 			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-			whys = append(whys, fmt.Sprintf("%s cannot import %s: %s", path, key, lines[len(lines)-1]))
+			whys = append(whys, fmt.Sprintf("%s cannot import %s: %s", path, what, lines[len(lines)-1]))
 			continue
 		}
 		r.python = path
 		break
 	}
 	if r.python == "" {
-		r.why = "no Python with " + key + " (install Debian's python3-torch python3-numpy, or set REDUCE_PYTHON): " + strings.Join(whys, "; ")
+		r.why = "no Python with " + what + " (" + hint + "): " + strings.Join(whys, "; ")
 	}
 	probes.done[key] = r
 	return r

@@ -59,3 +59,29 @@ func TestRequire(t *testing.T) {
 	probes.done = nil
 	probes.Unlock()
 }
+
+// TestRequireLightning: no Lightning skips, and fails under
+// REDUCE_REQUIRE_LIGHTNING; an interpreter named by REDUCE_PYTHON_LIGHTNING
+// that cannot import it fails whatever the variable says.
+func TestRequireLightning(t *testing.T) {
+	reset := func() {
+		probes.Lock()
+		probes.done = nil
+		probes.Unlock()
+	}
+	defer reset()
+	lightning := func(tb testing.TB) { PythonLightning(tb) }
+	t.Setenv("REDUCE_PYTHON_LIGHTNING", "")
+	t.Setenv("REDUCE_PYTHON", "/no/such/python")
+	for value, fails := range map[string]bool{"": false, "1": true} {
+		reset()
+		t.Setenv(RequireLightning, value)
+		r := end(lightning)
+		assert.Equal(t, fails, r.failed, "%s=%q", RequireLightning, value)
+		assert.Equal(t, !fails, r.skipped, "%s=%q", RequireLightning, value)
+	}
+	reset()
+	t.Setenv(RequireLightning, "")
+	t.Setenv("REDUCE_PYTHON_LIGHTNING", "/no/such/python")
+	assert.True(t, end(lightning).failed, "REDUCE_PYTHON_LIGHTNING names an interpreter without it: the tests fail")
+}

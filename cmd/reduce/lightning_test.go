@@ -1,0 +1,72 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"reduce/internal/testenv"
+)
+
+// TestLightningCrashes is the README's PyTorch Lightning path on a real
+// Trainer (testdata/lightning/train.py: the LightningModule defined in the
+// script that is run, over testdata/project's Dataset with ids, padding
+// collate and model; reduce_batch.lightning_callback):
+// each crash is recorded by the callback, then reduced with `reduce --batch
+// crash.bin` and no other flag, from another directory. The interpreter is
+// testenv.PythonLightning's (REDUCE_PYTHON_LIGHTNING, or REDUCE_PYTHON with
+// lightning or pytorch_lightning installed); Debian's has no Lightning.
+func TestLightningCrashes(t *testing.T) {
+	py := testenv.PythonLightning(t)
+	bin := reduceBinary(t)
+	files := map[string][]byte{}
+	for _, f := range []string{"lightning/train.py", "project/textclf.py"} {
+		data, err := os.ReadFile(filepath.Join("testdata", f))
+		require.NoError(t, err)
+		files[filepath.Base(f)] = data
+	}
+	rec, err := exec.Command(bin, "recorder").Output()
+	require.NoError(t, err)
+	files["reduce_batch.py"] = rec
+	cases := []struct {
+		crash string
+		want  string // in the signature's expression
+	}{
+		{"label", "Target N is out of bounds."},
+		// Padded to 70 by the collate: only re-padding each candidate to
+		// its own longest sample leaves the others passing.
+		{"length", "index out of range in self"},
+		// The weights went bad before the step: only the recorded
+		// state_dict reproduces it.
+		{"nan", "loss is nan"},
+	}
+	for _, c := range cases {
+		t.Run(c.crash, func(t *testing.T) {
+			t.Parallel()
+			proj := t.TempDir()
+			for name, data := range files {
+				require.NoError(t, os.WriteFile(filepath.Join(proj, name), data, 0o644))
+			}
+
+			train := exec.Command(py, "train.py", "--crash", c.crash, "--out", "crash.bin")
+			train.Dir = proj
+			out, err := train.CombinedOutput()
+			require.Error(t, err, "the training run must crash:\n%s", out)
+			require.Contains(t, string(out), "reduce_batch: saved the failing batch to crash.bin", "%s", out)
+			assert.NotContains(t, string(out), "cannot be rebuilt", "%s", out)
+
+			cmd := exec.Command(bin, "--batch", filepath.Join(proj, "crash.bin"), "--json", "-q")
+			cmd.Dir = t.TempDir() // the module's script is found from the file
+			sum := runSummary(t, cmd)
+			assert.Contains(t, sum.Signature.Expression, c.want)
+			assert.Equal(t, "samples", string(sum.Mode), sum.ModeReason)
+			require.Len(t, sum.Culprits, 1, "%+v", sum.Culprits)
+			assert.Equal(t, []string{"txt-037"}, sum.Culprits[0].IDs)
+			assert.False(t, sum.Partial)
+		})
+	}
+}
