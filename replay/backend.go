@@ -277,7 +277,11 @@ func (o *Options) settings(kind Kind, device string) Settings {
 // env is what every replay of o gets over its own environment: Options.Env
 // and the seed.
 func (o *Options) env() []string {
-	env := append([]string(nil), o.Env...)
+	// REDUCE_REPLAY tells the user's code it runs in a replay: the
+	// recorder then records nothing, so that a step whose module runs a
+	// training loop when imported can never write over the batch being
+	// reduced (reduce_batch.record_on_failure).
+	env := append([]string{"REDUCE_REPLAY=1"}, o.Env...)
 	if o.Seed != nil {
 		env = append(env, fmt.Sprintf("REDUCE_SEED=%d", *o.Seed))
 	}

@@ -25,7 +25,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		UsageText: "reduce --batch crash.bin [flags]\nreduce COMMAND [flags] ARGS",
 		Description: "reduce replays subsets of a recorded batch, each in a fresh process, until it has the\n" +
 			"minimal input that still triggers the same failure, then writes a regression fixture:\n" +
-			"the minimal batch, fixture.json, report.md, a pytest file and a Go test, in a directory\n" +
+			"the minimal batch, fixture.json, report.md, and a pytest file, in a directory\n" +
 			"named by op and content hash under --out. Progress goes to stderr; the fixture path is\n" +
 			"the last line of stdout (--json: one JSON event per line, the last the summary).\n\n" +
 			"Record a batch with the Python module that `reduce recorder` prints.\n\n" +

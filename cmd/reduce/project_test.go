@@ -30,17 +30,18 @@ func TestProjectCrashes(t *testing.T) {
 		ids   []string // the samples reduce must name
 		mode  string
 		want  string // in the signature's expression
+		why   string // in the mode's reason
 	}{
-		{"label", []string{"txt-037"}, "samples", "Target N is out of bounds."},
-		{"token", []string{"txt-037"}, "samples", "index out of range in self"},
+		{"label", []string{"txt-037"}, "samples", "Target N is out of bounds.", ""},
+		{"token", []string{"txt-037"}, "samples", "index out of range in self", ""},
 		// Padded to 70 by the collate: without re-padding every candidate
 		// would keep 70 columns and fail.
-		{"length", []string{"txt-037"}, "samples", "index out of range in self"},
+		{"length", []string{"txt-037"}, "samples", "index out of range in self", "the cause is a length: 70 along dim 1 of tokens"},
 		// The weights went bad before the step: only the recorded state
 		// reproduces it.
-		{"nan", []string{"txt-037"}, "samples", "loss is nan"},
+		{"nan", []string{"txt-037"}, "samples", "loss is nan", ""},
 		// A relation between two samples' per-sample keys.
-		{"dupkey", []string{"txt-037", "txt-041"}, "samples", "duplicate key N in the batch"},
+		{"dupkey", []string{"txt-037", "txt-041"}, "samples", "duplicate key N in the batch", "per-sample values (key), a relation between them"},
 	}
 	for _, c := range cases {
 		t.Run(c.crash, func(t *testing.T) {
@@ -75,6 +76,7 @@ func TestProjectCrashes(t *testing.T) {
 			sum := runSummary(t, cmd)
 			assert.Contains(t, sum.Signature.Expression, c.want)
 			assert.Equal(t, c.mode, string(sum.Mode), sum.ModeReason)
+			assert.Contains(t, sum.ModeReason, c.why)
 			require.Len(t, sum.Culprits, 1, "%+v", sum.Culprits)
 			assert.Equal(t, c.ids, sum.Culprits[0].IDs)
 			assert.False(t, sum.Partial)

@@ -64,7 +64,7 @@ func newBackend(c *cli.Context, path string, b *fixtures.Batch) (replay.Backend,
 	if err != nil {
 		return nil, usageErr(err)
 	}
-	if chosenBy != "" {
+	if chosenBy != "" && !c.Bool("quiet") {
 		fmt.Fprintf(c.App.ErrWriter, "reduce: %s runs on the %s backend: using it\n", chosenBy, kind)
 	}
 	what, err := replay.Step(o, b)
@@ -73,7 +73,7 @@ func newBackend(c *cli.Context, path string, b *fixtures.Batch) (replay.Backend,
 	}
 	if kind != replay.KindTorch || o.Entry != "" {
 		o.Step = nil
-	} else if o.Step != nil {
+	} else if o.Step != nil && !c.Bool("quiet") {
 		fmt.Fprintf(c.App.ErrWriter, "reduce: replaying %s\n", what)
 	}
 	python := c.String("python")

@@ -106,9 +106,10 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 		Source:      regress.RecordSource{File: filepath.Base(r.o.Source), Hash: "sha256:" + r.srcHash, Samples: r.batch.Samples},
 		Environment: r.environment(set), Attrs: r.batch.Attrs, Entry: set.Entry, Step: set.Step,
 	}
-	if rec.Step != "" && set.Device == "cpu" && r.want.Exception != "" {
-		// The step failed on the CPU in the replays: the test expects the
-		// same class there (its message was normalized into the signature).
+	if (rec.Step != "" || rec.Entry != "") && set.Device == "cpu" && r.want.Exception != "" {
+		// The step (recorded, or --entry) failed on the CPU in the replays:
+		// the test expects the same class there (its message was normalized
+		// into the signature).
 		rec.CPU = &regress.CPUFailure{Exception: r.want.Exception}
 	}
 	if set.Kind == replay.KindExec {
@@ -230,6 +231,8 @@ func (r *run) diagnosis(f Finding) string {
 	switch {
 	case r.mode == ModeSize && r.size != nil:
 		return fmt.Sprintf("%s: %s at batch size %d; %d samples pass", op, r.want.Family, r.size.SmallestFailing, r.size.LargestPassing)
+	case f.ContentFree && r.batch.LongerSamples(f.Indices) != "":
+		return fmt.Sprintf("%s: %s with %s: %s", op, r.want.Family, where, r.batch.LongerSamples(f.Indices))
 	case f.ContentFree && len(r.batch.SampleValues()) > 0:
 		return fmt.Sprintf("%s: %s whatever the tensor values of %s: the cause is in their per-sample values (%s)%s",
 			op, r.want.Family, where, strings.Join(r.batch.SampleValues(), ", "), map[bool]string{true: ", a relation between them"}[len(f.Indices) > 1])
@@ -238,7 +241,11 @@ func (r *run) diagnosis(f Finding) string {
 	case len(f.Elements) > 0:
 		var parts []string
 		for _, e := range f.Elements {
-			s := fmt.Sprintf("%s%v = %s", e.Tensor, e.Index, fmtValue(e.Value))
+			value := fmtValue(e.Value)
+			if e.ValueText != "" {
+				value = e.ValueText // NaN, ±Inf, an int64 beyond 2^53
+			}
+			s := fmt.Sprintf("%s%v = %s", e.Tensor, e.Index, value)
 			if e.Passing != nil {
 				s += fmt.Sprintf(" fails where %s passes", fmtValue(*e.Passing))
 			}

@@ -48,6 +48,10 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 	}
 	values := r.batch.SampleValues()
 	switch {
+	case first.ContentFree && r.batch.LongerSamples(first.Indices) != "":
+		// Padded to the longest sample: no value matters, the length does.
+		r.modeReason = "every value neutralized, the samples still fail: " + r.batch.LongerSamples(first.Indices)
+		return []Finding{first}, nil
 	case first.ContentFree && len(values) > 0:
 		// The reduction edits tensors only: the per-sample Python values
 		// the step also got may be the cause.

@@ -588,11 +588,19 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
         if samples is None:
             samples = counted
         if sample_ids is None:
+            # The ids: a per-sample leaf under an id key, else the first one of distinct strings
+            # (the ids of a default-collated (image, label, id) tuple).
             for p, values in fl.per_sample:
                 if p.rpartition(".")[2] in _ID_KEYS and len(values) == samples and all(
                         isinstance(v, (str, int)) and not isinstance(v, bool) for v in values):
                     sample_ids = values
                     break
+            else:
+                for p, values in fl.per_sample:
+                    if len(values) == samples and all(isinstance(v, str) for v in values) and \
+                            len(set(values)) == len(values):
+                        sample_ids = values
+                        break
     ids = None
     if sample_ids is not None:
         if hasattr(sample_ids, "tolist"):
@@ -638,9 +646,10 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
             notes.append(("step", type(step).__name__, str(e)))
     state_items = []
     if state is not None:
-        if not isinstance(state, dict):
-            raise TypeError("state: want a dict name -> model, optimizer, ... or state_dict")
         try:
+            if not isinstance(state, dict):
+                raise TypeError("state: want a dict name -> model, optimizer, ... or state_dict, such as "
+                                "state={\"model\": model, \"optimizer\": optimizer}; got %s" % type(state).__name__)
             values = {str(k): _state_value(v) for k, v in state.items()}
             values.setdefault("rng", _rng_state(torch))
             sfl = _Flattener(torch, "state.", None)
@@ -1097,7 +1106,33 @@ def _step_entry(step):
         src = None
     if src:
         entry["file"] = os.path.abspath(src)
+        if mod == "__main__":
+            line = _runs_at_import(src)
+            if line:
+                _warn("warning: %s runs code when it is imported (line %d): reduce imports it to replay %s and would "
+                      "run that again; put it under `if __name__ == \"__main__\":`, or define the step in a module of "
+                      "its own" % (src, line, qual))
     return entry
+
+
+def _runs_at_import(path):
+    """The line of the first top-level statement of a script that would train when imported (a
+    loop, a with block, a call of a plain function such as main()) outside `if __name__ ==
+    "__main__":`, or 0. Calls of a module's function (sys.path.insert, torch.manual_seed) are
+    set-up, not training."""
+    import ast
+
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return 0
+    for node in tree.body:
+        if isinstance(node, (ast.For, ast.While, ast.With, ast.AsyncFor, ast.AsyncWith)):
+            return node.lineno
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name):
+            return node.lineno
+    return 0
 
 
 def _warn(msg):
@@ -1530,6 +1565,12 @@ class record_on_failure(object):
     def __exit__(self, exc_type, exc, tb):
         if exc is None or not isinstance(exc, Exception):
             return False  # KeyboardInterrupt, SystemExit, GeneratorExit: nothing to record
+        if os.environ.get("REDUCE_REPLAY"):
+            # Inside one of reduce's replays (a script that trains when its step is imported):
+            # recording would write over the very batch being reduced.
+            sys.stderr.write("reduce_batch: not recording to %s: this is a replay of reduce's "
+                             "(REDUCE_REPLAY is set)\n" % (self.path,))
+            return False
         try:
             self._record(exc)
             self.saved = True
@@ -1555,9 +1596,14 @@ class record_on_failure(object):
         try:
             save(self.path, batch, error=exc, _failed=True, **self.kwargs)
         except Exception as e:
-            # An argument save() refuses (a bad op name, ...): the crash is still recorded, bare.
-            _warn("%s: %s; recording the batch without the other arguments" % (type(e).__name__, e))
-            save(self.path, batch, error=exc, _failed=True)
+            # An argument save() refuses (a bad op name, ...): the crash is still recorded, with
+            # the step if it can be, else bare.
+            keep = {k: v for k, v in self.kwargs.items() if k in ("step", "sample_ids")}
+            _warn("%s: %s; recording the batch with %s only" % (type(e).__name__, e, " and ".join(keep) or "the error"))
+            try:
+                save(self.path, batch, error=exc, _failed=True, **keep)
+            except Exception:
+                save(self.path, batch, error=exc, _failed=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1789,6 +1835,18 @@ def _step_paths(step):
     return out
 
 
+def _script(path):
+    """The recorded script, or the file of its name on sys.path (the working directory first)
+    when the recorded path is gone: another checkout of the same repository, in CI."""
+    if os.path.exists(path):
+        return path
+    base = os.path.basename(path)
+    for d in [os.getcwd()] + sys.path:
+        if d and os.path.isfile(os.path.join(d, base)):
+            return os.path.join(d, base)
+    return path
+
+
 def resolve_step(step, chdir=False):
     """The function of a step recorded with a batch ({module, qualname, file, cwd}): its folders
     put first on sys.path (and, with chdir, the working directory it ran in made current), then
@@ -1805,13 +1863,16 @@ def resolve_step(step, chdir=False):
         if not step.get("file"):
             raise HarnessError("the step %s was defined in an interactive session (module __main__ without a "
                                "file): define it in a file" % step.get("qualname"))
-        target = "%s:%s" % (step["file"], step["qualname"])
+        target = "%s:%s" % (_script(step["file"]), step["qualname"])
     else:
         target = "%s:%s" % (step["module"], step["qualname"])
     try:
         return resolve_entry(target)
     except HarnessError as e:
         why = str(e).replace("--entry %r: " % target, "")
+        line = step.get("module") == "__main__" and _runs_at_import(_script(step["file"]))
+        if line:
+            why += "; the script runs code when imported (line %d): put it under `if __name__ == \"__main__\":`" % line
         raise HarnessError("the recorded step %s: %s" % (target, why.replace("(sys.path: ", "(sys.path tried: ")))
 
 

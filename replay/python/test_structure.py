@@ -213,3 +213,73 @@ def test_state_restores_weights_optimizer_and_rng(tmp_path):
     # State tensors are stored compressed when zstandard is there.
     state_entries = [e for e in b.manifest["tensors"] if e["name"].startswith("state.")]
     assert state_entries and all(e["batch_dim"] is None for e in state_entries)
+
+
+def test_ids_of_a_default_collated_tuple(tmp_path):
+    """(images, labels, ids) as default_collate makes it: the distinct strings are the ids."""
+    p = tmp_path / "t.bin"
+    rb.save(p, [torch.zeros(3, 2), torch.tensor([1, 2, 3]), ("a.png", "b.png", "c.png")], provenance=False)
+    assert rb.load(p).sample_ids == ["a.png", "b.png", "c.png"]
+    rb.save(p, [torch.zeros(3, 2), ("x", "x", "y")], provenance=False)  # not distinct: not ids
+    assert rb.load(p).sample_ids is None
+
+
+def test_a_replay_never_records(tmp_path, monkeypatch):
+    """Inside reduce's replays (REDUCE_REPLAY set) record_on_failure writes nothing: a script
+    that trains when its step is imported cannot write over the batch being reduced."""
+    p = tmp_path / "crash.bin"
+    monkeypatch.setenv("REDUCE_REPLAY", "1")
+    with pytest.raises(IndexError):
+        with rb.record_on_failure(p, {"x": torch.ones(2)}) as rec:
+            raise IndexError("again")
+    assert not p.exists() and not rec.saved
+
+
+def test_unguarded_script_is_named(tmp_path):
+    """A script that trains at import: the recorder warns, reduce's replay does not overwrite
+    the crash file, and the import error says to add the guard."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "noguard.py").write_text(textwrap.dedent("""
+        import sys, torch
+        sys.path.insert(0, %r)
+        import reduce_batch
+
+        def step(batch):
+            raise IndexError("bad sample")
+
+        batch = {"x": torch.tensor([1, 5])}
+        with reduce_batch.record_on_failure("crash.bin", batch, step=step):
+            step(batch)
+    """ % HERE))
+    run = subprocess.run([sys.executable, "noguard.py"], cwd=str(proj), stderr=subprocess.PIPE)
+    assert run.returncode == 1
+    assert b"runs code when it is imported (line 10)" in run.stderr
+    before = (proj / "crash.bin").read_bytes()
+    env = dict(os.environ, REDUCE_REPLAY="1")
+    replay = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, %r); import reduce_batch; "
+                             "reduce_batch.replay(%r)" % (HERE, str(proj / "crash.bin"))],
+                            cwd=str(tmp_path), stderr=subprocess.PIPE, env=env)
+    assert replay.returncode != 0
+    assert b"put it under `if __name__ == \"__main__\":`" in replay.stderr, replay.stderr
+    assert (proj / "crash.bin").read_bytes() == before
+
+
+def test_bad_state_keeps_the_step(tmp_path, capfd):
+    p = tmp_path / "crash.bin"
+    with pytest.raises(IndexError):
+        with rb.record_on_failure(p, {"x": torch.ones(2)}, step=step_of_the_test, state=torch.nn.Linear(1, 1)):
+            raise IndexError("x")
+    b = rb.load(p)
+    assert b.step["qualname"] == "step_of_the_test" and b.state is None
+    assert "state: want a dict" in capfd.readouterr().err
+
+
+def test_moved_script_step(tmp_path, monkeypatch):
+    """A step in a script, recorded in one checkout, found by name in another (CI)."""
+    other = tmp_path / "checkout"
+    other.mkdir()
+    (other / "train.py").write_text("def step(batch):\n    return 42\n")
+    monkeypatch.chdir(other)
+    fn = rb.resolve_step({"module": "__main__", "qualname": "step", "file": "/gone/checkout/train.py"})
+    assert fn({}) == 42
