@@ -273,6 +273,34 @@ def test_zygote(tmp_path):
         assert not alive(pid)
 
 
+def test_zygote_entry_running_ops_at_import(tmp_path, monkeypatch):
+    """An --entry module that runs a parallel CPU op when imported (a model built, a warm-up) leaves
+    the zygote's children able to run theirs. Torch's CPU thread pool (GNU OpenMP) is not
+    fork-safe: a child forked after the pool started hangs in its first parallel op. Debian's
+    torch 1.13 runs one thread unless told otherwise, PyPI's 2.x one per core; two threads here,
+    whatever the machine, so that both torches would hang."""
+    (tmp_path / "warm.py").write_text(
+        "import torch, torch.nn.functional as F\n"
+        "torch.ones(1 << 20).sum()\n\n\n"
+        "def step(batch):\n"
+        "    assert torch.get_num_threads() == 2\n"
+        "    t = batch.tensors\n"
+        "    return torch.ones(1 << 20).sum() + F.cross_entropy(t['input'], t['target'])\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    b = rb.load(example("four_class_targets"))
+    ok = str(tmp_path / "ok.bin")
+    rb.save(ok, {"input": b.tensors["input"][:2], "target": b.tensors["target"][:2]}, provenance=False)
+    z = Zygote(tmp_path, "--entry", "warm:step")
+    try:
+        assert "entry_error" not in z.hello, z.hello
+        ev, out, err = z.replay(ok)  # without the fix: no exit event (Zygote.wait gives up)
+        assert ev["status"] == 0 and ev["signal"] == 0, err
+        assert out.startswith("reduce_batch: ok warm:step (cpu): float32[] first="), out
+    finally:
+        z.close()
+
+
 def test_zygote_usage_errors(tmp_path):
     z = Zygote(tmp_path, "--slots", "0")
     assert "--slots 0" in z.hello["error"]
