@@ -82,12 +82,18 @@ test-go-torch2:
 		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|RegressionPytest' \
 		./replay/ ./fixtures/ ./internal/regress/
 
-# Both torches: Debian's 1.13 ($(PYTHON)) and PyPI's current one.
+# The Python tests under the interpreter $(1), with the variables $(2).
+define python-tests
+	$(2) REDUCE_REQUIRE_TORCH=1 $(1) -m pytest -q -p no:cacheprovider replay/python
+	if [ -d fixtures/regress ]; then REDUCE_BATCH_PATH=replay/python $(1) -m pytest -q -p no:cacheprovider fixtures/regress || [ $$? -eq 5 ]; fi
+endef
+
+# Under both torches: Debian's 1.13 ($(PYTHON)), which has no Lightning, and
+# PyPI's current one, whose environment has it: there the Lightning tests
+# must run (REDUCE_REQUIRE_LIGHTNING).
 test-python:
-	for py in $(PYTHON) $(TORCH2_PYTHON); do \
-		REDUCE_REQUIRE_TORCH=1 $$py -m pytest -q -p no:cacheprovider replay/python || exit; \
-		if [ -d fixtures/regress ]; then REDUCE_BATCH_PATH=replay/python $$py -m pytest -q -p no:cacheprovider fixtures/regress || [ $$? -eq 5 ] || exit; fi; \
-	done
+	$(call python-tests,$(PYTHON))
+	$(call python-tests,$(TORCH2_PYTHON),REDUCE_REQUIRE_LIGHTNING=1)
 
 # test-slurm starts the local cluster, runs the tests that need it and stops
 # the cluster again, also when they fail. They run alone (-p 1): they check

@@ -65,7 +65,7 @@ check() {
 		# torchmetrics imports torch.utils.flop_counter, which warns that triton, left out on
 		# purpose, is missing.
 		logging.getLogger("torch.utils.flop_counter").setLevel(logging.ERROR)
-		import hypothesis, numpy, pytest, pytorch_lightning, safetensors, zstandard
+		import hypothesis, lightning.pytorch, numpy, pytest, pytorch_lightning, safetensors, zstandard
 		import torch
 		import torch.nn.functional as F
 		x = torch.randn(4, 3, requires_grad=True)
