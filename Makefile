@@ -2,8 +2,10 @@
 #
 # `make test` works on a fresh Debian machine: it installs Debian's PyTorch,
 # numpy, pytest and zstandard through apt-get when they are missing (as root,
-# or through sudo), then runs the Go tests with the race detector, the Python
-# tests and a short fuzz run.
+# or through sudo), and builds a virtual environment with current torch from
+# PyPI (CPU) when it is not cached yet, then runs the Go tests with the race
+# detector, the Python tests under both torches, the Go tests that run Python
+# again under the PyPI torch, and a short fuzz run.
 
 GO      ?= go
 # The Python that has torch: Debian's, unless the caller names another.
@@ -12,9 +14,17 @@ BIN     := bin/reduce
 FUZZTIME ?= 5s
 APT_PACKAGES := python3-torch python3-numpy python3-pytest python3-zstandard python3-hypothesis
 
+# The second Python, with current torch from PyPI (CPU only): by default the
+# virtual environment of scripts/pypi-torch-venv.sh, outside the clone under
+# ~/.cache/reduce and keyed by its pins (scripts/pypi-torch.txt), so that
+# every clone and CI run on the machine shares it; TORCH2_PYTHON=... names
+# another. A shell expansion in the recipes, not here: the script needs
+# /usr/bin/python3, which deps may only just have installed.
+TORCH2_PYTHON ?= $$(scripts/pypi-torch-venv.sh dir)/bin/python
+
 export REDUCE_PYTHON := $(PYTHON)
 
-.PHONY: all build test test-go test-python fuzz-short fuzz bench demo deps vet clean
+.PHONY: all build test test-go test-go-torch2 test-python fuzz-short fuzz bench demo deps deps-torch2 vet clean
 .PHONY: slurm-up slurm-down test-slurm bench-slurm
 
 # The one-node Slurm cluster of the --launcher slurm tests (scripts/slurm-local.sh;
@@ -39,19 +49,51 @@ deps:
 	fi
 	@$(PYTHON) -c 'import torch, numpy, pytest, zstandard; print("python:", "$(PYTHON)", "torch", torch.__version__, "numpy", numpy.__version__, "zstandard", zstandard.__version__)'
 
+# deps-torch2 builds the PyPI torch environment unless it is cached (about a
+# minute and 4 GB: torch's CUDA libraries must be there for it to load, see
+# scripts/pypi-torch.txt) and checks it; with TORCH2_PYTHON named, only checks.
+deps-torch2:
+ifeq ($(origin TORCH2_PYTHON),file)
+	scripts/pypi-torch-venv.sh build
+endif
+	@$(TORCH2_PYTHON) -c 'import sys, torch, numpy, pytest, zstandard; print("torch2 python:", sys.executable, "torch", torch.__version__, "numpy", numpy.__version__)'
+
 vet:
 	$(GO) vet ./...
 
 # REDUCE_REQUIRE_TORCH turns the torch-dependent tests' skips into failures:
 # under make test, a missing torch is a broken setup, not a reason to pass.
-test: deps vet test-go test-python fuzz-short test-slurm
+test: deps deps-torch2 vet test-go test-go-torch2 test-python fuzz-short test-slurm
 
 test-go:
 	REDUCE_REQUIRE_TORCH=1 $(GO) test -race -count=1 ./...
 
+# The Go tests that run reduce's Python, again under the PyPI torch: the torch
+# backend's worker and fork server, the batch files written and read by
+# reduce_batch.py, and the generated regression tests (which users run under
+# their own, mostly 2.x, torch). Not the race detector: the Go code is the
+# one test-go ran with it, what changes is the Python side. Not the kernels'
+# differential tests: the kernels emulate torch 1.13 (kernels/op.go), nor
+# cmd/reduce's end-to-end reductions, whose torch backend runs every example
+# here already (TestTorchMatchesGoOnExamples).
+# One go test, so that the packages run side by side.
+test-go-torch2:
+	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 $(GO) test -count=1 \
+		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|RegressionPytest' \
+		./replay/ ./fixtures/ ./internal/regress/
+
+# The Python tests under the interpreter $(1), with the variables $(2).
+define python-tests
+	$(2) REDUCE_REQUIRE_TORCH=1 $(1) -m pytest -q -p no:cacheprovider replay/python
+	if [ -d fixtures/regress ]; then REDUCE_BATCH_PATH=replay/python $(1) -m pytest -q -p no:cacheprovider fixtures/regress || [ $$? -eq 5 ]; fi
+endef
+
+# Under both torches: Debian's 1.13 ($(PYTHON)), which has no Lightning, and
+# PyPI's current one, whose environment has it: there the Lightning tests
+# must run (REDUCE_REQUIRE_LIGHTNING).
 test-python:
-	REDUCE_REQUIRE_TORCH=1 $(PYTHON) -m pytest -q -p no:cacheprovider replay/python
-	if [ -d fixtures/regress ]; then REDUCE_BATCH_PATH=replay/python $(PYTHON) -m pytest -q -p no:cacheprovider fixtures/regress || [ $$? -eq 5 ]; fi
+	$(call python-tests,$(PYTHON))
+	$(call python-tests,$(TORCH2_PYTHON),REDUCE_REQUIRE_LIGHTNING=1)
 
 # test-slurm starts the local cluster, runs the tests that need it and stops
 # the cluster again, also when they fail. They run alone (-p 1): they check

@@ -281,6 +281,49 @@ func TestMatchCorpusPairs(t *testing.T) {
 	}
 }
 
+// TestCorpusTorchVersions: a file NAME_torch2.txt is torch 2.x's text of the
+// CPU failure that NAME.txt holds from torch 1.13, captured by running the
+// same program (testdata/capture_torch.py), and parses to a signature that
+// matches NAME.txt's strictly, both ways, with the same class: reduce
+// recognizes a failure recorded under one torch when it replays under the
+// other. The failures listed below must have such a pair.
+func TestCorpusTorchVersions(t *testing.T) {
+	cases := loadCorpus(t)
+	const suffix = "_torch2"
+	for _, name := range []string{
+		"cpu_nll_target_4", "cpu_nll_target_7", "cpu_nll2d", "cpu_nll_none_target", "cpu_embedding",
+		"cpu_gather_9", "cpu_gather_12", "cpu_index_select", "cpu_index_tensor", "cpu_one_hot_big",
+		"cpu_one_hot_neg", "cpu_bce_range", "cpu_alloc_oom", "cpu_alloc_oom_embedding", "cpu_nan_anomaly",
+	} {
+		if cases[name+suffix] == nil {
+			t.Errorf("corpus file %s%s.txt is missing", name, suffix)
+		}
+	}
+	pairs := 0
+	for _, name := range sortedNames(cases) {
+		base, ok := strings.CutSuffix(name, suffix)
+		if !ok {
+			continue
+		}
+		pairs++
+		c, old := cases[name], cases[base]
+		if old == nil {
+			t.Errorf("%s: no %s.txt, the failure it is another torch's text of", name, base)
+			continue
+		}
+		if !strings.HasPrefix(c.source[0], "real torch 2.") || !strings.HasPrefix(old.source[0], "real torch 1.13") {
+			t.Errorf("%s and %s: sources %q and %q, want real torch 2.x and 1.13", name, base, c.source[0], old.source[0])
+		}
+		a, b := Parse(c.stderr, c.exit), Parse(old.stderr, old.exit)
+		if !a.Matches(b, MatchStrict) || !b.Matches(a, MatchStrict) || a.Class() != b.Class() {
+			t.Errorf("%s and %s must match strictly with one class:\n  %s (%s)\n  %s (%s)", name, base, a, a.Class(), b, b.Class())
+		}
+	}
+	if pairs == 0 {
+		t.Error("no *" + suffix + ".txt files")
+	}
+}
+
 func TestMatchLevels(t *testing.T) {
 	nll := Signature{Family: FamilyDeviceAssert, Backend: BackendCUDA, Kernel: "nll_loss_forward_reduce_cuda_kernel_2d", Expression: "t >= 0 && t < n_classes"}
 	idx := Signature{Family: FamilyDeviceAssert, Backend: BackendCUDA, Kernel: "indexSelectLargeIndex", Expression: "srcIndex < srcSelectDimSize"}

@@ -7,6 +7,7 @@ missing then fails the tests that need it instead of skipping them.
 
 import importlib
 import os
+import re
 
 import pytest
 
@@ -25,3 +26,25 @@ def require(module, package):
 @pytest.fixture
 def zstandard():
     return require("zstandard", "python3-zstandard")
+
+
+def single_thread_after_fork(torch):
+    """Call first in a child os.fork()ed from the test process: run torch's ops on one thread.
+
+    torch's intra-op pool is GNU OpenMP, which is not fork-safe: in a child forked after the parent
+    ran a parallel op, the child's first parallel op waits forever for the parent's pool threads,
+    which the child does not have. Debian's torch 1.13 runs one thread unless OMP_NUM_THREADS says
+    otherwise, so it never showed there; PyPI's torch 2.x runs one per core (measured: a child of
+    a process that ran torch.ones(1 << 18).sum() on 2 threads hangs in that same sum). One thread
+    runs the op inline. reduce_replay's zygote runs no op before it forks and imports the --entry
+    or step module on one thread (test_worker.test_zygote_entry_running_ops_at_import), so only
+    these test harnesses need it."""
+    torch.set_num_threads(1)
+
+
+def without_source_lines(text):
+    """text (or None) without the line numbers of torch's C++ sources: "alloc_cpu.cpp:75]" becomes
+    "alloc_cpu.cpp]", as reduce's signatures normalize them (internal/signature/normalize.go). They
+    move between torch releases while the message stays: DefaultCPUAllocator's check is
+    alloc_cpu.cpp:75 in torch 1.13 and alloc_cpu.cpp:127 in 2.15."""
+    return None if text is None else re.sub(r"(\.(?:cpp|cu|h)):\d+\]", r"\1]", text)

@@ -17,6 +17,7 @@ sys.path.insert(0, HERE)
 import reduce_batch as rb  # noqa: E402
 import reduce_replay as rr  # noqa: E402
 import check_go_roundtrip  # noqa: E402
+from conftest import single_thread_after_fork, without_source_lines  # noqa: E402
 
 NAMES = ["four_class_targets", "one_hot_labels", "channels_last_bf16", "transposed_index", "offset_slice",
          "token_id_vocab", "gather_out_of_range", "bce_out_of_range", "two_bad_samples", "size_dependent",
@@ -32,6 +33,7 @@ def run(op, attrs, t, memory=None):
         if pid == 0:
             os.close(r)
             try:
+                single_thread_after_fork(torch)
                 rr.limit_device_memory("cpu", memory)
                 out = run(op, attrs, t)
             finally:
@@ -74,7 +76,8 @@ def test_example(name):
     assert b.op == want["op"] and b.attrs == want["attrs"] and b.samples == want["samples"]
     assert b.error["text"] == want["error"]["text"]
     memory = device_memory(want)
-    assert run(b.op, b.attrs, b.tensors, memory) == b.error["text"]  # real torch fails the same way
+    # Real torch fails the same way (recorded by torch 1.13; the line of a C++ check may move).
+    assert without_source_lines(run(b.op, b.attrs, b.tensors, memory)) == without_source_lines(b.error["text"])
     for n, d in want["tensors"].items():
         t = b.tensors[n]
         assert str(t.dtype) == "torch." + d["dtype"] and list(t.shape) == d["shape"]
@@ -112,6 +115,11 @@ def test_example(name):
 
 
 def test_examples_regenerate_identically(tmp_path):
+    recorded_by = rb.load(os.path.join(EXAMPLES, NAMES[0] + ".bin")).meta["torch"]
+    if recorded_by != torch.__version__:
+        # Every file holds the torch version that wrote it in its meta: another torch cannot
+        # rewrite the same bytes.
+        pytest.skip("the examples were recorded by torch %s, this is %s" % (recorded_by, torch.__version__))
     src = os.path.join(EXAMPLES, "make_examples.py")
     work = tmp_path / "fixtures" / "examples"
     work.mkdir(parents=True)

@@ -273,6 +273,40 @@ def test_zygote(tmp_path):
         assert not alive(pid)
 
 
+@pytest.mark.parametrize("how", ["entry", "step"])
+def test_zygote_entry_running_ops_at_import(tmp_path, monkeypatch, how):
+    """An --entry or step module that runs a parallel CPU op when imported (a model built, a
+    warm-up) leaves the zygote's children able to run theirs. Torch's CPU thread pool (GNU OpenMP)
+    is not fork-safe: a child forked after the pool started hangs in its first parallel op.
+    Debian's torch 1.13 runs one thread unless told otherwise, PyPI's 2.x one per core; two threads
+    here, whatever the machine, so that both torches would hang."""
+    (tmp_path / "warm.py").write_text(
+        "import torch, torch.nn.functional as F\n"
+        "torch.ones(1 << 20).sum()\n\n\n"
+        "def step(data):\n"
+        "    assert torch.get_num_threads() == 2\n"
+        "    return torch.ones(1 << 20).sum() + F.cross_entropy(data['input'], data['target'])\n\n\n"
+        "def entry(batch):\n"
+        "    return step(batch.tensors)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    b = rb.load(example("four_class_targets"))
+    ok = str(tmp_path / "ok.bin")
+    rb.save(ok, {"input": b.tensors["input"][:2], "target": b.tensors["target"][:2]}, provenance=False)
+    if how == "entry":
+        z = Zygote(tmp_path, "--entry", "warm:entry")
+    else:
+        z = Zygote(tmp_path, "--step", json.dumps({"module": "warm", "qualname": "step",
+                                                   "file": str(tmp_path / "warm.py"), "cwd": str(tmp_path)}))
+    try:
+        assert "entry_error" not in z.hello, z.hello
+        ev, out, err = z.replay(ok)  # without the fix: no exit event (Zygote.wait gives up)
+        assert ev["status"] == 0 and ev["signal"] == 0, err
+        assert out.startswith("reduce_batch: ok "), out
+    finally:
+        z.close()
+
+
 def test_zygote_usage_errors(tmp_path):
     z = Zygote(tmp_path, "--slots", "0")
     assert "--slots 0" in z.hello["error"]
