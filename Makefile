@@ -74,13 +74,17 @@ test-go:
 # their own, mostly 2.x, torch). Not the race detector: the Go code is the
 # one test-go ran with it, what changes is the Python side. Not the kernels'
 # differential tests: the kernels emulate torch 1.13 (kernels/op.go), nor
-# cmd/reduce's end-to-end reductions, whose torch backend runs every example
-# here already (TestTorchMatchesGoOnExamples).
+# cmd/reduce's reductions of the examples, whose torch backend runs every
+# example here already (TestTorchMatchesGoOnExamples); but the training
+# project's and Lightning's crashes, recorded and reduced end to end under
+# this torch too (Lightning is only in this environment).
 # One go test, so that the packages run side by side.
 test-go-torch2:
 	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 $(GO) test -count=1 \
 		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|RegressionPytest' \
 		./replay/ ./fixtures/ ./internal/regress/
+	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_LIGHTNING=1 $(GO) test -count=1 \
+		-run 'TestProject|TestLightning' ./cmd/reduce/
 
 # The Python tests under the interpreter $(1), with the variables $(2).
 define python-tests
