@@ -662,9 +662,10 @@ def _cmd_zygote(args):
         return HARNESS_EXIT
     # The --entry or step module is imported on one thread: torch's CPU thread pool (GNU OpenMP)
     # is not fork-safe, and one started here by an op it runs at import would hang every child in
-    # its first parallel op.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    # its first parallel op. Without one, nothing changes (torch 1.13's set_num_threads maps 8 MiB).
+    threads = torch.get_num_threads() if o.entry or o.step else 0
+    if threads:
+        torch.set_num_threads(1)
     if o.entry:
         try:
             rb.resolve_entry(o.entry)  # imported once here; a failure is every child's to report
@@ -679,7 +680,7 @@ def _cmd_zygote(args):
                 fn.zygote_prepare()
         except rb.HarnessError as e:
             hello["entry_error"] = str(e)
-    if torch.get_num_threads() == 1:  # unless the module set a number of its own
+    if threads and torch.get_num_threads() == 1:  # unless the module set a number of its own
         torch.set_num_threads(threads)
     if torch.device(o.device).type == "cuda" and torch.cuda.is_initialized():
         hello["warning"] = ("CUDA was initialized in the zygote (by the --entry module's import?): "
