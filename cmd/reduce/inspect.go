@@ -85,12 +85,12 @@ type leafInfo struct {
 }
 
 type tensorInfo struct {
-	Name           string  `json:"name"`
-	DType          string  `json:"dtype"`
-	Shape          []int64 `json:"shape"`
-	Strides        []int64 `json:"strides"`
-	Offset         int64   `json:"offset"`
-	RecordedOffset int64   `json:"recorded_offset,omitempty"`
+	Name           string        `json:"name"`
+	DType          string        `json:"dtype"`
+	Shape          []int64       `json:"shape"`
+	Strides        []int64       `json:"strides"`
+	Offset         int64         `json:"offset"`
+	RecordedOffset int64         `json:"recorded_offset,omitempty"`
 	Layout         string        `json:"layout"`
 	BatchDim       *int          `json:"batch_dim"`
 	Bytes          int64         `json:"bytes"`

@@ -225,17 +225,22 @@ func (r *run) diagnosis(f Finding) string {
 		op = "the step"
 	}
 	where := fmt.Sprintf("sample %s", joinInts(f.Indices, ", "))
+	longer, values := r.batch.LongerSamples(f.Indices), r.batch.SampleValues()
 	if len(f.IDs) > 0 {
 		where += " (" + strings.Join(f.IDs, ", ") + ")"
 	}
 	switch {
 	case r.mode == ModeSize && r.size != nil:
 		return fmt.Sprintf("%s: %s at batch size %d; %d samples pass", op, r.want.Family, r.size.SmallestFailing, r.size.LargestPassing)
-	case f.ContentFree && r.batch.LongerSamples(f.Indices) != "":
-		return fmt.Sprintf("%s: %s with %s: %s", op, r.want.Family, where, r.batch.LongerSamples(f.Indices))
-	case f.ContentFree && len(r.batch.SampleValues()) > 0:
+	case f.ContentFree && longer != "":
+		return fmt.Sprintf("%s: %s with %s: %s", op, r.want.Family, where, longer)
+	case f.ContentFree && len(values) > 0:
+		relation := ""
+		if len(f.Indices) > 1 {
+			relation = ", a relation between them"
+		}
 		return fmt.Sprintf("%s: %s whatever the tensor values of %s: the cause is in their per-sample values (%s)%s",
-			op, r.want.Family, where, strings.Join(r.batch.SampleValues(), ", "), map[bool]string{true: ", a relation between them"}[len(f.Indices) > 1])
+			op, r.want.Family, where, strings.Join(values, ", "), relation)
 	case f.ContentFree:
 		return fmt.Sprintf("%s: %s whatever the values of %s: the cause is a shape, dtype or size, not a value", op, r.want.Family, where)
 	case len(f.Elements) > 0:

@@ -46,11 +46,11 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 	if err != nil || ctx.Err() != nil {
 		return []Finding{first}, err
 	}
-	values := r.batch.SampleValues()
+	longer, values := r.batch.LongerSamples(first.Indices), r.batch.SampleValues()
 	switch {
-	case first.ContentFree && r.batch.LongerSamples(first.Indices) != "":
+	case first.ContentFree && longer != "":
 		// Padded to the longest sample: no value matters, the length does.
-		r.modeReason = "every value neutralized, the samples still fail: " + r.batch.LongerSamples(first.Indices)
+		r.modeReason = "every value neutralized, the samples still fail: " + longer
 		return []Finding{first}, nil
 	case first.ContentFree && len(values) > 0:
 		// The reduction edits tensors only: the per-sample Python values

@@ -47,7 +47,6 @@ PyTorch Lightning: `Trainer(callbacks=[lightning_callback("crash.bin")])` record
 training batch with a step that rebuilds the LightningModule (see lightning_callback).
 """
 
-import collections
 import ctypes
 import datetime
 import json
@@ -472,7 +471,8 @@ def _provenance(torch, items, failed=False):
 
 def _samples_of(items, axes, lenient, notes, samples=None):
     """The sample count the batched tensors agree on. A tensor that disagrees is an error, or, when
-    recording a crash (lenient), recorded as shared with a note: the file is written all the same."""
+    recording a crash (lenient), recorded as shared with a note (a line for stderr): the file is
+    written all the same."""
     first = None
     for name, t in items:
         d = axes[name]
@@ -487,9 +487,12 @@ def _samples_of(items, axes, lenient, notes, samples=None):
                                  "with batch_dims={%r: None}"
                                  % (name, n, d, "tensor %r has" % first if first else "the batch has", samples, name))
             axes[name] = None
-            notes.append((name, "torch.Tensor", "recorded as shared: %d along axis %d, the batch has %d samples"
-                          % (n, d, samples)))
+            notes.append("%s: recorded as shared: %d along axis %d, the batch has %d samples" % (name, n, d, samples))
     return samples
+
+
+def _skipped_note(where, typ, reason):
+    return "skipped %s: %s (%s)" % (where, reason, typ)
 
 
 def _pads(items, axes, samples, padded, lengths):
@@ -571,7 +574,7 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
         raise ValueError("no batch to save (it is empty)")
     if compression not in _COMPRESSIONS:
         raise ValueError("compression: %r, want one of %s" % (compression, ", ".join(_COMPRESSIONS)))
-    notes = []
+    notes = []  # lines for stderr: what was skipped or left out, and why
     structure = None
     if _is_flat(batch) and step is None and state is None:
         items = _tensor_items(torch, batch)
@@ -581,7 +584,8 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
         counted = _count_samples(torch, batch, batch_dims, sample_ids)
         fl = _Flattener(torch, "", counted)
         structure = fl.node(batch)
-        items, notes = fl.tensors, fl.skipped
+        items = fl.tensors
+        notes.extend(_skipped_note(*leaf) for leaf in fl.skipped)
         axes = _batch_axes(items, batch_dims)
         samples = _samples_of(items, axes, lenient, notes, counted if any(axes[n] is not None for n, _ in items)
                               else None)
@@ -611,8 +615,7 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
         elif len(ids) != samples:
             if not lenient:
                 raise ValueError("sample_ids: %d ids for %d samples" % (len(ids), samples))
-            notes.append(("sample_ids", type(sample_ids).__name__, "%d ids for %d samples: not recorded"
-                          % (len(ids), samples)))
+            notes.append("sample_ids: %d ids for %d samples: not recorded" % (len(ids), samples))
             ids = None
     if samples is None:
         samples = 0
@@ -621,7 +624,7 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
     except (TypeError, ValueError) as e:
         if not lenient:
             raise
-        notes.append(("padded", "dict", "%s: the batch is reduced without re-padding" % e))
+        notes.append("padded: %s: the batch is reduced without re-padding" % e)
         pads = {}
 
     manifest = {"samples": samples}
@@ -643,7 +646,7 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
         except ValueError as e:
             if not lenient:
                 raise
-            notes.append(("step", type(step).__name__, str(e)))
+            notes.append("step: not recorded: %s" % e)
     state_items = []
     if state is not None:
         try:
@@ -656,11 +659,11 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
             sfl.names = fl.names
             manifest["state"] = sfl.node(values)
             state_items = sfl.tensors
-            notes.extend(("state." + p, t, r) for p, t, r in sfl.skipped)
+            notes.extend(_skipped_note("state." + p, t, r) for p, t, r in sfl.skipped)
         except Exception as e:
             if not lenient:
                 raise
-            notes.append(("state", "dict", "not recorded: %s: %s" % (type(e).__name__, e)))
+            notes.append("state: not recorded: %s: %s" % (type(e).__name__, e))
             state_items = []
     if structure is not None:
         manifest["structure"] = structure
@@ -698,7 +701,7 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
             # A tensor that cannot be read (a GPU copy after a device error): the crash is still
             # recorded, with this leaf skipped.
             failed[name] = {"kind": "skipped", "type": "torch:Tensor", "reason": "%s: %s" % (type(e).__name__, e)}
-            notes.append((name, "torch.Tensor", failed[name]["reason"]))
+            notes.append(_skipped_note(name, "torch:Tensor", failed[name]["reason"]))
             continue
         if name in pads:
             entry["pad"] = pads[name]
@@ -739,9 +742,8 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
             pos = off + entry["payload"]["length"]
 
     _atomic_write(os.fspath(path), write)
-    for where, typ, reason in notes:
-        _warn("%s: %s (%s)" % ("skipped " + where if not reason.startswith(("recorded", "not recorded"))
-                               and where not in ("step", "padded", "sample_ids") else where, reason, typ))
+    for note in notes:
+        _warn(note)
     if "state" in manifest:
         _warn("recorded the state (%s): %s, %s in the file" % (
             ", ".join(k for k in manifest["state"].get("keys", [])), _size(state_bytes[0]), _size(state_bytes[1])))
@@ -899,8 +901,8 @@ class _Flattener(object):
             bad = [k for k in keys if not (isinstance(k, str) or (isinstance(k, int) and not isinstance(k, bool)))]
             if bad:
                 return self.skip(path, x, "key %r is not a str or an int" % (bad[0],))
-            node = {"kind": "dict"}
-            if type(x) is not dict and not isinstance(x, collections.OrderedDict):
+            node = {"kind": "dict"}  # a dict, or a subclass of it (OrderedDict, a state_dict)
+            if not isinstance(x, dict):
                 if any(not isinstance(k, str) for k in keys):
                     return self.skip(path, x, "a mapping object with a key that is not a str")
                 node = {"kind": "mapping", "type": _type_path(x)}
