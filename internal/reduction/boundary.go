@@ -17,10 +17,20 @@ import (
 // tryValue replays the minimal batch with one element set to v.
 type tryValue func(ctx context.Context, v value, trial int) (shrink.Outcome, error)
 
+// bounds is what a boundary search found for one element: the nearest
+// value that passes (nil: none), and the other end of the valid range
+// when the range was found to have two (nil otherwise). Both were
+// replayed and passed.
+type bounds struct {
+	passing, other *value
+}
+
 // intBoundary finds the value nearest to v that passes, searching toward
 // zero (the first valid index of every op here), or toward the neutral
-// value when v is zero itself.
-func (r *run) intBoundary(ctx context.Context, v, neutral int64, fe *regress.Element, try tryValue) (*value, error) {
+// value when v is zero itself. The search's far end passed too; one more
+// replay, of the value just past it, tells whether it is the other end of
+// the valid range ("valid range [0, 4)": 3 and 0 pass, 4 and -1 fail).
+func (r *run) intBoundary(ctx context.Context, v, neutral int64, fe *regress.Element, try tryValue) (bounds, error) {
 	fe.Value = float64(v)
 	if v > 1<<53 || v < -(1<<53) {
 		fe.ValueText = strconv.FormatInt(v, 10)
@@ -33,7 +43,7 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, fe *regress.Ele
 		lo, hi = hi, lo
 	}
 	if lo == hi {
-		return nil, nil
+		return bounds{}, nil
 	}
 	// The engine bisects ranges up to 2^62 wide: a sentinel such as
 	// INT64_MAX is searched from 2^62 on, an end that must fail as well.
@@ -49,19 +59,42 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, fe *regress.Ele
 		return try(ctx, value{i: x}, trial)
 	}, shrink.Options{Jobs: r.o.Jobs, Trials: r.o.Trials})
 	if err != nil || br.Incomplete || br.PassOutcome != shrink.Pass {
-		return nil, err
+		return bounds{}, err
 	}
 	p := float64(br.Pass)
 	fe.Passing = &p
+	out := bounds{passing: &value{i: br.Pass}}
+	// The far end of the search passed (Boundary replays both ends).
+	far, past := lo, lo-1
+	if br.Pass > v {
+		far, past = hi, hi+1
+	}
+	closed := false
+	if (past < far) == (far == lo) { // no wrap past the int64 range
+		o, err := try(ctx, value{i: past}, 0)
+		if err != nil {
+			return out, err
+		}
+		closed = o == shrink.Fail
+	}
+	f := float64(far)
 	switch {
-	case br.Pass < v && br.Pass >= 0:
-		fe.Rule = fmt.Sprintf("valid range [0, %d)", br.Pass+1)
+	case closed && br.Pass < v:
+		fe.Rule = fmt.Sprintf("valid range [%d, %d)", far, br.Pass+1)
+		fe.Valid = &regress.ValueRange{Lo: &f, Hi: &p}
+		out.other = &value{i: far}
+	case closed:
+		fe.Rule = fmt.Sprintf("valid range [%d, %d]", br.Pass, far)
+		fe.Valid = &regress.ValueRange{Lo: &p, Hi: &f}
+		out.other = &value{i: far}
 	case br.Pass < v:
 		fe.Rule = fmt.Sprintf("values up to %d pass", br.Pass)
+		fe.Valid = &regress.ValueRange{Hi: &p}
 	default:
 		fe.Rule = fmt.Sprintf("values from %d pass", br.Pass)
+		fe.Valid = &regress.ValueRange{Lo: &p}
 	}
-	return &value{i: br.Pass}, nil
+	return out, nil
 }
 
 // floatBits maps the magnitudes a float dtype holds to integers ordered
@@ -86,29 +119,61 @@ func floatBits(dt kernels.DType) (bits func(x float64) int64, fromBits func(b in
 
 // floatBoundary finds the float nearest to the element's value that
 // passes, between it and zero: by bisection over the bit patterns of the
-// magnitudes (floatBits), which are ordered like the values.
-func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int64, fe *regress.Element, try tryValue) (*value, error) {
+// magnitudes (floatBits), which are ordered like the values; then, as
+// intBoundary does, whether zero is the other end of the valid range (the
+// smallest float past it fails). A non-finite value's passing value is
+// the nearest finite one: for ±Inf the largest finite float of its sign
+// if it passes, else the bisection from there; for NaN, the element's
+// neutral value (zero, or a donor sample's), else zero.
+func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int64, neutral value, fe *regress.Element, try tryValue) (bounds, error) {
 	v := t.LoadFloat(storage)
+	fe.Value = v
+	bits, fromBits := floatBits(t.DType)
+	maxFinite := fromBits(bits(math.Inf(1)) - 1)
 	switch {
 	case math.IsNaN(v):
-		fe.ValueText, fe.Rule = "NaN", "the value is NaN"
-		return nil, nil
-	case math.IsInf(v, 1):
-		fe.ValueText, fe.Rule = "+Inf", "the value is +Inf"
-		return nil, nil
-	case math.IsInf(v, -1):
-		fe.ValueText, fe.Rule = "-Inf", "the value is -Inf"
-		return nil, nil
+		fe.ValueText = "NaN"
+		tries := []float64{0}
+		if f := neutral.f; f != 0 && !math.IsNaN(f) && !math.IsInf(f, 0) {
+			tries = []float64{f, 0}
+		}
+		for _, x := range tries {
+			o, err := try(ctx, value{f: x}, 0)
+			if err != nil {
+				return bounds{}, err
+			}
+			if o == shrink.Pass {
+				fe.Passing = &x
+				fe.Rule = "NaN fails; the finite value " + fmtValue(x) + " passes"
+				return bounds{passing: &value{f: x}}, nil
+			}
+		}
+		fe.Rule = "NaN fails"
+		return bounds{}, nil
+	case math.IsInf(v, 0):
+		m := math.Copysign(maxFinite, v)
+		fe.ValueText = "+Inf"
+		if v < 0 {
+			fe.ValueText = "-Inf"
+		}
+		o, err := try(ctx, value{f: m}, 0)
+		if err != nil {
+			return bounds{}, err
+		}
+		if o == shrink.Pass {
+			fe.Passing = &m
+			fe.Rule = fmt.Sprintf("%s fails; the largest finite %s of its sign, %s, passes", fe.ValueText, t.DType, fmtValue(m))
+			return bounds{passing: &value{f: m}}, nil
+		}
+		v = m
 	}
-	fe.Value = v
 	if v == 0 {
-		return nil, nil
+		return bounds{}, nil
 	}
 	sign := 1.0
 	if v < 0 {
 		sign = -1
 	}
-	bits, fromBits := floatBits(t.DType)
 	at := func(b int64) float64 {
 		if b == 0 {
 			return 0
@@ -119,16 +184,39 @@ func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int6
 		return try(ctx, value{f: at(b)}, trial)
 	}, shrink.Options{Jobs: r.o.Jobs, Trials: r.o.Trials})
 	if err != nil || br.Incomplete || br.PassOutcome != shrink.Pass {
-		return nil, err
+		return bounds{}, err
 	}
 	p := at(br.Pass)
 	fe.Passing = &p
-	if sign > 0 {
-		fe.Rule = fmt.Sprintf("values up to %s pass", fmtValue(p))
-	} else {
-		fe.Rule = fmt.Sprintf("values from %s pass", fmtValue(p))
+	out := bounds{passing: &value{f: p}}
+	closed := false
+	if br.Pass != 0 {
+		// Zero passed (Boundary replays both ends): is the smallest float
+		// on its other side a failure?
+		o, err := try(ctx, value{f: -sign * fromBits(1)}, 0)
+		if err != nil {
+			return out, err
+		}
+		closed = o == shrink.Fail
 	}
-	return &value{f: p}, nil
+	zero := 0.0
+	switch {
+	case closed && sign > 0:
+		fe.Rule = fmt.Sprintf("valid range [0, %s]", fmtValue(p))
+		fe.Valid = &regress.ValueRange{Lo: &zero, Hi: &p}
+		out.other = &value{}
+	case closed:
+		fe.Rule = fmt.Sprintf("valid range [%s, 0]", fmtValue(p))
+		fe.Valid = &regress.ValueRange{Lo: &p, Hi: &zero}
+		out.other = &value{}
+	case sign > 0:
+		fe.Rule = fmt.Sprintf("values up to %s pass", fmtValue(p))
+		fe.Valid = &regress.ValueRange{Hi: &p}
+	default:
+		fe.Rule = fmt.Sprintf("values from %s pass", fmtValue(p))
+		fe.Valid = &regress.ValueRange{Lo: &p}
+	}
+	return out, nil
 }
 
 // boundaryTrouble says in words why a boundary search gave nothing.

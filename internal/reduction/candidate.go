@@ -1,6 +1,7 @@
 package reduction
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,9 +26,21 @@ type candidate struct {
 	// edit, when set, changes elements of its space's batch, whose rows
 	// are the candidate's (rows is then unused).
 	edit *edit
+	// narrow, when set, cuts dims of base's batch to a size (rows and
+	// edit are then unused): the shape search's candidates.
+	narrow *narrowing
+	base   *candidate
 	// size is what progress reports of the candidate (samples, or
 	// elements kept); it is not part of the description.
 	size int
+}
+
+// narrowing keeps the first size positions of dim dims[k] of each tensor
+// tensors[k] (a padded dim's lengths clipped to it), layout kept.
+type narrowing struct {
+	tensors []int
+	dims    []int
+	size    int64
 }
 
 // edit sets elements of a unit space's batch: the searched units not in
@@ -52,6 +65,7 @@ type unit struct {
 	index   []int64 // its index in the rows' batch
 	id      int64   // its number in the space, for descriptions
 	float   bool
+	neutral value // what it becomes when dropped
 }
 
 // unitSpace is the elements the element phase searches in the batch of
@@ -61,41 +75,61 @@ type unit struct {
 // id counts every such element before it, searched or not, so that the
 // description of an edit names elements whatever the rows searched.
 type unitSpace struct {
-	rows    []int64
-	sub     *fixtures.Batch // the rows' batch
-	units   []unit
-	neutral map[int]value // by tensor: what a dropped element becomes
+	rows  []int64
+	sub   *fixtures.Batch // the rows' batch
+	units []unit
 }
+
+// donorFunc gives the value a dropped element of tensor ti at idx (an
+// index of the rows' batch) takes from a donor sample, if there is one.
+type donorFunc func(ti int, idx []int64) (value, bool)
 
 // newUnitSpace numbers the elements of sub, the batch of rows, that lie
 // in the searched positions along the batch axis (all when nil). It stops
 // past limit units (the caller reports the samples without elements).
-func newUnitSpace(rows []int64, sub *fixtures.Batch, searched []int64, limit int) *unitSpace {
-	sp := &unitSpace{rows: rows, sub: sub, neutral: map[int]value{}}
+//
+// A dropped element takes its neutral value: the op's (a target's
+// ignore_index), else, for a step of the user's own, the value a donor
+// sample (one known to pass) holds at the same place, else zero. Zero is
+// not neutral for a step: it is a relation (every dropped key equal to
+// every other), a length of nothing, a divisor.
+func newUnitSpace(rows []int64, sub *fixtures.Batch, searched []int64, limit int, donor donorFunc) *unitSpace {
+	sp := &unitSpace{rows: rows, sub: sub}
 	in := map[int64]bool{}
 	for _, x := range searched {
 		in[x] = true
 	}
-	op, _ := kernels.Lookup(sub.Op) // nil for a step of the user's own: zero is neutral
+	op, _ := kernels.Lookup(sub.Op) // nil for a step of the user's own
 	var base int64
 	for ti, e := range sub.Tensors {
 		if e.BatchDim == nil || e.DType == kernels.Bool || e.Layout().Has(kernels.LayoutExpanded) || e.Layout().Has(kernels.LayoutOverlapping) {
 			continue
 		}
 		isFloat := e.DType.IsFloat()
-		sp.neutral[ti] = value{}
-		if op != nil && !isFloat {
+		var opNeutral *value
+		if op != nil {
 			v, _ := op.Neutral(e.Name, sub.Attrs)
-			sp.neutral[ti] = value{i: v}
+			opNeutral = &value{i: v}
+			if isFloat {
+				opNeutral = &value{}
+			}
 		}
 		bd := *e.BatchDim
 		e.Each(func(idx []int64, s int64) {
 			if searched != nil && !in[idx[bd]] {
 				return
 			}
-			if len(sp.units) <= limit {
-				sp.units = append(sp.units, unit{tensor: ti, storage: s, index: slices.Clone(idx), id: base + linear(idx, e.Shape), float: isFloat})
+			if len(sp.units) > limit {
+				return
 			}
+			u := unit{tensor: ti, storage: s, index: slices.Clone(idx), id: base + linear(idx, e.Shape), float: isFloat}
+			switch {
+			case opNeutral != nil:
+				u.neutral = *opNeutral
+			case donor != nil:
+				u.neutral, _ = donor(ti, idx)
+			}
+			sp.units = append(sp.units, u)
 		})
 		base += e.Numel()
 	}
@@ -140,6 +174,17 @@ func (sp *unitSpace) same(u int, a, b value) bool {
 // save those replays, and change which candidates a reduction replays.)
 func (c *candidate) key(samples int64) string {
 	var b strings.Builder
+	if c.narrow != nil {
+		b.WriteString(c.base.key(samples) + " narrow{")
+		for k, ti := range c.narrow.tensors {
+			if k > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(strconv.Itoa(ti) + ":" + strconv.Itoa(c.narrow.dims[k]))
+		}
+		b.WriteString("}=" + strconv.FormatInt(c.narrow.size, 10))
+		return b.String()
+	}
 	if c.edit == nil {
 		writeRows(&b, c.rows, samples)
 		return b.String()
@@ -157,7 +202,7 @@ func (c *candidate) key(samples int64) string {
 		case isNeutral:
 			neutral = append(neutral, sp.units[u].id)
 		case sp.same(u, v, sp.original(u)):
-		case sp.same(u, v, sp.neutral[sp.units[u].tensor]):
+		case sp.same(u, v, sp.units[u].neutral):
 			neutral = append(neutral, sp.units[u].id)
 		case sp.units[u].float:
 			set = append(set, setTo{sp.units[u].id, strconv.FormatFloat(v.f, 'g', -1, 64)})
@@ -231,7 +276,7 @@ func (e *edit) changes(fn func(u int, v value, isNeutral bool)) {
 		if v, isSet := e.set[u]; isSet {
 			fn(u, v, false)
 		} else if k == len(e.keep) || e.keep[k] != u {
-			fn(u, e.space.neutral[un.tensor], true)
+			fn(u, un.neutral, true)
 		}
 	}
 }
@@ -240,6 +285,13 @@ func (e *edit) changes(fn func(u int, v value, isNeutral bool)) {
 // selected (dtype, per-sample shape and layout kept), then the edit
 // applied to copies of the tensors it touches.
 func (c *candidate) build(orig *fixtures.Batch) (*fixtures.Batch, error) {
+	if c.narrow != nil {
+		b, err := c.base.build(orig)
+		if err != nil {
+			return nil, err
+		}
+		return c.narrow.apply(b)
+	}
 	if c.edit == nil {
 		if c.rows == nil {
 			return orig, nil
@@ -294,4 +346,33 @@ func repeat(v int64, n int) []int64 {
 		out[i] = v
 	}
 	return out
+}
+
+// apply returns b with the narrowing's dims cut, each tensor by
+// kernels.Tensor.Select (dtype and layout kept); the other tensors are
+// shared.
+func (n *narrowing) apply(b *fixtures.Batch) (*fixtures.Batch, error) {
+	out := *b
+	out.Tensors = slices.Clone(b.Tensors)
+	keep := make([]int64, n.size)
+	for i := range keep {
+		keep[i] = int64(i)
+	}
+	for k, ti := range n.tensors {
+		e := *b.Tensors[ti]
+		t, err := e.Tensor.Select(n.dims[k], keep)
+		if err != nil {
+			return nil, fmt.Errorf("narrow %s dim %d to %d: %w", e.Name, n.dims[k], n.size, err)
+		}
+		e.Tensor = t
+		if e.Pad != nil && e.Pad.Dim == n.dims[k] {
+			p := &fixtures.Pad{Dim: e.Pad.Dim, Lengths: slices.Clone(e.Pad.Lengths)}
+			for i, l := range p.Lengths {
+				p.Lengths[i] = min(l, n.size)
+			}
+			e.Pad = p
+		}
+		out.Tensors[ti] = &e
+	}
+	return &out, nil
 }

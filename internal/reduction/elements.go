@@ -17,7 +17,14 @@ const maxElementUnits = 1 << 22
 type elementResult struct {
 	elements []Element
 	reduced  *fixtures.Batch // the batch with every other searched element neutralized
-	boundary *fixtures.Batch // reduced with each triggering element at its passing value
+	// reducedCand describes reduced (nil when the search did not finish).
+	reducedCand *candidate
+	// boundary is reduced with each triggering element at its passing
+	// value (a relation broken), replayed and passed; otherEnd the same
+	// with each at the other end of its valid range, where one was found.
+	boundary *fixtures.Batch
+	otherEnd *fixtures.Batch
+	relation *regress.Relation
 	// contentFree: with every searched element neutralized it still fails.
 	contentFree bool
 	partial     bool
@@ -25,12 +32,15 @@ type elementResult struct {
 
 // elements finds, inside sub (the batch of rows), the elements that
 // trigger the failure: the others are set to their neutral value (the
-// op's, such as a target's ignore_index, else zero), only those at the
-// searched positions along the batch axis (all when nil) are searched, and
-// orig maps a position to the original batch's. Then it finds, for each
-// triggering element, the nearest value that passes.
-func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, searched []int64, orig func(pos int64) int64) (elementResult, error) {
-	sp := newUnitSpace(rows, sub, searched, maxElementUnits)
+// op's, such as a target's ignore_index; for a step of the user's own a
+// donor sample's value, see newUnitSpace), only those at the searched
+// positions along the batch axis (all when nil) are searched, and orig
+// maps a position to the original batch's. Then it tells a relation
+// between them (relation.go) from values that fail each by itself, and
+// finds for each of those the nearest value that passes (boundary.go).
+// Every batch it returns besides the reduced one was replayed and passed.
+func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, searched []int64, orig func(pos int64) int64, donor donorFunc) (elementResult, error) {
+	sp := newUnitSpace(rows, sub, searched, maxElementUnits, donor)
 	if len(sp.units) == 0 || len(sp.units) > maxElementUnits {
 		return elementResult{}, nil
 	}
@@ -64,27 +74,59 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 		return elementResult{}, nil
 	}
 	keep := res.Culprits[0]
-	out := elementResult{reduced: build(keep, nil), contentFree: len(keep) == 0}
+	out := elementResult{reduced: build(keep, nil), reducedCand: keeping(keep, nil), contentFree: len(keep) == 0}
 
 	r.setPhase(PhaseBoundary, len(keep))
-	passing := map[int]value{}
-	for _, u := range keep {
+	elem := func(u int) Element {
 		un := sp.units[u]
 		e := sub.Tensors[un.tensor]
 		bd := *e.BatchDim
 		idx := slices.Clone(un.index)
 		idx[bd] = orig(idx[bd])
-		fe := Element{row: un.index[bd], Element: regress.Element{Tensor: e.Name, Index: idx, MinimalIndex: un.index}}
-		// Its own value and the neutral one describe candidates the
-		// element search has answered already: the journal answers them.
-		try := func(ctx context.Context, v value, trial int) (shrink.Outcome, error) {
-			return r.ask(ctx, keeping(keep, map[int]value{u: v}), trial)
+		return Element{row: un.index[bd], Element: regress.Element{Tensor: e.Name, Index: idx, MinimalIndex: un.index}}
+	}
+	try := func(set map[int]value) tryValue {
+		return func(ctx context.Context, v value, trial int) (shrink.Outcome, error) {
+			return r.ask(ctx, keeping(keep, set), trial)
 		}
-		var p *value
+	}
+	ask := func(ctx context.Context, set map[int]value) (shrink.Outcome, error) {
+		return r.ask(ctx, keeping(keep, set), 0)
+	}
+
+	// A relation first: its elements have no boundary of their own.
+	rel, broken, err := r.relation(ctx, sp, keep, elem, ask)
+	if err != nil || ctx.Err() != nil {
+		out.partial = ctx.Err() != nil
+		return out, err
+	}
+	passing, otherEnd := map[int]value{}, map[int]value{}
+	for u, v := range broken {
+		passing[u], otherEnd[u] = v, v
+	}
+	if rel != nil {
+		out.relation = &rel.Relation
+		for _, u := range rel.units {
+			fe := elem(u)
+			fe.Value = valueFloat(sp, u, sp.original(u))
+			fe.Rule = rel.Text
+			out.elements = append(out.elements, fe)
+		}
+	}
+	for _, u := range keep {
+		if rel != nil && slices.Contains(rel.units, u) {
+			continue
+		}
+		fe := elem(u)
+		un := sp.units[u]
+		one := func(ctx context.Context, v value, trial int) (shrink.Outcome, error) {
+			return try(map[int]value{u: v})(ctx, v, trial)
+		}
+		var b bounds
 		if un.float {
-			p, err = r.floatBoundary(ctx, e.Tensor, un.storage, &fe.Element, try)
+			b, err = r.floatBoundary(ctx, sub.Tensors[un.tensor].Tensor, un.storage, un.neutral, &fe.Element, one)
 		} else {
-			p, err = r.intBoundary(ctx, e.Tensor.LoadInt(un.storage), sp.neutral[un.tensor].i, &fe.Element, try)
+			b, err = r.intBoundary(ctx, sub.Tensors[un.tensor].Tensor.LoadInt(un.storage), un.neutral.i, &fe.Element, one)
 		}
 		if ctx.Err() != nil {
 			out.partial = true
@@ -95,15 +137,72 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 			// The boundary is extra: without it the element is still
 			// reported (a flaky failure, a budget).
 			fe.Rule = "no passing value found: " + boundaryTrouble(err)
-			p = nil
+			b = bounds{}
 		}
-		if p != nil {
-			passing[u] = *p
+		if b.passing != nil {
+			passing[u] = *b.passing
+			otherEnd[u] = *b.passing
+			if b.other != nil {
+				otherEnd[u] = *b.other
+			}
 		}
 		out.elements = append(out.elements, fe)
 	}
-	if len(passing) == len(keep) && len(keep) > 0 {
+	// A boundary batch needs a passing value for every element, and a
+	// relation broken.
+	for _, u := range keep {
+		if _, ok := passing[u]; !ok && !slices.Contains(relUnits(rel), u) {
+			return out, nil
+		}
+	}
+	if len(keep) == 0 || (rel != nil && len(broken) == 0) {
+		return out, nil
+	}
+	// The boundary batch: each element at its passing value at once, which
+	// no single search replayed (unless there is one element).
+	if o, err := ask(ctx, passing); err != nil {
+		return out, err
+	} else if o == shrink.Pass {
 		out.boundary = build(keep, passing)
+	} else {
+		r.logf("boundary: the minimal batch with every element at its passing value does not pass (%v); no boundary batch written", o)
+		return out, nil
+	}
+	if !maps2Equal(passing, otherEnd, sp) {
+		if o, err := ask(ctx, otherEnd); err != nil {
+			return out, err
+		} else if o == shrink.Pass {
+			out.otherEnd = build(keep, otherEnd)
+		}
 	}
 	return out, nil
+}
+
+func relUnits(rel *relationFound) []int {
+	if rel == nil {
+		return nil
+	}
+	return rel.units
+}
+
+// maps2Equal reports whether a and b set the same units to the same values.
+func maps2Equal(a, b map[int]value, sp *unitSpace) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for u, v := range a {
+		w, ok := b[u]
+		if !ok || !sp.same(u, v, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// valueFloat is v as a float, for the record.
+func valueFloat(sp *unitSpace, u int, v value) float64 {
+	if sp.units[u].float {
+		return v.f
+	}
+	return float64(v.i)
 }

@@ -16,6 +16,7 @@ const (
 	PhaseSize       Phase = "size"       // bisecting the batch size
 	PhaseElements   Phase = "elements"   // neutralizing elements of the kept samples
 	PhaseBoundary   Phase = "boundary"   // the nearest passing value of each element
+	PhaseShape      Phase = "shape"      // the size of a non-batch dim that decides the failure
 )
 
 // Mode is how the samples were reduced: a closed set.

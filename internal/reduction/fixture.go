@@ -104,7 +104,13 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 		Diagnosis: r.diagnosis(f), Replays: replays, Phases: phases, OtherFailures: others,
 		Seconds: time.Since(r.start).Seconds(), Partial: f.Partial,
 		Source:      regress.RecordSource{File: filepath.Base(r.o.Source), Hash: "sha256:" + r.srcHash, Samples: r.batch.Samples},
-		Environment: r.environment(set), Attrs: r.batch.Attrs, Entry: set.Entry, Step: set.Step,
+		Environment: r.environment(set), Attrs: r.batch.Attrs, Entry: set.Entry, Step: set.Step, Shape: f.Shape,
+	}
+	if rs := (regress.ReplaySettings{DeviceMemory: set.DeviceMemory, Seed: set.Seed}); rs.DeviceMemory > 0 || rs.Seed != nil || r.o.Trials > 1 {
+		if r.o.Trials > 1 {
+			rs.Trials = r.o.Trials
+		}
+		rec.Replay = &rs
 	}
 	if (rec.Step != "" || rec.Entry != "") && set.Device == "cpu" && r.want.Exception != "" {
 		// The step (recorded, or --entry) failed on the CPU in the replays:
@@ -119,22 +125,57 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 		}
 	}
 	rec.Recorded = r.recorded
-	reg := &regress.Regression{Batch: &min, Record: rec}
-	if _, err := kernels.Lookup(r.batch.Op); err == nil && rec.Entry == "" {
-		if cpu, _, err := regress.Expect(&min); err == nil {
+	reg := &regress.Regression{Batch: &min, Record: rec, Neighbours: map[string]*fixtures.Batch{}}
+	// Every batch written besides the minimal one was replayed and passed;
+	// for a built-in op the kernels give the outputs its test checks (and
+	// a batch they do not run on the CPU is left out).
+	_, err := kernels.Lookup(r.batch.Op)
+	builtin := err == nil && rec.Entry == ""
+	expect := func(b *fixtures.Batch) ([]regress.OutputValue, bool) {
+		if !builtin {
+			return nil, true
+		}
+		cpu, outs, err := regress.ExpectMemory(b, rec.DeviceMemory())
+		return outs, err == nil && cpu == nil
+	}
+	if builtin {
+		if cpu, _, err := regress.ExpectMemory(&min, rec.DeviceMemory()); err == nil {
 			reg.Record.CPU = cpu
 		}
-		if f.Boundary != nil {
-			if cpu, outs, err := regress.Expect(f.Boundary); err == nil && cpu == nil {
-				reg.Boundary = f.Boundary
-				reg.Record.Boundary = &regress.BoundaryBatch{File: regress.BoundaryFile, Outputs: outs}
-			}
+	}
+	if f.Boundary != nil {
+		if outs, ok := expect(f.Boundary); ok {
+			reg.Boundary = f.Boundary
+			reg.Record.Boundary = &regress.BoundaryBatch{File: regress.BoundaryFile, Outputs: outs}
 		}
-	} else if f.Boundary != nil {
-		reg.Boundary = f.Boundary
-		reg.Record.Boundary = &regress.BoundaryBatch{File: regress.BoundaryFile}
+	}
+	for _, n := range []struct {
+		file, what string
+		b          *fixtures.Batch
+	}{
+		{regress.OtherEndFile, "the minimal batch with each triggering element at the other end of its valid range", f.OtherEnd},
+		{regress.WithoutFile, withoutWhat(f, r.batch.Samples), f.Without},
+	} {
+		if n.b == nil {
+			continue
+		}
+		if outs, ok := expect(n.b); ok {
+			reg.Neighbours[n.file] = n.b
+			reg.Record.Neighbours = append(reg.Record.Neighbours, regress.Neighbour{File: n.file, What: n.what, Outputs: outs})
+		}
 	}
 	return reg
+}
+
+// withoutWhat says what the batch without the culprits holds.
+func withoutWhat(f Finding, samples int64) string {
+	if f.Without == nil {
+		return ""
+	}
+	if others := samples - int64(len(f.Indices)); f.Without.Samples < others {
+		return fmt.Sprintf("the original batch without the culprit samples: the first %d of its %d other samples", f.Without.Samples, others)
+	}
+	return "the original batch without the culprit samples"
 }
 
 // environment is where the replays ran.
@@ -185,7 +226,7 @@ func reduceVersion() string {
 
 // Culprit is the finding as the record and the summary list it.
 func (f Finding) Culprit(dir string) regress.Culprit {
-	c := regress.Culprit{Indices: f.Indices, IDs: f.IDs, Elements: []regress.Element{}, Fixture: dir}
+	c := regress.Culprit{Indices: f.Indices, IDs: f.IDs, Elements: []regress.Element{}, Fixture: dir, Relation: f.Relation}
 	if c.IDs == nil {
 		c.IDs = []string{}
 	}
@@ -230,6 +271,8 @@ func (r *run) diagnosis(f Finding) string {
 		where += " (" + strings.Join(f.IDs, ", ") + ")"
 	}
 	switch {
+	case f.Shape != nil:
+		return fmt.Sprintf("%s: %s with %s: %s", op, r.want.Family, where, f.Shape.Text)
 	case r.mode == ModeSize && r.size != nil:
 		return fmt.Sprintf("%s: %s at batch size %d; %d samples pass", op, r.want.Family, r.size.SmallestFailing, r.size.LargestPassing)
 	case f.ContentFree && longer != "":
@@ -245,7 +288,14 @@ func (r *run) diagnosis(f Finding) string {
 		return fmt.Sprintf("%s: %s whatever the values of %s: the cause is a shape, dtype or size, not a value", op, r.want.Family, where)
 	case len(f.Elements) > 0:
 		var parts []string
-		for _, e := range f.Elements {
+		if f.Relation != nil {
+			parts = append(parts, fmt.Sprintf("%s = %s: equal values fail, either one changed to a value found nowhere in the batch passes",
+				f.Relation.Text, valueText(f.Elements[0].Element)))
+		}
+		for k, e := range f.Elements {
+			if f.Relation != nil && k < len(f.Relation.Elements) {
+				continue // the relation's, listed first
+			}
 			value := fmtValue(e.Value)
 			if e.ValueText != "" {
 				value = e.ValueText // NaN, ±Inf, an int64 beyond 2^53

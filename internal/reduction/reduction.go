@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -153,6 +154,16 @@ type Finding struct {
 	// cause is in the shapes, dtypes or the size, not in the values.
 	ContentFree bool
 	Partial     bool
+	// Relation is set when the elements fail by a relation between
+	// their values; Shape when a non-batch dim's size decides it.
+	Relation *regress.Relation
+	Shape    *regress.ShapeResult
+	// OtherEnd is Batch with each element at the other end of its valid
+	// range; Without the original batch without the culprit samples (at
+	// most maxWithout of the others). Each was replayed and passed; nil
+	// when there is none.
+	OtherEnd *fixtures.Batch
+	Without  *fixtures.Batch
 }
 
 // Element is a triggering element, with where it lies in the batch
@@ -179,6 +190,7 @@ type run struct {
 	size       *regress.SizeResult
 
 	mu     sync.Mutex
+	passed []int64 // the most samples of the recorded batch seen to pass together
 	phase  Phase
 	phases map[Phase]PhaseCount // replays and resumed answers, by phase
 	others map[string]*regress.OtherFailure
@@ -340,6 +352,9 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, er
 	key := c.key(r.batch.Samples)
 	if s, ok, fromFile := r.journal.lookup(key, trial); ok {
 		a := answered{sig: s, outcome: r.classify(s), src: fromCache}
+		r.mu.Lock()
+		r.notePass(c, a.outcome)
+		r.mu.Unlock()
 		if !fromFile {
 			return a, nil
 		}
@@ -366,6 +381,7 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, er
 	}
 	a := answered{sig: verdict.Signature, outcome: r.classify(verdict.Signature), src: fromReplay, verdict: &verdict}
 	r.mu.Lock()
+	r.notePass(c, a.outcome)
 	phase := r.count(func(pc *PhaseCount) { pc.Replays++ })
 	r.mu.Unlock()
 	r.journal.record(key, trial, a.sig)
@@ -446,4 +462,23 @@ func hashFile(path string) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// notePass keeps the rows of a candidate that passed when they are the
+// most samples seen to pass together (the element phase's donors); mu is
+// held.
+func (r *run) notePass(c *candidate, o shrink.Outcome) {
+	if o == shrink.Pass && c.edit == nil && c.narrow == nil && len(c.rows) > len(r.passed) && slices.IsSorted(c.rows) && !hasRepeats(c.rows) {
+		r.passed = c.rows
+	}
+}
+
+// hasRepeats reports whether the sorted rows repeat a sample.
+func hasRepeats(rows []int64) bool {
+	for i := 1; i < len(rows); i++ {
+		if rows[i] == rows[i-1] {
+			return true
+		}
+	}
+	return false
 }

@@ -48,6 +48,9 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 	}
 	longer, values := r.batch.LongerSamples(first.Indices), r.batch.SampleValues()
 	switch {
+	case first.Shape != nil:
+		r.modeReason = "every value neutralized, the samples still fail: a size decides it: " + first.Shape.Text
+		return []Finding{first}, nil
 	case first.ContentFree && longer != "":
 		// Padded to the longest sample: no value matters, the length does.
 		r.modeReason = "every value neutralized, the samples still fail: " + longer
@@ -124,7 +127,9 @@ func (r *run) partialSamples(res shrink.Result) []Finding {
 	return []Finding{{Indices: set, IDs: r.idsOf(set), Batch: sub, Partial: true}}
 }
 
-// reduceSet reduces the elements of one culprit set of samples.
+// reduceSet reduces the elements of one culprit set of samples, after
+// replaying the batch without them (the neighbour, and the donors of the
+// dropped elements' values).
 func (r *run) reduceSet(ctx context.Context, set []int) (Finding, error) {
 	r.logf("samples: culprit set %v %s", set, strings.Join(r.idsOf(set), " "))
 	r.emit(&CulpritFound{Event: "culprit", Indices: set, IDs: r.idsOf(set)})
@@ -134,12 +139,31 @@ func (r *run) reduceSet(ctx context.Context, set []int) (Finding, error) {
 		return Finding{}, err
 	}
 	f := Finding{Indices: set, IDs: r.idsOf(set), Batch: sub}
-	er, err := r.elements(ctx, rows, sub, nil, func(pos int64) int64 { return int64(set[pos]) })
+	r.setPhase(PhaseElements, len(set))
+	wrows, wb, err := r.without(ctx, set)
+	if err != nil || ctx.Err() != nil {
+		f.Partial = ctx.Err() != nil
+		return f, err
+	}
+	f.Without = wb
+	er, err := r.elements(ctx, rows, sub, nil, func(pos int64) int64 { return int64(set[pos]) }, r.donorValues(r.donorsFor(set, wrows)))
 	f.Elements, f.ContentFree, f.Partial = er.elements, er.contentFree, er.partial
+	f.Relation, f.Boundary, f.OtherEnd = er.relation, er.boundary, er.otherEnd
 	if er.reduced != nil {
 		f.Batch = er.reduced
 	}
-	f.Boundary = er.boundary
+	if err != nil || ctx.Err() != nil || !f.ContentFree || er.reducedCand == nil {
+		return f, err
+	}
+	// No value matters: a dim's size may (a sequence longer than the
+	// model's positions).
+	why := "with any values"
+	if len(set) == 1 && r.batch.LongerSamples(set) == "" {
+		why = "with any values in any sample (every sample has this shape)"
+	}
+	if r.batch.LongerSamples(set) != "" || len(set) == 1 {
+		f.Shape, err = r.shape(ctx, &f, er.reducedCand, why)
+	}
 	return f, err
 }
 

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"reduce/internal/testenv"
+)
+
+// project copies testdata/project into a temporary directory with
+// reduce_batch.py vendored, as the README says, and records the crash
+// there; it returns the project's directory and the fixture's, reduced by
+// `reduce --batch crash.bin` from the project.
+func project(t *testing.T, crash string) (proj, fixture string) {
+	t.Helper()
+	py := testenv.Python(t, "torch", "pytest")
+	bin := reduceBinary(t)
+	proj = t.TempDir()
+	for _, f := range []string{"train.py", "textclf.py"} {
+		data, err := os.ReadFile(filepath.Join("testdata", "project", f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(proj, f), data, 0o644))
+	}
+	// The repository's pytest configuration: its rootdir, whose conftest.py
+	// the fixture's tests see.
+	require.NoError(t, os.WriteFile(filepath.Join(proj, "pytest.ini"), []byte("[pytest]\n"), 0o644))
+	rec, err := exec.Command(bin, "recorder").Output()
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(proj, "reduce_batch.py"), rec, 0o644))
+	train := exec.Command(py, "train.py", "--crash", crash, "--out", "crash.bin")
+	train.Dir = proj
+	out, err := train.CombinedOutput()
+	require.Error(t, err, "the training run must crash:\n%s", out)
+	cmd := exec.Command(bin, "--batch", "crash.bin", "--out", "regress", "--json", "-q")
+	cmd.Dir = proj
+	sum := runSummary(t, cmd)
+	require.Len(t, sum.Fixtures, 1)
+	return proj, filepath.Join(proj, sum.Fixtures[0])
+}
+
+// pytestOutcomes runs pytest over dir from the project's directory (the
+// user's repository: its modules and reduce_batch.py importable) and
+// returns each test's outcome by name ("test_minimal_batch",
+// "test_passing_batch[boundary.bin]"), with the output.
+func pytestOutcomes(t *testing.T, proj, dir string) (map[string]string, string) {
+	t.Helper()
+	py := testenv.Python(t, "torch", "pytest")
+	cmd := exec.Command(py, "-m", "pytest", "-v", "-rA", "-p", "no:cacheprovider", dir)
+	cmd.Dir = proj
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+proj)
+	out, _ := cmd.CombinedOutput()
+	res := map[string]string{}
+	re := regexp.MustCompile(`(?m)^\S+\.py::(\S+) (PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR)`)
+	for _, m := range re.FindAllStringSubmatch(string(out), -1) {
+		res[m[1]] = m[2]
+	}
+	return res, string(out)
+}
+
+func edit(t *testing.T, path, old, new string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Contains(t, string(data), old)
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(data), old, new, 1)), 0o644))
+}
+
+func testFile(t *testing.T, dir string) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "test_*.py"))
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+	return files[0]
+}
+
+// TestRegressionLifeStep follows a generated regression test through the
+// life of a bug in the step, with real pytest and torch: a sequence longer
+// than the model's learned positions. Before the fix the suite is green
+// with the minimal batch xfailed; the step fixed (it truncates), the
+// XPASS(strict) turns it red with the message that says how to mark it
+// fixed; marked, green; the bug put back, red.
+func TestRegressionLifeStep(t *testing.T) {
+	proj, dir := project(t, "length")
+	res, out := pytestOutcomes(t, proj, dir)
+	assert.Equal(t, "XFAIL", res["test_minimal_batch"], out)
+	assert.Equal(t, "PASSED", res["test_passing_batch[boundary.bin]"], out)
+	assert.NotContains(t, res, "FAILED", out)
+	for name, o := range res {
+		assert.NotEqual(t, "FAILED", o, "%s\n%s", name, out)
+	}
+
+	textclf := filepath.Join(proj, "textclf.py")
+	orig, err := os.ReadFile(textclf)
+	require.NoError(t, err)
+	edit(t, textclf, `    logits = model(batch["tokens"], batch["lengths"])`,
+		`    logits = model(batch["tokens"][:, :MAX_LEN], batch["lengths"].clamp(max=MAX_LEN))`)
+	res, out = pytestOutcomes(t, proj, dir)
+	assert.Equal(t, "FAILED", res["test_minimal_batch"], out)
+	assert.Contains(t, out, "XPASS(strict)", out)
+	assert.Contains(t, out, "FIXED = True", "the message says how to mark it fixed")
+	assert.Equal(t, "PASSED", res["test_passing_batch[boundary.bin]"], out)
+
+	edit(t, testFile(t, dir), "\nFIXED = False\n", "\nFIXED = True\n")
+	res, out = pytestOutcomes(t, proj, dir)
+	assert.Equal(t, "PASSED", res["test_minimal_batch"], out)
+
+	require.NoError(t, os.WriteFile(textclf, orig, 0o644))
+	res, out = pytestOutcomes(t, proj, dir)
+	assert.Equal(t, "FAILED", res["test_minimal_batch"], out)
+	assert.Contains(t, out, "IndexError", out)
+}
+
+// TestRegressionLifeData follows the data test through a fix in the data
+// pipeline: a label mapping that gives one sample class 4 of 4. Until the
+// user defines reduce_sample it skips with the how-to; defined, it fails
+// on the bad label; with the mapping fixed it passes, while the minimal
+// batch (which holds the bad label) stays an expected failure.
+func TestRegressionLifeData(t *testing.T) {
+	proj, dir := project(t, "label")
+	res, out := pytestOutcomes(t, proj, dir)
+	assert.Equal(t, "XFAIL", res["test_minimal_batch"], out)
+	data := "test_culprit_sample[txt-037:label]"
+	assert.Equal(t, "SKIPPED", res[data], out)
+	assert.Contains(t, out, "def reduce_sample", "the skip says how to define the fixture")
+
+	conftest := "import pytest\nimport textclf\n\n\n@pytest.fixture\ndef reduce_sample():\n" +
+		"    samples = {s[\"id\"]: s for s in textclf.Texts(crash=\"label\")}\n    return samples.__getitem__\n"
+	require.NoError(t, os.WriteFile(filepath.Join(proj, "conftest.py"), []byte(conftest), 0o644))
+	res, out = pytestOutcomes(t, proj, dir)
+	assert.Equal(t, "FAILED", res[data], out)
+	assert.Contains(t, out, "txt-037", out)
+	assert.Equal(t, "XFAIL", res["test_minimal_batch"], out)
+
+	edit(t, filepath.Join(proj, "textclf.py"), `s["label"] = CLASSES`, `s["label"] = CLASSES - 1`)
+	res, out = pytestOutcomes(t, proj, dir)
+	assert.Equal(t, "PASSED", res[data], out)
+	assert.Equal(t, "XFAIL", res["test_minimal_batch"], out)
+}

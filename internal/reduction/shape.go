@@ -1,0 +1,133 @@
+package reduction
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"reduce/fixtures"
+	"reduce/internal/regress"
+	"reduce/shrink"
+)
+
+// maxShapeGroups bounds the dims the shape search tries.
+const maxShapeGroups = 3
+
+// shapeGroup is dims of several tensors that hold one size and are cut
+// together (input_ids and attention_mask along the sequence).
+type shapeGroup struct {
+	tensors, dims []int
+	size          int64
+	padded        bool
+}
+
+// shapeGroups are the non-batch dims of b's batched tensors grouped by
+// size, one dim per tensor and group: a padded dim's group first, then the
+// largest sizes.
+func shapeGroups(b *fixtures.Batch) []shapeGroup {
+	bySize := map[int64]*shapeGroup{}
+	var groups []*shapeGroup
+	for ti, e := range b.Tensors {
+		if e.BatchDim == nil {
+			continue
+		}
+		for d, n := range e.Shape {
+			if d == *e.BatchDim || n < 2 {
+				continue
+			}
+			g := bySize[n]
+			if g == nil {
+				g = &shapeGroup{size: n}
+				bySize[n] = g
+				groups = append(groups, g)
+			}
+			if slices.Contains(g.tensors, ti) {
+				continue
+			}
+			g.tensors, g.dims = append(g.tensors, ti), append(g.dims, d)
+			g.padded = g.padded || (e.Pad != nil && e.Pad.Dim == d)
+		}
+	}
+	slices.SortStableFunc(groups, func(a, b *shapeGroup) int {
+		switch {
+		case a.padded != b.padded:
+			if a.padded {
+				return -1
+			}
+			return 1
+		case a.size != b.size:
+			if a.size > b.size {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	out := make([]shapeGroup, 0, len(groups))
+	for _, g := range groups {
+		out = append(out, *g)
+	}
+	return out
+}
+
+// shape searches, for a finding that fails with none of its values
+// (base describes its batch), the non-batch dim whose size decides the
+// failure: each group of dims in turn is cut to the largest size that
+// passes, by bisection. On success the finding's batch is cut to the
+// smallest size that fails and its boundary to the largest that passes,
+// both replayed, and the result is returned; nil when no dim's size
+// decides it.
+func (r *run) shape(ctx context.Context, f *Finding, base *candidate, why string) (*regress.ShapeResult, error) {
+	groups := shapeGroups(f.Batch)
+	if len(groups) > maxShapeGroups {
+		groups = groups[:maxShapeGroups]
+	}
+	for _, g := range groups {
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		cut := func(size int64) *candidate {
+			return &candidate{base: base, narrow: &narrowing{tensors: g.tensors, dims: g.dims, size: size}, size: int(size)}
+		}
+		r.setPhase(PhaseShape, int(g.size))
+		res, err := shrink.LargestPassing(ctx, 1, g.size-1, func(ctx context.Context, k int64, trial int) (shrink.Outcome, error) {
+			return r.ask(ctx, cut(k), trial)
+		}, r.shrinkOptions())
+		switch {
+		case ctx.Err() != nil:
+			return nil, nil
+		case errors.Is(err, shrink.ErrNoPassing), errors.Is(err, shrink.ErrBudget):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("shape search: %w", err)
+		case res.Incomplete || (res.Value < g.size-1 && res.Next != shrink.Fail):
+			continue // the next size fails otherwise: no size decides it
+		}
+		smallest := res.Value + 1
+		failing, err := cut(smallest).build(r.batch)
+		if err != nil {
+			return nil, err
+		}
+		if smallest == g.size {
+			failing = f.Batch
+		}
+		passing, err := cut(res.Value).build(r.batch)
+		if err != nil {
+			return nil, err
+		}
+		sr := &regress.ShapeResult{Dims: g.dims, LargestPassing: res.Value, SmallestFailing: smallest}
+		var names []string
+		for k, ti := range g.tensors {
+			name := f.Batch.Tensors[ti].Name
+			sr.Tensors = append(sr.Tensors, name)
+			names = append(names, fmt.Sprintf("%s dim %d", name, g.dims[k]))
+		}
+		sr.Text = fmt.Sprintf("fails for %s of size %d or more, passes at %d, %s", strings.Join(names, " and "), smallest, res.Value, why)
+		f.Batch, f.Boundary = failing, passing
+		r.logf("shape: %s", sr.Text)
+		return sr, nil
+	}
+	return nil, nil
+}
