@@ -6,9 +6,12 @@
 // reduce_batch.
 //
 // It owns the record's layout, the report's words (the first checks for
-// each failure family), the generated test, and Expect: what the built-in
-// ops give on the CPU for a batch, which the record and the tests check.
-// External text reaches generated code only as quoted literals.
+// each failure family, and for a finding whose inputs look valid an issue
+// to paste into the op's tracker, with a snippet that rebuilds the minimal
+// batch in torch and no path, user, host or sample id of the user's), the
+// generated test, and Expect: what the built-in ops give on the CPU for a
+// batch, which the record and the tests check. External text reaches
+// generated code only as quoted literals.
 //
 // It never replays anything by itself: the reduction hands it what the
 // replays showed. The committed fixtures under fixtures/regress are data;
