@@ -86,10 +86,13 @@ test-go-torch2:
 	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_LIGHTNING=1 $(GO) test -count=1 \
 		-run 'TestProject|TestLightning' ./cmd/reduce/
 
-# The Python tests under the interpreter $(1), with the variables $(2).
+# The Python tests under the interpreter $(1), with the variables $(2). The
+# fixtures reduced from examples recorded for a step of their own import it
+# (fixtures/examples/example_steps.py) by name: its folder goes on PYTHONPATH.
 define python-tests
 	$(2) REDUCE_REQUIRE_TORCH=1 $(1) -m pytest -q -p no:cacheprovider replay/python
-	if [ -d fixtures/regress ]; then REDUCE_BATCH_PATH=replay/python $(1) -m pytest -q -p no:cacheprovider fixtures/regress || [ $$? -eq 5 ]; fi
+	if [ -d fixtures/regress ]; then REDUCE_BATCH_PATH=replay/python PYTHONPATH="$(CURDIR)/fixtures/examples$${PYTHONPATH:+:$$PYTHONPATH}" \
+		$(1) -m pytest -q -p no:cacheprovider fixtures/regress || [ $$? -eq 5 ]; fi
 endef
 
 # Under both torches: Debian's 1.13 ($(PYTHON)), which has no Lightning, and

@@ -199,6 +199,9 @@ func TestGoBackendExamples(t *testing.T) {
 	t.Parallel()
 	for _, ex := range loadExamples(t) {
 		t.Run(ex.name, func(t *testing.T) {
+			if ex.batch.Op == "" {
+				t.Skipf("recorded for a step of its own (%s): the go backend runs built-in ops only", ex.batch.Step.Entry())
+			}
 			co, go_ := goOptions(t, "cpu"), goOptions(t, "cuda")
 			co.DeviceMemory, go_.DeviceMemory = ex.deviceMemory(t), ex.deviceMemory(t)
 			cpu, cuda := newBackend(t, co), newBackend(t, go_)

@@ -57,7 +57,9 @@ func withMeta(b *fixtures.Batch, key, value string) *fixtures.Batch {
 }
 
 // The torch backend on CPU gives, for every example, the signature the go
-// backend gives in CPU mode: same family, kernel, expression, class.
+// backend gives in CPU mode: same family, kernel, expression, class. An
+// example recorded for a step of its own has no go replay: the torch
+// backend alone must reproduce its recorded failure (torchStepExample).
 func TestTorchMatchesGoOnExamples(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
@@ -68,6 +70,10 @@ func TestTorchMatchesGoOnExamples(t *testing.T) {
 	gcuda := newBackend(t, goOptions(t, "cuda"))
 	for _, ex := range loadExamples(t) {
 		t.Run(ex.name, func(t *testing.T) {
+			if ex.batch.Op == "" {
+				torchStepExample(t, ex)
+				return
+			}
 			tb, gcpu, gcuda := tb, gcpu, gcuda
 			if m := ex.deviceMemory(t); m > 0 {
 				// A failure of the batch size: replayed on an emulated
@@ -128,6 +134,48 @@ func TestTorchMatchesGoOnExamples(t *testing.T) {
 		t.Error(err)
 	}
 	emptyDir(t, tmp)
+}
+
+// torchStepExample replays an example recorded for a step of its own
+// (fixtures/examples/example_steps.py) on the torch backend, with the
+// examples' folder on PYTHONPATH as their reductions have it: the batch
+// fails as recorded; without its culprits it passes, and where every
+// sample fails, one sample fails the same way.
+func torchStepExample(t *testing.T, ex example) {
+	t.Helper()
+	dir, err := filepath.Abs("../fixtures/examples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	o := torchOptions(t, tmp)
+	o.Step = ex.batch.Step
+	o.Env = []string{"PYTHONPATH=" + dir}
+	tb := newBackend(t, o)
+	want := recordedSignature(ex.want.Error.Text)
+	v := replayOK(t, tb, ex.batch)
+	if !v.Zygote {
+		t.Errorf("torch replay did not run in a zygote child")
+	}
+	if v.Signature.Family != want.Family || v.Signature.Expression != want.Expression || !v.Signature.Matches(want, signature.MatchStrict) {
+		t.Errorf("torch cpu %v, recorded %v\nstderr:\n%s", v.Signature, want, v.Result.Stderr)
+	}
+	if ex.want.Culprits == nil {
+		if one := replayOK(t, tb, subset(t, ex.batch, first(1))); !one.Signature.Matches(v.Signature, signature.MatchStrict) {
+			t.Errorf("torch, one sample: %v, want %v\n%s", one.Signature, v.Signature, one.Result.Stderr)
+		}
+	} else {
+		rest := subset(t, ex.batch, without(ex.batch.Samples, ex.want.Culprits))
+		if r := replayOK(t, tb, rest); r.Signature.Family != signature.FamilyPass ||
+			!bytes.Contains(r.Result.Stdout, []byte("reduce_batch: ok "+ex.batch.Step.Entry())) {
+			t.Errorf("torch without the culprits: %v\nstdout %q\nstderr:\n%s", r.Signature, r.Result.Stdout, r.Result.Stderr)
+		}
+	}
+	if err := tb.Close(); err != nil {
+		t.Error(err)
+	}
+	emptyDir(t, tmp)
+	t.Logf("%-20s torch cpu: %v (step %s)", ex.name, v.Signature, ex.batch.Step.Entry())
 }
 
 // --entry with a user step: a tiny model and cross_entropy on the batch.

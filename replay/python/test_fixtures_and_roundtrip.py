@@ -21,7 +21,9 @@ from conftest import single_thread_after_fork, without_source_lines  # noqa: E40
 
 NAMES = ["four_class_targets", "one_hot_labels", "channels_last_bf16", "transposed_index", "offset_slice",
          "token_id_vocab", "gather_out_of_range", "bce_out_of_range", "two_bad_samples", "size_dependent",
-         "trap_first_failure"]
+         "trap_first_failure", "nan_probability"]
+# Recorded for a step of their own (fixtures/examples/example_steps.py), not an op.
+STEP_NAMES = ["duplicate_keys", "learned_positions"]
 
 
 def run(op, attrs, t, memory=None):
@@ -110,8 +112,71 @@ def test_example(name):
             assert run(b.op, b.attrs, subset(b, rest)) in other.values()
             rest = [i for i in rest if i not in other]
         assert run(b.op, b.attrs, subset(b, rest)) is None
+    check_bad_elements(b, want)
+
+
+def check_bad_elements(b, want):
     for e in want["bad_elements"]:
-        assert b.tensors[e["tensor"]][tuple(e["index"])].item() == e["value"]
+        v = b.tensors[e["tensor"]][tuple(e["index"])].item()
+        if e.get("value_text") == "NaN":
+            assert e["value"] is None and v != v
+        else:
+            assert v == e["value"]
+
+
+def step_error(fn, t):
+    """The error text of the step fn on the batch t, or None."""
+    try:
+        fn(t)
+    except Exception as e:
+        return "%s: %s" % (type(e).__name__, str(e).splitlines()[0])
+    return None
+
+
+@pytest.mark.parametrize("name", STEP_NAMES)
+def test_step_example(name, monkeypatch, tmp_path):
+    # As reduce and the Makefile run them: the folder on PYTHONPATH, the step imported by name
+    # where the recorded path is gone (another clone).
+    monkeypatch.syspath_prepend(EXAMPLES)
+    with open(os.path.join(EXAMPLES, name + ".expected.json"), encoding="utf-8") as f:
+        want = json.load(f)
+    b = rb.load(os.path.join(EXAMPLES, name + ".bin"))
+    assert b.op is None and want["op"] is None and b.samples == want["samples"]
+    assert "%s:%s" % (b.step["module"], b.step["qualname"]) == want["step"]
+    assert b.error["text"] == want["error"]["text"]
+    # Recorded in another clone: neither its file nor its cwd exists here.
+    monkeypatch.delitem(sys.modules, "example_steps", raising=False)
+    fn = rb.resolve_step(dict(b.step, file=str(tmp_path / "gone" / "example_steps.py"), cwd=str(tmp_path)))
+    assert os.path.realpath(sys.modules["example_steps"].__file__) == os.path.realpath(
+        os.path.join(EXAMPLES, "example_steps.py"))
+    assert step_error(fn, b.data) == b.error["text"]
+    with pytest.raises(Exception) as got:
+        rb.run_step(b)
+    assert "%s: %s" % (got.type.__name__, got.value) == b.error["text"]
+    for n, d in want["tensors"].items():
+        t = b.tensors[n]
+        assert str(t.dtype) == "torch." + d["dtype"] and list(t.shape) == d["shape"] and b.batch_dims[n] == 0
+    results = [step_error(fn, subset(b, [i])) for i in range(b.samples)]
+    if want["any_sample_fails"]:
+        assert all(r == b.error["text"] for r in results) and want["minimal_samples"] == 1
+    else:
+        (together,) = want["culprit_sets"]
+        assert results == [None] * b.samples  # the culprits fail only together
+        assert step_error(fn, subset(b, together)) == b.error["text"]
+        for drop in together:
+            assert step_error(fn, subset(b, [i for i in range(b.samples) if i != drop])) is None
+    rel = want.get("relation")
+    if rel:
+        assert rel["kind"] == "equal" and rel["samples"] == want["culprit_sets"][0]
+        a, c = (b.tensors[rel["tensor"]][i] for i in rel["samples"])
+        assert torch.equal(a, c)
+    shape = want.get("shape")
+    if shape:
+        for k in (shape["largest_passing"], shape["smallest_failing"]):
+            cut = dict(b.tensors)
+            cut[shape["tensor"]] = cut[shape["tensor"]].narrow(shape["dim"], 0, k)
+            assert step_error(fn, cut) == (None if k == shape["largest_passing"] else b.error["text"])
+    check_bad_elements(b, want)
 
 
 def test_examples_regenerate_identically(tmp_path):
@@ -124,12 +189,24 @@ def test_examples_regenerate_identically(tmp_path):
     work = tmp_path / "fixtures" / "examples"
     work.mkdir(parents=True)
     shutil.copy(src, work)
+    shutil.copy(os.path.join(EXAMPLES, "example_steps.py"), work)
     shutil.copytree(HERE, tmp_path / "replay" / "python", ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, str(work / "make_examples.py")], check=True, stdout=subprocess.DEVNULL)
-    for name in NAMES:
+    for name in NAMES + STEP_NAMES:
         for suffix in (".bin", ".expected.json"):
             with open(os.path.join(EXAMPLES, name + suffix), "rb") as f:
-                assert f.read() == (work / (name + suffix)).read_bytes(), name + suffix
+                data = f.read()
+            if name in STEP_NAMES and suffix == ".bin":
+                continue  # the step's recorded file and cwd are where it ran: compared below
+            assert data == (work / (name + suffix)).read_bytes(), name + suffix
+    for name in STEP_NAMES:
+        (m, storages), (m2, storages2) = (rb.read_raw(p) for p in (os.path.join(EXAMPLES, name + ".bin"),
+                                                                  str(work / (name + ".bin"))))
+        assert m2["step"]["file"] == str(work / "example_steps.py")
+        for x in (m, m2):
+            x["step"].pop("file")
+            x["step"].pop("cwd")
+        assert m == m2 and storages == storages2, name
 
 
 def test_check_go_roundtrip(tmp_path, capsys):
