@@ -153,6 +153,7 @@ type summary struct {
 	ModeReason    string                                   `json:"mode_reason"`
 	Culprits      []regress.Culprit                        `json:"culprits"`
 	Size          *regress.SizeResult                      `json:"size"`
+	Shape         *regress.ShapeResult                     `json:"shape,omitempty"`
 	Replays       int                                      `json:"replays"`
 	Resumed       int                                      `json:"resumed"`
 	Phases        map[reduction.Phase]reduction.PhaseCount `json:"phases"`
@@ -170,6 +171,9 @@ func newSummary(res *reduction.Result) summary {
 		Phases: res.Phases, OtherFailures: res.OtherFailures, Launcher: res.Launch, Seconds: res.Seconds, Partial: res.Partial}
 	for i, f := range res.Findings {
 		s.Culprits = append(s.Culprits, f.Culprit(res.Fixtures[i]))
+		if s.Shape == nil {
+			s.Shape = f.Shape
+		}
 	}
 	return s
 }
@@ -186,10 +190,19 @@ func printSummary(w interface{ Write([]byte) (int, error) }, res *reduction.Resu
 		if res.Mode != reduction.ModeSize {
 			fmt.Fprintf(w, "culprit: samples %v %s\n", f.Indices, strings.Join(f.IDs, " "))
 		}
-		for _, e := range f.Elements {
+		if f.Relation != nil {
+			fmt.Fprintf(w, "  relation: %s (equal values fail; either one changed to a value found nowhere in the batch passes)\n", f.Relation.Text)
+		}
+		for k, e := range f.Elements {
+			if f.Relation != nil && k < len(f.Relation.Elements) {
+				continue
+			}
 			fmt.Fprintf(w, "  %s\n", e.Diagnosis())
 		}
-		if f.ContentFree && res.Mode != reduction.ModeSize {
+		switch {
+		case f.Shape != nil:
+			fmt.Fprintf(w, "  shape: %s\n", f.Shape.Text)
+		case f.ContentFree && res.Mode != reduction.ModeSize:
 			fmt.Fprintf(w, "  no value triggers it: every element neutralized still fails\n")
 		}
 		if len(res.Findings) > 1 {
