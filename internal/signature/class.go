@@ -31,7 +31,8 @@ const (
 	ClassLaunchFailure    = "device.launch_failure"
 	ClassMisalignedAccess = "device.misaligned"
 	ClassMemoryFault      = "device.memory_fault"
-	ClassNaNAnomaly       = "autograd.nan"
+	ClassNaNAnomaly       = "autograd.nan"    // anomaly mode: a backward Function returned NaN
+	ClassNonFinite        = "nonfinite.check" // a finiteness check raised: the user's, clip_grad_norm_'s
 )
 
 type classRule struct {
@@ -83,8 +84,12 @@ var hostClassRules = []classRule{
 // and the CPU "IndexError: Target 4 is out of bounds."), or "" when s is
 // none of the known checks. Families without a per-op check get a class per
 // family (oom.device, oom.host, device.mismatch, device.illegal_address,
-// device.launch_failure, device.misaligned, device.memory_fault,
-// autograd.nan); pass, timeout, infra, signals and unknown exceptions get "".
+// device.launch_failure, device.misaligned, device.memory_fault); a NaN
+// anomaly is autograd.nan when anomaly mode found it and nonfinite.check
+// when a finiteness check raised (the same check's message may print the
+// tensor's device: "tensor(nan, device='cuda:0')" on the GPU is
+// "tensor(nan)" on the CPU); pass, timeout, infra, signals and unknown
+// exceptions get "".
 //
 // Known gaps: CUDA has no one_hot check of its own and reports scatter's
 // assert (gather.bounds) where the CPU says one_hot.class_range; an
@@ -118,6 +123,11 @@ func (s Signature) Class() string {
 			return ClassHostOOM
 		}
 		return ClassDeviceOOM
+	case FamilyNaNAnomaly:
+		if strings.Contains(s.Expression, anomalyText) {
+			return ClassNaNAnomaly
+		}
+		return ClassNonFinite
 	}
 	for _, f := range families {
 		if f.family == s.Family {

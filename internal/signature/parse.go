@@ -55,6 +55,7 @@ var (
 	childExitRe   = regexp.MustCompile(`exitcode\s*:\s*-(\d+)\b`)
 	methodRe      = regexp.MustCompile(`in method (\w+)`)
 	anomalyFnRe   = regexp.MustCompile(`Function '([^']+)' returned nan values`)
+	nonFiniteRe   = regexp.MustCompile(`(?i)\b(?:nans?|infs?|infinity|non-?finite|not finite|is infinite|isfinite|isnan|isinf)\b`)
 	memFaultRe    = regexp.MustCompile(`Memory access fault by GPU node-\d+.*?Reason: (.*)$`)
 	inductorIdxRe = regexp.MustCompile(`_\d+$`)
 	cudaFileRe    = regexp.MustCompile(`\.cuh?:\d|\bcuda:\d`)
@@ -460,7 +461,7 @@ func classify(class, msg string) Signature {
 		}
 		return Signature{Family: FamilyROCmMemFault, Backend: BackendHIP,
 			Expression: exprMemFaultLabel + normalizeMessage(reason)}
-	case has("returned nan values in its"):
+	case has(anomalyText):
 		s := Signature{Family: FamilyNaNAnomaly, Expression: Normalize(msg)}
 		if m := anomalyFnRe.FindStringSubmatch(msg); m != nil {
 			s.Kernel = m[1]
@@ -476,7 +477,77 @@ func classify(class, msg string) Signature {
 	if class == "" {
 		return Signature{Family: FamilyHostCheck, Expression: normalizeMessage(msg)}
 	}
-	return Signature{Family: FamilyHostCheck, Expression: withClass(msg)}
+	s := Signature{Family: FamilyHostCheck, Expression: withClass(msg)}
+	// A torch op's own check that names NaN or Inf (multinomial's
+	// "probability tensor contains either `inf`, `nan` or element < 0") has
+	// a class, shared with its device assert, and stays a host check.
+	if nonFinite(class, msg) && s.Class() == "" {
+		s.Family = FamilyNaNAnomaly
+	}
+	return s
+}
+
+// anomalyText is what autograd's anomaly mode says of the backward
+// Function that returned NaN.
+const anomalyText = "returned nan values in its"
+
+// nonFiniteClasses are the exception classes a finiteness check raises
+// (besides FloatingPointError, which says so by itself, and a class of the
+// user's own).
+var nonFiniteClasses = map[string]bool{
+	"ValueError": true, "RuntimeError": true, "AssertionError": true, "ArithmeticError": true, "OverflowError": true,
+}
+
+// pythonErrors are Python's built-in classes named ...Error: not a user's
+// own class, and not one a finiteness check raises unless listed in
+// nonFiniteClasses (TypeError: isnan(): argument 'input' must be Tensor).
+var pythonErrors = map[string]bool{
+	"ArithmeticError": true, "AssertionError": true, "AttributeError": true, "BlockingIOError": true,
+	"BrokenPipeError": true, "BufferError": true, "ChildProcessError": true, "ConnectionAbortedError": true,
+	"ConnectionError": true, "ConnectionRefusedError": true, "ConnectionResetError": true, "EOFError": true,
+	"EnvironmentError": true, "FileExistsError": true, "FileNotFoundError": true, "FloatingPointError": true,
+	"IOError": true, "ImportError": true, "IndentationError": true, "IndexError": true, "InterruptedError": true,
+	"IsADirectoryError": true, "KeyError": true, "LookupError": true, "MemoryError": true,
+	"ModuleNotFoundError": true, "NameError": true, "NotADirectoryError": true, "NotImplementedError": true,
+	"OSError": true, "OverflowError": true, "PermissionError": true, "ProcessLookupError": true,
+	"PythonFinalizationError": true, "RecursionError": true, "ReferenceError": true, "RuntimeError": true,
+	"SyntaxError": true, "SystemError": true, "TabError": true, "TimeoutError": true, "TypeError": true,
+	"UnboundLocalError": true, "UnicodeDecodeError": true, "UnicodeEncodeError": true, "UnicodeError": true,
+	"UnicodeTranslateError": true, "ValueError": true, "ZeroDivisionError": true,
+}
+
+// notNonFinite are torch messages whose "inf" or "infinity" names no
+// value: GradScaler's (and ShardedGradScaler's) step with no gradient to
+// check, _foreach_norm of an empty tensor.
+var notNonFinite = []string{"No inf checks were recorded", "infinity norm"}
+
+// nonFinite reports whether an exception is a finiteness check's: a
+// FloatingPointError, or a ValueError, RuntimeError, AssertionError,
+// ArithmeticError, OverflowError or a user's own ...Error class whose
+// message's first line says a value is NaN or infinite, as a word ("loss is
+// nan", "Loss is NaN at step 3", "non-finite loss", "not finite", "is
+// infinite", "cannot convert float infinity to integer", "isfinite"; not
+// "nanoseconds", "info" or "inference"). A user class is a Python name
+// outside torch's modules that Python does not define; a C++ class
+// (c10::Error) is torch's own and is not one.
+func nonFinite(class, msg string) bool {
+	short := lastComponent(class)
+	switch {
+	case class == "" || strings.Contains(class, "::"):
+		return false
+	case short == "FloatingPointError":
+		return true
+	case nonFiniteClasses[short]:
+	case strings.HasSuffix(short, "Error") && !pythonErrors[short] && !strings.HasPrefix(class, "torch."):
+	default:
+		return false
+	}
+	for _, s := range notNonFinite {
+		if strings.Contains(msg, s) {
+			return false
+		}
+	}
+	return nonFiniteRe.MatchString(msg)
 }
 
 // dispatchKeys are the dispatch-key infixes of generated wrapper names

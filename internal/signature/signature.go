@@ -73,8 +73,12 @@ const (
 	// here and not under device_assert), and every exception that no other
 	// family claims. Expression carries "<class>: <normalized message>".
 	FamilyHostCheck Family = "host_check"
-	// FamilyNaNAnomaly: autograd anomaly mode, "Function 'MulBackward0'
-	// returned nan values in its 0th output."
+	// FamilyNaNAnomaly: a value went NaN or infinite and something checked:
+	// autograd anomaly mode ("Function 'MulBackward0' returned nan values in
+	// its 0th output."), or a finiteness check that raised (the user's own,
+	// "FloatingPointError: loss is nan"; clip_grad_norm_'s
+	// error_if_nonfinite). Expression carries "<class>: <normalized
+	// message>" for a check, as for a host check.
 	FamilyNaNAnomaly Family = "nan_anomaly"
 	// FamilyDeviceMismatch: "Expected all tensors to be on the same device".
 	FamilyDeviceMismatch Family = "device_mismatch"
@@ -130,7 +134,7 @@ var families = []struct {
 	{FamilyROCmMemFault, true, ClassMemoryFault},
 	{FamilyOOM, false, ""},
 	{FamilyHostCheck, false, ""},
-	{FamilyNaNAnomaly, false, ClassNaNAnomaly},
+	{FamilyNaNAnomaly, false, ""},
 	{FamilyDeviceMismatch, false, ClassDeviceMismatch},
 	{FamilyAbortSignal, false, ""},
 	{FamilyCrashSignal, false, ""},
@@ -422,7 +426,18 @@ func deviceSide(family Family) bool {
 //     device_mismatch; ModuleNotFoundError, ImportError, SyntaxError,
 //     KeyboardInterrupt, "no CUDA GPUs are available", "no kernel image is
 //     available", "Torch not compiled with CUDA enabled" and the like →
-//     infra; anything else → host_check.
+//     infra; a finiteness check → nan_anomaly, with the Expression a host
+//     check would have: a FloatingPointError, or a ValueError,
+//     RuntimeError, AssertionError, ArithmeticError, OverflowError or a
+//     user's own ...Error class whose message has "nan", "inf",
+//     "infinity", "non-finite", "nonfinite", "not finite", "is infinite",
+//     "isfinite", "isnan" or "isinf" as a word (the user's "loss is nan",
+//     clip_grad_norm_'s "... is non-finite, so it cannot be clipped",
+//     Lightning's "The loss returned in `training_step` is nan."), unless
+//     it is a torch op's check with a class of its own (multinomial's
+//     "contains either `inf`, `nan` or element < 0" stays host_check, the
+//     CPU side of a device assert), GradScaler's "No inf checks were
+//     recorded" or an "infinity norm"; anything else → host_check.
 //   - With no exception at all, the first line anywhere that carries one of
 //     those markers (a ROCm "Memory access fault by GPU node-N", a CUDA
 //     error in a log line; never a "...Warning:" line) decides, when it

@@ -165,6 +165,8 @@ func TestParseCorpusCoverage(t *testing.T) {
 		"cpu_segfault", "cpu_timeout", "cpu_pass_warning", "cpu_pass_garbage",
 		"torchrun_tee_default_prefix", "torchrun_rank_prefix", "torchrun_label_prefix",
 		"cpu_batch_size", "cpu_multi_target", "cpu_dtype", "cpu_nll_target_4", "cpu_nll_target_7",
+		"cpu_nan_loss_check", "cpu_nan_value_error", "cpu_nan_assert", "cpu_nan_runtime_inf", "cpu_nan_user_class",
+		"cpu_clip_grad_nonfinite", "cpu_lightning_finite_loss", "cpu_grad_scaler_no_inf_checks",
 	} {
 		if cases[name] == nil {
 			t.Errorf("corpus file %s.txt is missing", name)
@@ -256,6 +258,12 @@ func TestMatchCorpusPairs(t *testing.T) {
 		{"cpu_nll_target_4", "cpu_sigkill"},
 		{"cpu_nll_target_4", "cpu_pass_garbage"},
 		{"cuda_nll_loss_2d_aten", "cpu_nll_target_4"}, // one op, but CUDA assert vs CPU exception: only Class agrees
+		// Finiteness checks: anomaly mode vs the user's, and one user check
+		// vs another.
+		{"cpu_nan_anomaly", "cpu_nan_loss_check"},
+		{"cpu_nan_loss_check", "cpu_nan_anomaly"},
+		{"cpu_nan_loss_check", "cpu_nan_runtime_inf"},
+		{"cpu_nan_loss_check", "cpu_clip_grad_nonfinite"},
 	}
 	for _, p := range different {
 		a, b := sig(p[0]), sig(p[1])
@@ -279,6 +287,11 @@ func TestMatchCorpusPairs(t *testing.T) {
 			t.Errorf("%s and %s: classes %q and %q, want one non-empty class", p[0], p[1], a.Class(), b.Class())
 		}
 	}
+	// Anomaly mode and a finiteness check are other checks: a replay on
+	// another device that shows one does not reproduce the other.
+	if a, b := sig("cpu_nan_anomaly"), sig("cpu_nan_loss_check"); a.Class() == b.Class() {
+		t.Errorf("cpu_nan_anomaly and cpu_nan_loss_check: one class %q", a.Class())
+	}
 }
 
 // TestCorpusTorchVersions: a file NAME_torch2.txt is torch 2.x's text of the
@@ -294,6 +307,8 @@ func TestCorpusTorchVersions(t *testing.T) {
 		"cpu_nll_target_4", "cpu_nll_target_7", "cpu_nll2d", "cpu_nll_none_target", "cpu_embedding",
 		"cpu_gather_9", "cpu_gather_12", "cpu_index_select", "cpu_index_tensor", "cpu_one_hot_big",
 		"cpu_one_hot_neg", "cpu_bce_range", "cpu_alloc_oom", "cpu_alloc_oom_embedding", "cpu_nan_anomaly",
+		"cpu_nan_loss_check", "cpu_nan_value_error", "cpu_nan_assert", "cpu_nan_runtime_inf", "cpu_nan_user_class",
+		"cpu_clip_grad_nonfinite",
 	} {
 		if cases[name+suffix] == nil {
 			t.Errorf("corpus file %s%s.txt is missing", name, suffix)
@@ -427,18 +442,22 @@ func TestSignatureStringAndJSON(t *testing.T) {
 	}
 }
 
+// parseCase is a small inline text, how its process ended, and the family
+// and expression Parse must give it.
+type parseCase struct {
+	name   string
+	stderr string
+	exit   ExitInfo
+	family Family
+	expr   string
+}
+
 // TestParseExit covers the exit-status rules on small inline texts.
 func TestParseExit(t *testing.T) {
 	const assertText = "../aten/src/ATen/native/cuda/Loss.cu:250: nll_loss_forward_reduce_cuda_kernel_2d: block: [0,0,0], thread: [1,0,0] Assertion `t >= 0 && t < n_classes` failed.\n" +
 		"terminate called after throwing an instance of 'c10::Error'\n  what():  CUDA error: device-side assert triggered\n"
 	const pyExc = "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nIndexError: Target 3 is out of bounds.\n"
-	tests := []struct {
-		name   string
-		stderr string
-		exit   ExitInfo
-		family Family
-		expr   string
-	}{
+	tests := []parseCase{
 		{"exit 0 with an error text is a pass", pyExc, ExitInfo{Code: 0}, FamilyPass, ""},
 		{"timeout wins over text", pyExc, ExitInfo{Code: -1, Signal: 9, TimedOut: true}, FamilyTimeout, ""},
 		{"harness", pyExc, ExitInfo{Code: 86, Harness: true}, FamilyInfra, "harness failure"},
@@ -481,6 +500,64 @@ func TestParseExit(t *testing.T) {
 		got := Parse([]byte(tc.stderr), tc.exit)
 		if got.Family != tc.family || got.Expression != tc.expr {
 			t.Errorf("%s: Parse = %s; want family %s, expression %q", tc.name, got, tc.family, tc.expr)
+		}
+	}
+}
+
+// TestParseNonFinite: a finiteness check that raises is nan_anomaly, with
+// the Expression a host check would have; the texts that only look like one
+// keep their families.
+func TestParseNonFinite(t *testing.T) {
+	const tb = "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
+	const assertLine = "../aten/src/ATen/native/cuda/MultinomialKernel.cu:112: operator(): block: [0,0,0], thread: [0,0,0] Assertion `probability tensor contains either `inf`, `nan` or element < 0` failed.\n"
+	tests := []parseCase{
+		// What counts.
+		{"FloatingPointError, any message", tb + "FloatingPointError: overflow encountered in exp\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "FloatingPointError: overflow encountered in exp"},
+		{"FloatingPointError, the project's", tb + "FloatingPointError: loss is nan\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "FloatingPointError: loss is nan"},
+		{"ValueError, numbers normalized", tb + "ValueError: Loss is NaN at step 3\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "ValueError: Loss is NaN at step N"},
+		{"AssertionError", tb + "AssertionError: non-finite loss\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "AssertionError: non-finite loss"},
+		{"RuntimeError inf", tb + "RuntimeError: loss is inf\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "RuntimeError: loss is inf"},
+		{"RuntimeError -inf", tb + "RuntimeError: loss is -inf\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "RuntimeError: loss is -inf"},
+		{"ArithmeticError not finite", tb + "ArithmeticError: gradient norm is not finite\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "ArithmeticError: gradient norm is not finite"},
+		{"OverflowError is infinite", tb + "OverflowError: activation is infinite in float16\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "OverflowError: activation is infinite in float16"},
+		{"OverflowError infinity", tb + "OverflowError: cannot convert float infinity to integer\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "OverflowError: cannot convert float infinity to integer"},
+		{"nonfinite", tb + "RuntimeError: nonfinite gradients in layer 4\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "RuntimeError: nonfinite gradients in layer N"},
+		{"isfinite", tb + "AssertionError: torch.isfinite(loss) failed\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "AssertionError: torch.isfinite(loss) failed"},
+		{"NaNs, NaN/Inf", tb + "FloatingPointError: Non-finite tensor in logits: 3/8 values are NaN/Inf\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "FloatingPointError: Non-finite tensor in logits: N/N values are NaN/Inf"},
+		{"user class", tb + "NaNLossError: loss contains NaNs\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "NaNLossError: loss contains NaNs"},
+		{"user class in a module", tb + "trainer.errors.DivergenceError: weights are nan after step 12\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "trainer.errors.DivergenceError: weights are nan after step N"},
+		{"Lightning's older text", tb + "ValueError: The loss returned in `training_step` is tensor(nan, grad_fn=<AddBackward0>).\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "ValueError: The loss returned in `training_step` is tensor(nan, grad_fn=<AddBackward0>)."},
+		{"torch's own", tb + "RuntimeError: linalg.svd: The algorithm failed to converge because the input matrix contained non-finite values.\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "RuntimeError: linalg.svd: The algorithm failed to converge because the input matrix contained non-finite values."},
+		{"bare line", "ValueError: Loss is NaN\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "ValueError: Loss is NaN"},
+		{"after SIGABRT", tb + "FloatingPointError: loss is nan\n", ExitInfo{Code: 134}, FamilyNaNAnomaly, "FloatingPointError: loss is nan"},
+		// What does not.
+		{"nanoseconds", tb + "RuntimeError: step took 1200 nanoseconds\n", ExitInfo{Code: 1}, FamilyHostCheck, "RuntimeError: step took N nanoseconds"},
+		{"banana", tb + "ValueError: banana is not a label\n", ExitInfo{Code: 1}, FamilyHostCheck, "ValueError: banana is not a label"},
+		{"Nanjing", tb + "ValueError: unknown city Nanjing\n", ExitInfo{Code: 1}, FamilyHostCheck, "ValueError: unknown city Nanjing"},
+		{"nan_to_num", tb + "ValueError: nan_to_num got an unexpected keyword\n", ExitInfo{Code: 1}, FamilyHostCheck, "ValueError: nan_to_num got an unexpected keyword"},
+		{"info", tb + "RuntimeError: shape '[2, 3]' is invalid for input of size 5 (see info above)\n", ExitInfo{Code: 1}, FamilyHostCheck, "RuntimeError: shape '[N, N]' is invalid for input of size N (see info above)"},
+		{"inference", tb + "RuntimeError: Inference tensors cannot be saved for backward.\n", ExitInfo{Code: 1}, FamilyHostCheck, "RuntimeError: Inference tensors cannot be saved for backward."},
+		{"finfo", tb + "TypeError: torch.finfo() requires a floating point input type\n", ExitInfo{Code: 1}, FamilyHostCheck, "TypeError: torch.finfo() requires a floating point input type"},
+		{"TypeError names isnan", tb + "TypeError: isnan(): argument 'input' (position 1) must be Tensor, not float\n", ExitInfo{Code: 1}, FamilyHostCheck, "TypeError: isnan(): argument 'input' (position N) must be Tensor, not float"},
+		{"KeyError 'nan'", tb + "KeyError: 'nan'\n", ExitInfo{Code: 1}, FamilyHostCheck, "KeyError: 'nan'"},
+		{"GradScaler", tb + "AssertionError: No inf checks were recorded for this optimizer.\n", ExitInfo{Code: 1}, FamilyHostCheck, "AssertionError: No inf checks were recorded for this optimizer."},
+		{"infinity norm", tb + "RuntimeError: _foreach_norm cannot compute the infinity norm on an empty tensor because the operation does not have an identity\n", ExitInfo{Code: 1}, FamilyHostCheck, "RuntimeError: _foreach_norm cannot compute the infinity norm on an empty tensor because the operation does not have an identity"},
+		{"multinomial keeps its class", tb + "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0\n", ExitInfo{Code: 1}, FamilyHostCheck, "RuntimeError: probability tensor contains either `inf`, `nan` or element < N"},
+		{"torch's dynamo", tb + "torch._dynamo.exc.TorchRuntimeError: Failed running call_function <built-in method isnan of type object at 0x7f00>(*(FakeTensor(..., size=(2,)),), **{}):\n", ExitInfo{Code: 1}, FamilyHostCheck,
+			"torch._dynamo.exc.TorchRuntimeError: Failed running call_function <built-in method isnan of type object at 0x?>(*(FakeTensor(..., size=(N,)),), **{}):"},
+		{"a C++ class", "terminate called after throwing an instance of 'c10::Error'\n  what():  loss is nan\n", ExitInfo{Code: -1, Signal: 6}, FamilyAbortSignal, "c10::Error: loss is nan"},
+		{"a log line", "step 3: loss is nan\n", ExitInfo{Code: 1}, FamilyHostCheck, "exit status 1"},
+		{"the device assert first", assertLine + tb + "FloatingPointError: loss is nan\n", ExitInfo{Code: 1}, FamilyDeviceAssert, "probability tensor contains either `inf`, `nan` or element < 0"},
+		{"OOM keeps its family", tb + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB; loss is nan\n", ExitInfo{Code: 1}, FamilyOOM, exprDeviceOOM},
+		{"anomaly mode unchanged", tb + "RuntimeError: Function 'LogBackward0' returned nan values in its 0th output.\n", ExitInfo{Code: 1}, FamilyNaNAnomaly, "Function 'LogBackward0' returned nan values in its 0th output."},
+	}
+	for _, tc := range tests {
+		got := Parse([]byte(tc.stderr), tc.exit)
+		if got.Family != tc.family || got.Expression != tc.expr {
+			t.Errorf("%s: Parse = %s; want family %s, expression %q", tc.name, got, tc.family, tc.expr)
+		}
+		if got.Family == FamilyNaNAnomaly && got.Kernel == "" && got.Class() != ClassNonFinite {
+			t.Errorf("%s: class %q, want %q", tc.name, got.Class(), ClassNonFinite)
 		}
 	}
 }
@@ -579,10 +656,11 @@ func TestParseLargeInput(t *testing.T) {
 
 // TestFamilyTable: every failing family says its class in the family
 // table, but for those whose classes are per check (device asserts and
-// host checks, by op) or per expression (OOM: device or host), and the
-// signals, which name no check; a family added without one fails here.
+// host checks, by op) or per expression (OOM: device or host; NaN anomaly:
+// anomaly mode or a finiteness check), and the signals, which name no
+// check; a family added without one fails here.
 func TestFamilyTable(t *testing.T) {
-	perCheck := map[Family]bool{FamilyDeviceAssert: true, FamilyHostCheck: true, FamilyOOM: true,
+	perCheck := map[Family]bool{FamilyDeviceAssert: true, FamilyHostCheck: true, FamilyOOM: true, FamilyNaNAnomaly: true,
 		FamilyAbortSignal: true, FamilyCrashSignal: true}
 	seen := map[Family]bool{}
 	for _, f := range families {
