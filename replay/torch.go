@@ -29,7 +29,7 @@ import (
 // FILE --device D [--entry M:F] [--device-memory BYTES]`, which pays for
 // `import torch` every time. With --device-memory the candidate's process
 // limits what the op may allocate once the batch is loaded
-// (limit_device_memory in reduce_replay.py).
+// (limit_device_memory in reduce_batch.py).
 type torchBackend struct {
 	python  string
 	device  string // the torch device: cpu, cuda, cuda:N

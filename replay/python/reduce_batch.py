@@ -41,7 +41,8 @@ the block fails. A shared tensor (an embedding table, class weights) has no batc
 `save(path, tensors, ...)` writes a file directly; `load(path)` reads one back with every
 tensor's dtype, shape, strides and storage offset as recorded. `replay(path, device)` runs a
 file's operator (or, with `entry=`, your step) as reduce's torch backend does; the regression
-tests that reduce generates call it, `run_op` and the `check_*` helpers.
+tests that reduce generates call it, `run_op`, `run_in_child` (the replay in a child process,
+whose exception is raised again in the test), `sample_value` and the `check_*` helpers.
 
 PyTorch Lightning: `Trainer(callbacks=[lightning_callback("crash.bin")])` records the failing
 training batch with a step that rebuilds the LightningModule (see lightning_callback).
@@ -75,6 +76,15 @@ __all__ = [
     "State",
     "check_exception",
     "check_outputs",
+    "failure_matches",
+    "summarize",
+    "check_result",
+    "run_in_child",
+    "ChildFailure",
+    "limit_device_memory",
+    "sample_value",
+    "check_sample_rule",
+    "check_distinct",
     "HarnessError",
     "lightning_callback",
     "lightning_step",
@@ -1725,14 +1735,8 @@ def check_exception(e, name, message):
     """For the regression tests reduce generates: assert that exception e is of the class `name`
     (a builtin's name or a dotted path) and carries `message` (None: any), which torch may follow
     with more lines (a C++ backtrace)."""
-    short = name.rpartition(".")[2]
-    assert type(e).__name__ == short, "raised %s: %s; want %s" % (type(e).__name__, e, name)
-    cls = _exception_class(name)
-    if cls is not None:
-        assert isinstance(e, cls), "raised %s, not a %s" % (type(e), name)
-    if message is not None:
-        text = str(e)
-        assert text == message or text.startswith(message + "\n"), "message %r, want %r" % (text, message)
+    why = _failure_mismatch(e, name, message)
+    assert why is None, why
 
 
 def _outputs(out):
@@ -1764,6 +1768,565 @@ def check_outputs(out, expected):
             got_v, want_v = flat, torch.tensor(want["values"], dtype=torch.float64)
         torch.testing.assert_close(got_v, want_v, rtol=want["rtol"], atol=want["atol"], equal_nan=True,
                                    msg=lambda m: "output %r: %s" % (name, m))
+
+
+# The helpers below are for the regression tests reduce generates (internal/regress), which
+# write a known failure the pytest way: the minimal batch's test asserts the correct behaviour
+# and is marked pytest.mark.xfail(strict=True, raises=<the recorded class>). run_in_child runs a
+# batch in a fresh process (a device-side assert leaves the CUDA context unusable) and raises
+# the child's exception again here, so that raises= can judge it; summarize and check_result
+# describe and check an output, across the process boundary too; failure_matches is
+# check_exception's rule without the assert; sample_value, check_sample_rule and check_distinct
+# check the samples the user's Dataset yields against the rule reduce found.
+
+
+def failure_matches(e, name, message=None, pattern=None):
+    """For the regression tests reduce generates: whether exception e is the recorded failure.
+    True when e is of the class `name` as check_exception judges it (the short name equal, and an
+    instance of the class the name resolves to, when it resolves) and its text matches: `message`
+    exactly, or as its first line followed by more (a C++ backtrace), when given; else
+    re.search(pattern, str(e)) when `pattern` is given; else any text. Asserts nothing."""
+    return _failure_mismatch(e, name, message, pattern) is None
+
+
+def _failure_mismatch(e, name, message=None, pattern=None):
+    """Why e is not the failure (failure_matches' rule), or None when it is: the one rule of
+    check_exception and failure_matches."""
+    short = name.rpartition(".")[2]
+    if type(e).__name__ != short:
+        return "raised %s: %s; want %s" % (type(e).__name__, e, name)
+    cls = _exception_class(name)
+    if cls is not None and not isinstance(e, cls):
+        return "raised %s, not a %s" % (type(e), name)
+    if message is not None:
+        text = str(e)
+        if text != message and not text.startswith(message + "\n"):
+            return "message %r, want %r" % (text, message)
+    elif pattern is not None:
+        text = str(e)
+        if not re.search(pattern, text):
+            return "message %r does not match %r" % (text, pattern)
+    return None
+
+
+_SUMMARY_KEYS = frozenset(["path", "dtype", "shape", "finite"])
+
+
+def summarize(out):
+    """For the regression tests reduce generates: a JSON-able description of a step's or an op's
+    output, one dict per tensor or Python number found in it, walking dicts and mappings (keys
+    sorted), lists, tuples and named tuples (other values are left out): {"path": where it is,
+    its keys and positions joined by "." as reduce names a batch's tensors ("" for a bare
+    tensor, "0.loss"), "dtype": torch's name ("float32"; "float", "int" or "bool" for a Python
+    number), "shape": [...] ([] for a number), "finite": no element is NaN or infinite (True for
+    integers and booleans)}."""
+    import math
+
+    torch = _torch()
+    found = []
+
+    def walk(x, path):
+        if isinstance(x, torch.Tensor):
+            t = x.detach()
+            finite = True
+            if (t.dtype.is_floating_point or t.dtype.is_complex) and t.numel():
+                finite = bool(torch.isfinite(t).all())
+            found.append({"path": path, "dtype": str(t.dtype).replace("torch.", ""),
+                          "shape": [int(n) for n in t.shape], "finite": finite})
+        elif isinstance(x, (bool, int, float)):
+            dtype = "bool" if isinstance(x, bool) else "int" if isinstance(x, int) else "float"
+            found.append({"path": path, "dtype": dtype, "shape": [], "finite": dtype != "float" or math.isfinite(x)})
+        else:
+            for name, child in _children(x, sort=True) or ():
+                walk(child, "%s.%s" % (path, name) if path else name)
+
+    walk(out, "")
+    return found
+
+
+def _children(x, sort=False):
+    """[(name, part)] of a container as _Flattener names a batch's parts: a dict's or a mapping's
+    keys (sorted with sort), a named tuple's fields, a list's or a tuple's positions; None for
+    anything else (a tensor, an array, a string: a leaf)."""
+    torch = _torch()
+    if isinstance(x, (torch.Tensor, str, bytes)):
+        return None
+    if "numpy" in sys.modules and isinstance(x, sys.modules["numpy"].ndarray):
+        return None
+    if _is_namedtuple(x):
+        return list(zip(type(x)._fields, x))
+    if isinstance(x, (list, tuple)):
+        return [(str(i), v) for i, v in enumerate(x)]
+    if isinstance(x, dict) or (hasattr(x, "keys") and hasattr(x, "__getitem__")):
+        keys = list(x.keys())
+        if sort:
+            keys.sort(key=str)
+        return [(str(k), x[k]) for k in keys]
+    return None
+
+
+def _summary_of(x):
+    """x itself when it is a summary (a list of summarize's dicts), else summarize(x)."""
+    if isinstance(x, list) and all(isinstance(d, dict) and set(d) == _SUMMARY_KEYS for d in x):
+        return x
+    return summarize(x)
+
+
+def _output_name(path):
+    return "output %r" % path if path else "the output"
+
+
+def check_result(out, like=None):
+    """For the regression tests reduce generates: assert that an output (a live one, or its
+    summary: run_in_child's result) holds no NaN or infinity, and, when `like` is given (a
+    summary, or an output, which is summarized), that it has the same paths, with the same dtypes
+    and shapes. Returns the output's summary."""
+    got = _summary_of(out)
+    for d in got:
+        assert d["finite"], "%s (%s%s) is not finite: it holds NaN or an infinity" % (
+            _output_name(d["path"]), d["dtype"], list(d["shape"]))
+    if like is not None:
+        want = _summary_of(like)
+        by_path = dict((d["path"], d) for d in got)
+        want_paths = set(d["path"] for d in want)
+        missing = [d["path"] for d in want if d["path"] not in by_path]
+        extra = [d["path"] for d in got if d["path"] not in want_paths]
+        diff = []
+        if missing:
+            diff.append("missing %s" % ", ".join(map(repr, missing)))
+        if extra:
+            diff.append("unexpected %s" % ", ".join(map(repr, extra)))
+        assert not diff, "the output's parts differ: %s" % "; ".join(diff)
+        for w in want:
+            g = by_path[w["path"]]
+            assert (g["dtype"], list(g["shape"])) == (w["dtype"], list(w["shape"])), "%s: %s%s, want %s%s" % (
+                _output_name(w["path"]), g["dtype"], list(g["shape"]), w["dtype"], list(w["shape"]))
+    return got
+
+
+def _sample_parts(x, rest):
+    """The parts of a sample that the dotted name `rest` names, in the order _Flattener meets
+    them. A key may hold "." itself (names are not escaped), so every split is tried."""
+    if rest == "":
+        yield x
+        return
+    children = _children(x)
+    if children is None:
+        return
+    if _is_namedtuple(x):  # a named tuple that the collate made a list (or a plain tuple)
+        children = children + [(str(i), v) for i, v in enumerate(x)]
+    for name, child in children:
+        if rest == name:
+            yield child
+        elif rest.startswith(name + "."):
+            for part in _sample_parts(child, rest[len(name) + 1:]):
+                yield part
+
+
+def _sample_missing(sample, tensor):
+    """Why the sample has nothing named `tensor`: the key missing, and the keys there are."""
+    x, done, rest = sample, "", tensor
+    while rest:
+        children = _children(x)
+        where = "the sample" if not done else repr(done)
+        if children is None:
+            return "%s is a %s, which has no %r" % (where, type(x).__name__, rest)
+        if _is_namedtuple(x):
+            children = children + [(str(i), v) for i, v in enumerate(x)]
+        matched = [(n, c) for n, c in children if rest == n or rest.startswith(n + ".")]
+        if not matched:
+            names = [n for n, _ in children]
+            if isinstance(x, (list, tuple)) and not _is_namedtuple(x):
+                has = "%s of %d items" % (type(x).__name__, len(x))
+            else:
+                has = "keys " + (", ".join(repr(n) for n in names[:20]) + (", ..." if len(names) > 20 else "")
+                                 if names else "none")
+            return "%s has no %r (it has %s)" % (where, rest.split(".")[0], has)
+        name, x = matched[0]
+        done, rest = (done + "." + name) if done else name, rest[len(name) + 1:]
+    return "no part named %r" % tensor
+
+
+def _sample_leaf(sample, tensor):
+    parts = list(_sample_parts(sample, tensor))
+    if parts:
+        return parts[0]
+    m = re.match(r"^(.+)#(\d+)$", tensor)  # _Flattener's name of the n-th part named alike
+    if m:
+        parts = list(_sample_parts(sample, m.group(1)))
+        if len(parts) >= int(m.group(2)):
+            return parts[int(m.group(2)) - 1]
+    if tensor == "batch" and _children(sample) is None:
+        return sample  # a batch that is one tensor: _Flattener names it "batch"
+    raise KeyError("batch tensor %r: %s. reduce_sample must return the sample as the Dataset yields it "
+                   "(before the collate), with the keys of the batch" % (tensor, _sample_missing(sample, tensor)))
+
+
+def _is_array(x):
+    return isinstance(x, _torch().Tensor) or ("numpy" in sys.modules and isinstance(x, sys.modules["numpy"].ndarray))
+
+
+def _python_value(x, tensor, index):
+    if _is_array(x):
+        if tuple(x.shape) != ():
+            raise IndexError("batch tensor %r: index %s names a part of shape %s of the sample, not one element: "
+                             "give one index per dim (without the batch dim)" % (tensor, index, list(x.shape)))
+        return x.item()
+    if hasattr(x, "item") and tuple(getattr(x, "shape", (None,))) == ():  # a numpy scalar (np.float64 is a float)
+        return x.item()
+    if isinstance(x, (bool, int, float, str)):
+        return x
+    raise TypeError("batch tensor %r: index %s names a %s in the sample, not a number" % (tensor, index, type(x).__name__))
+
+
+def _sample_element(leaf, tensor, index):
+    x = leaf
+    for k, i in enumerate(index):
+        if _is_array(x):
+            rest = [int(j) for j in index[k:]]
+            shape = list(x.shape)
+            if len(rest) > len(shape) or any(not -n <= j < n for j, n in zip(rest, shape)):
+                raise IndexError("batch tensor %r: index %s is outside the sample's %s of shape %s (is the batch's "
+                                 "tensor padded past this sample?)" % (tensor, index, type(x).__name__, shape))
+            x = x[tuple(rest)]
+            break
+        if isinstance(x, (list, tuple)):
+            if not -len(x) <= i < len(x):
+                raise IndexError("batch tensor %r: index %s is outside the sample's list of %d items at dim %d (is the "
+                                 "batch's tensor padded past this sample?)" % (tensor, index, len(x), k))
+            x = x[i]
+            continue
+        raise IndexError("batch tensor %r: index %s goes into a %s in the sample" % (tensor, index, type(x).__name__))
+    return _python_value(x, tensor, index)
+
+
+def _sample_size(x, tensor, dim):
+    if _is_array(x):
+        if not 0 <= dim < len(x.shape):
+            raise IndexError("batch tensor %r: the sample's %s of shape %s has no dim %d"
+                             % (tensor, type(x).__name__, list(x.shape), dim))
+        return int(x.shape[dim])
+    if isinstance(x, (str, bytes, list, tuple)):
+        if dim == 0:
+            return len(x)
+        if isinstance(x, (list, tuple)):
+            return max([_sample_size(c, tensor, dim - 1) for c in x] or [0])  # the size a collate pads to
+    raise IndexError("batch tensor %r: the sample's %s has no size along dim %d" % (tensor, type(x).__name__, dim))
+
+
+def sample_value(sample, tensor, index, dim=0):
+    """For the regression tests reduce generates: the element of one sample, as the user's
+    Dataset yields it (before the collate), that the batch tensor `tensor` holds at `index`.
+    `tensor` is reduce's name of the batch tensor: its dict keys, named tuple fields and list
+    positions joined by "." ("label", "1.mask", "inputs.ids"; "batch" for a batch that is one
+    tensor), found in the sample the same way (a dict, a mapping such as BatchEncoding, a list,
+    a tuple, a named tuple). `index` is the element's index without the batch dim (a list, []
+    for a sample that is one number); the part found is indexed (a tensor, a numpy array, nested
+    lists) and the element returned as a Python int, float or bool (a str for a string). With
+    index None, the part's size along `dim` (counted without the batch dim): a tensor's shape,
+    a list's or a string's length, the longest of nested lists. KeyError when the sample has no
+    such part, naming the key missing and the keys there are."""
+    leaf = _sample_leaf(sample, tensor)
+    if index is None:
+        return _sample_size(leaf, tensor, int(dim))
+    return _sample_element(leaf, tensor, [int(i) for i in index])
+
+
+_RULE_KINDS = ("range", "finite", "max_size", "distinct")
+
+
+def _rule_subject(rule):
+    """What a rule's check is about, for its message: "sample 'txt-037': label" from the rule's
+    optional "sample", "tensor", "index" and "dim" keys."""
+    head = "sample %r: " % (rule["sample"],) if rule.get("sample") is not None else ""
+    what = rule.get("tensor") or "the value"
+    if rule.get("kind") == "max_size":
+        return "%ssize of %s along dim %d" % (head, what, int(rule.get("dim") or 0))
+    if rule.get("index"):
+        what = "%s%s" % (what, list(rule["index"]))
+    return head + what
+
+
+def _number(v):
+    return "%r" % (v,)
+
+
+def check_sample_rule(value, rule):
+    """For the regression tests reduce generates: assert that one sample's value (sample_value's)
+    obeys the rule reduce found for the failure, a dict: {"kind": "range", "lo", "hi",
+    "hi_inclusive"} (lo inclusive; lo or hi None: unbounded), {"kind": "finite"}, or {"kind":
+    "max_size", "max", "dim"} (value is a size: sample_value with index None and this dim). Its
+    optional keys "sample" (the sample's id), "tensor", "index" and "text" (the rule in words)
+    go into the message. A "distinct" rule is about several samples: check_distinct."""
+    import math
+
+    kind = rule.get("kind")
+    if kind == "distinct":
+        raise ValueError("a distinct rule is about several samples: check it with check_distinct(values, ids)")
+    number = isinstance(value, (int, float))  # a bool too
+    if kind == "range":
+        lo, hi, hi_inclusive = rule.get("lo"), rule.get("hi"), bool(rule.get("hi_inclusive"))
+        want = "a value in %s%s, %s%s" % ("(-inf" if lo is None else "[", "" if lo is None else _number(lo),
+                                          "inf)" if hi is None else _number(hi),
+                                          "" if hi is None else "]" if hi_inclusive else ")")
+        ok = number and value == value and (lo is None or value >= lo) and (
+            hi is None or (value <= hi if hi_inclusive else value < hi))
+    elif kind == "finite":
+        want = "a finite value"
+        ok = number and math.isfinite(value)
+    elif kind == "max_size":
+        want = "at most %d" % rule["max"]
+        ok = number and value <= rule["max"]
+    else:
+        raise ValueError("rule kind %r: want one of %s" % (kind, ", ".join(_RULE_KINDS)))
+    found = " (the rule reduce found: %s)" % rule["text"] if rule.get("text") else ""
+    assert ok, "%s = %r, want %s%s" % (_rule_subject(rule), value, want, found)
+
+
+def check_distinct(values, ids):
+    """For the regression tests reduce generates: assert that the samples' values (sample_value's,
+    one per id of `ids`) all differ (a "distinct" rule); the message names the ids that share a
+    value."""
+    values, ids = list(values), list(ids)
+    if len(values) != len(ids):
+        raise ValueError("check_distinct: %d values for %d ids" % (len(values), len(ids)))
+    groups, order = {}, []
+    for v, i in zip(values, ids):
+        try:
+            key = (0, v)
+            hash(key)
+        except TypeError:  # a list: compared by its text
+            key = (1, repr(v))
+        if key not in groups:
+            groups[key] = (v, [])
+            order.append(key)
+        groups[key][1].append(i)
+    shared = [groups[k] for k in order if len(groups[k][1]) > 1]
+    assert not shared, "samples share a value, want distinct values: %s" % "; ".join(
+        "%s share %r" % (", ".join(repr(i) for i in same), v) for v, same in shared)
+def _vm_data():
+    """The process's data size in bytes (VmData of /proc/self/status: what RLIMIT_DATA limits)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+    raise HarnessError("--device-memory: no VmData in /proc/self/status")
+
+
+def _malloc_top():
+    """The free bytes at the top of glibc's main heap (mallinfo2().keepcost), 0 when unknown. They
+    are inside VmData already; an allocation that glibc cannot mmap under the limit extends the
+    heap from them (brk), so the limit must leave them out to count what the op allocates."""
+
+    class _MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in
+                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                     "fordblks", "keepcost")]
+
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return 0
+    fn.restype = _MallInfo2
+    return int(fn().keepcost)
+
+
+def limit_device_memory(device, nbytes):
+    """Let this process allocate at most `nbytes` more on `device` from now on (reduce's
+    --device-memory, run_in_child's device_memory: emulating a device of that size, so that a
+    failure that depends on the batch size alone reproduces). On cuda, the caching allocator's memory fraction: what it has reserved so far
+    (the CUDA context's first block, the loaded batch) plus nbytes. On the CPU, RLIMIT_DATA:
+    the data size now plus nbytes, less the free top of the heap (_malloc_top); an allocation
+    past it makes torch's DefaultCPUAllocator raise "can't allocate memory". The intra-op thread
+    pool is started first: its threads' stacks are data mappings too, and must not count against
+    the op. Free chunks inside the heap may still serve small allocations unseen: the limit is
+    exact to a page for an op's large buffers, not for its small ones. Returns a function that
+    lifts the limit again (for the summary of the output, which is the harness's, not the op's)."""
+    torch = _torch()
+    d = torch.device(device)
+    if d.type == "cuda":
+        index = d.index if d.index is not None else torch.cuda.current_device()
+        total = torch.cuda.get_device_properties(index).total_memory
+        reserved = torch.cuda.memory_reserved(index)
+        torch.cuda.set_per_process_memory_fraction(min(1.0, (reserved + nbytes) / float(total)), index)
+        return lambda: torch.cuda.set_per_process_memory_fraction(1.0, index)
+    import resource
+
+    try:
+        # One malloc arena: a thread's first allocation would otherwise map an arena of its own,
+        # counted against the limit though the op never asked for it.
+        ctypes.CDLL(None).mallopt(-8, 1)  # M_ARENA_MAX (glibc malloc.h)
+    except (OSError, AttributeError):
+        pass
+    if torch.get_num_threads() > 1:
+        torch.ones(1 << 18).sum()  # a parallel reduction: the pool's threads exist from here on
+    old = resource.getrlimit(resource.RLIMIT_DATA)
+    soft = max(_vm_data() + nbytes - _malloc_top(), 0)
+    if old[1] != resource.RLIM_INFINITY:
+        soft = min(soft, old[1])
+    resource.setrlimit(resource.RLIMIT_DATA, (soft, old[1]))
+    return lambda: resource.setrlimit(resource.RLIMIT_DATA, old)
+
+
+class ChildFailure(Exception):
+    """run_in_child's child failed in a way that cannot be raised again as its own exception: a
+    class that cannot be imported here or made from its message alone, death by a signal (an
+    abort after a device error, a segfault), an exit status with no traceback, or no end before
+    the timeout. name is the exception's dotted class, "signal SIGABRT", "exit N" or "timeout";
+    message its text; stderr (and child_stderr) all the child wrote there, whose end the
+    exception's own text shows."""
+
+    def __init__(self, name, message, stderr):
+        self.name, self.message, self.stderr = name, message, stderr
+        self.child_stderr = stderr
+        head = "the child process ended with %s" % name + (": %s" % message if message else "")
+        tail = _tail(stderr)
+        Exception.__init__(self, head + ("\n--- the end of its stderr ---\n" + tail if tail else
+                                         "\n(its stderr is empty)"))
+
+
+def _tail(text, lines=40, chars=4000):
+    out = "\n".join(text.rstrip().splitlines()[-lines:])
+    return out if len(out) <= chars else "..." + out[-chars:]
+
+
+_SUMMARY_LINE = "reduce_batch-summary: "
+_TRACEBACK_HEAD = "Traceback (most recent call last):"
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::(?: (.*))?)?$")
+# The child: this very reduce_batch (its folder first on sys.path), the working directory next
+# (where an --entry module is, as reduce's replays have it), then _child_replay.
+_CHILD_CODE = """import os, sys
+sys.path[:0] = [sys.argv[1], os.getcwd()]
+import reduce_batch
+reduce_batch._child_replay(*sys.argv[2:])
+"""
+
+
+def _child_replay(path, device, entry, device_memory):
+    """run_in_child's child: replay(path, device, entry) with the limit of --device-memory set
+    between the load and the run, as reduce_replay.replay does; then the summary line."""
+    batch, fn = _load_candidate(path, device, entry or None)
+    nbytes = int(device_memory)
+    lift = limit_device_memory(device, nbytes) if nbytes > 0 else None
+    out = _run_loaded(batch, fn, device)
+    if lift is not None:
+        lift()  # the summary is the harness's, not the step's
+    sys.stdout.write(_SUMMARY_LINE + json.dumps(summarize(out), sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def _child_exception(stderr):
+    """(dotted class, message) of the exception whose traceback the child printed last, or None.
+    The message runs from the exception's line to the end of stderr: a torch message has lines of
+    its own, which check_exception's rule (first line, then more) allows to be followed by more."""
+    lines = stderr.splitlines()
+    starts = [i for i, line in enumerate(lines) if line == _TRACEBACK_HEAD]
+    if not starts:
+        return None
+    for i in range(starts[-1] + 1, len(lines)):
+        line = lines[i]
+        if not line or line[0].isspace():
+            continue  # a frame, its source line, its ^^^ marks
+        m = _EXCEPTION_LINE.match(line)
+        if m is None:
+            return None
+        return m.group(1), "\n".join([m.group(2) or ""] + lines[i + 1:]).rstrip()
+    return None
+
+
+def _exception_of(name, message):
+    """A new exception of the class `name` with `message`, or None when the class cannot be
+    imported here, is no Exception or cannot be made from one string. A KeyError's message is the
+    repr of its argument: the argument is read back from it, so that str() gives the message."""
+    import ast
+
+    try:
+        cls = _exception_class(name)
+    except Exception:
+        return None
+    if not isinstance(cls, type) or not issubclass(cls, Exception):
+        return None
+    try:
+        e = cls(message)
+    except Exception:
+        return None
+    if str(e) != message and len(message) < 10000:
+        try:
+            again = cls(ast.literal_eval(message))
+            if str(again) == message:
+                e = again
+        except Exception:
+            pass
+    return e
+
+
+def _signal_name(n):
+    import signal
+
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return str(n)
+
+
+def run_in_child(path, device="cpu", entry=None, device_memory=0, timeout=900):
+    """For the regression tests reduce generates: replay(path, device, entry) in a fresh Python
+    process (sys.executable, this reduce_batch, the working directory and environment of this
+    one, with CUDA_LAUNCH_BLOCKING=1 and AMD_SERIALIZE_KERNEL=3), with device_memory > 0 limiting
+    what the step may allocate (limit_device_memory, set once the batch is loaded). A failure of
+    the step on a device leaves that process, not this one, unusable.
+
+    Returns the output's summary (summarize). When the step fails, raises here a new exception
+    of the class the child raised, with its message, its child_stderr attribute holding all the
+    child wrote to stderr and, as its cause, a ChildFailure showing the end of it: so
+    pytest.raises and pytest.mark.xfail(raises=...) judge the child's failure. ChildFailure
+    itself when that class cannot be made here, the child died by a signal or exited with no
+    traceback, or gave no answer within `timeout` seconds (then its process group is killed);
+    HarnessError when the batch could not run (the file does not load, the entry does not
+    resolve)."""
+    cmd = [sys.executable, "-c", _CHILD_CODE, os.path.dirname(os.path.abspath(__file__)),
+           os.path.abspath(os.fspath(path)), str(device), entry or "", str(int(device_memory or 0))]
+    env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1", AMD_SERIALIZE_KERNEL="3")
+    # A session of its own: a timeout kills the child with whatever it started (loader workers).
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                         start_new_session=True)
+    timed_out = False
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except BaseException as e:  # the timeout, or Ctrl-C in the test run: the child goes too
+        import signal
+
+        timed_out = isinstance(e, subprocess.TimeoutExpired)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        out, err = p.communicate()
+        if not timed_out:
+            raise
+    stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    if timed_out:
+        raise ChildFailure("timeout", "no end within %s seconds: killed" % timeout, stderr)
+    if p.returncode == 0:
+        for line in reversed(stdout.splitlines()):
+            if line.startswith(_SUMMARY_LINE):
+                return json.loads(line[len(_SUMMARY_LINE):])
+        raise HarnessError("the child process exited 0 without its summary line (did the step exit the "
+                           "process?); its stderr ends:\n%s" % _tail(stderr))
+    failure = _child_exception(stderr)
+    if failure is not None:
+        name, message = failure
+        if name == "reduce_batch.HarnessError":
+            raise HarnessError("the batch could not run in the child process: %s\n--- the end of its stderr ---\n%s"
+                               % (message, _tail(stderr)))
+        e = _exception_of(name, message)
+        if e is None:
+            raise ChildFailure(name, message, stderr)
+        e.child_stderr = stderr
+        raise e from ChildFailure(name, message, stderr)
+    if p.returncode < 0:
+        raise ChildFailure("signal " + _signal_name(-p.returncode), "", stderr)
+    raise ChildFailure("exit %d" % p.returncode, "", stderr)
 
 
 def resolve_entry(entry):

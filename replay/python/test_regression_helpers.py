@@ -1,0 +1,597 @@
+"""The helpers of reduce_batch.py that the generated regression tests call: failure_matches,
+summarize, check_result, run_in_child (with its ChildFailure), sample_value, check_sample_rule and
+check_distinct. run_in_child runs real batches in real child processes, and a generated-style
+test file marked xfail(strict=True, raises=...) is run by pytest in a subprocess."""
+
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import reduce_batch as rb  # noqa: E402
+from check_structure_select import Encoding  # noqa: E402  (a mapping that is not a dict)
+from conftest import require, without_source_lines  # noqa: E402
+
+MiB = 1 << 20
+
+# The entry functions of the child-process tests, in a module of their own (imported in the child
+# by name from the working directory, and here when its exception class is resolved).
+ENTRIES = '''
+import json
+import os
+import sys
+
+import torch
+
+
+class StepError(Exception):
+    pass
+
+
+class TwoArgError(Exception):
+    def __init__(self, a, b):
+        Exception.__init__(self, a, b)
+
+
+def raise_custom(batch):
+    raise StepError("the step failed on sample 3")
+
+
+def raise_empty(batch):
+    raise StepError()
+
+
+def raise_two(batch):
+    raise TwoArgError("x", "y")
+
+
+def raise_oom(batch):
+    raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def raise_key(batch):
+    raise KeyError("label")
+
+
+def raise_lines(batch):
+    raise RuntimeError("CUDA error: device-side assert triggered\\nCompile with TORCH_USE_CUDA_DSA")
+
+
+def raise_chained(batch):
+    try:
+        raise ValueError("the first")
+    except ValueError:
+        raise IndexError("index 7 is out of bounds")
+
+
+def report(batch):
+    import reduce_batch
+    raise RuntimeError(json.dumps({
+        "CUDA_LAUNCH_BLOCKING": os.environ.get("CUDA_LAUNCH_BLOCKING"),
+        "AMD_SERIALIZE_KERNEL": os.environ.get("AMD_SERIALIZE_KERNEL"),
+        "MARK": os.environ.get("RB_CHILD_MARK"),
+        "cwd": os.getcwd(),
+        "reduce_batch": os.path.abspath(reduce_batch.__file__),
+        "executable": sys.executable,
+        "samples": batch.samples,
+    }))
+
+
+def outputs(batch):
+    return {"loss": torch.tensor(1.5), "parts": (torch.zeros(2, 3, dtype=torch.float16), 7), "name": "x"}
+
+
+def abort(batch):
+    import resource
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.abort()
+
+
+def exit3(batch):
+    sys.stdout.flush()
+    os._exit(3)
+
+
+def sleep(batch):
+    import time
+    time.sleep(600)
+'''
+
+
+@pytest.fixture(scope="module")
+def child_dir(tmp_path_factory):
+    """A folder with the entry module and the batches: cross_entropy (IndexError on the CPU),
+    gather (RuntimeError), a passing cross_entropy, and an embedding whose output is 48 MiB."""
+    d = tmp_path_factory.mktemp("child")
+    (d / "rb_child_entries.py").write_text(ENTRIES)
+    logits = torch.zeros(4, 3)
+    rb.save(str(d / "ce.bin"), {"input": logits, "target": torch.tensor([0, 1, 5, 2])}, op="cross_entropy",
+            provenance=False)
+    rb.save(str(d / "ok.bin"), {"input": logits, "target": torch.tensor([0, 1, 2, 2])}, op="cross_entropy",
+            provenance=False)
+    rb.save(str(d / "gather.bin"), {"input": torch.zeros(2, 3), "index": torch.tensor([[0], [5]])}, op="gather",
+            attrs={"dim": 1}, provenance=False)
+    rb.save(str(d / "emb.bin"), {"input": torch.zeros(48, 64, dtype=torch.int64), "weight": torch.zeros(100, 4096)},
+            op="embedding", batch_dims={"weight": None}, provenance=False)
+    return d
+
+
+@pytest.fixture
+def in_child_dir(child_dir, monkeypatch):
+    """The working directory is the entries' folder (the child imports them from there), which is
+    on this process's sys.path too (where run_in_child resolves their exception classes)."""
+    monkeypatch.chdir(child_dir)
+    monkeypatch.syspath_prepend(str(child_dir))
+    return child_dir
+
+
+# ---------------------------------------------------------------------------------------------
+# failure_matches and check_exception: one rule
+
+
+class Custom(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("e, name, message, pattern, want", [
+    (RuntimeError("boom"), "RuntimeError", None, None, True),
+    (RuntimeError("boom"), "RuntimeError", "boom", None, True),
+    (RuntimeError("boom\nC++ backtrace"), "RuntimeError", "boom", None, True),
+    (RuntimeError("boom!"), "RuntimeError", "boom", None, False),
+    (RuntimeError("boom"), "RuntimeError", "boom\nmore", None, False),
+    (RuntimeError("index 5 is out of bounds"), "RuntimeError", None, r"index \d+ is out", True),
+    (RuntimeError("index 5 is out of bounds"), "RuntimeError", None, r"^out", False),
+    (RuntimeError("boom"), "RuntimeError", "boom", r"never", True),  # message wins over pattern
+    (IndexError("boom"), "RuntimeError", None, None, False),
+    (Custom("boom"), "RuntimeError", None, None, False),  # the short name must be equal
+    (Custom("boom"), "Custom", None, None, True),  # a short name that resolves to no class
+    (torch.cuda.OutOfMemoryError("oom"), "torch.cuda.OutOfMemoryError", "oom", None, True),
+    (torch.cuda.OutOfMemoryError("oom"), "torch.OutOfMemoryError", None, None, True),
+    (Custom("boom"), "torch.cuda.Custom", None, None, True),  # torch.cuda has no Custom: name only
+])
+def test_failure_matches(e, name, message, pattern, want):
+    assert rb.failure_matches(e, name, message, pattern) is want
+    if pattern is None:
+        if want:
+            rb.check_exception(e, name, message)
+        else:
+            with pytest.raises(AssertionError):
+                rb.check_exception(e, name, message)
+
+
+def test_failure_matches_isinstance_of_the_resolved_class():
+    class OutOfMemoryError(Exception):  # the short name, but not torch's class
+        pass
+
+    assert not rb.failure_matches(OutOfMemoryError("oom"), "torch.cuda.OutOfMemoryError")
+    with pytest.raises(AssertionError, match=r"not a torch\.cuda\.OutOfMemoryError"):
+        rb.check_exception(OutOfMemoryError("oom"), "torch.cuda.OutOfMemoryError", None)
+
+
+def test_check_exception_messages():
+    with pytest.raises(AssertionError) as info:
+        rb.check_exception(IndexError("Target 5 is out of bounds."), "RuntimeError", None)
+    assert str(info.value) == "raised IndexError: Target 5 is out of bounds.; want RuntimeError"
+    with pytest.raises(AssertionError) as info:
+        rb.check_exception(IndexError("Target 5"), "IndexError", "Target 4")
+    assert str(info.value) == "message 'Target 5', want 'Target 4'"
+
+
+# ---------------------------------------------------------------------------------------------
+# summarize and check_result
+
+Pair = collections.namedtuple("Pair", "loss logits")
+
+
+def test_summarize_walks_containers():
+    out = [Pair(torch.tensor(1.0), torch.zeros(2, 3)),
+           {"z": torch.tensor([float("nan"), 1.0]), "a": [3, 2.5, float("inf")], "s": "text", "b": True,
+            "ids": torch.tensor([1, 2], dtype=torch.int64), "none": None, 1: torch.ones(1, dtype=torch.bool)}]
+    got = rb.summarize(out)
+    assert got == [
+        {"path": "0.loss", "dtype": "float32", "shape": [], "finite": True},
+        {"path": "0.logits", "dtype": "float32", "shape": [2, 3], "finite": True},
+        {"path": "1.1", "dtype": "bool", "shape": [1], "finite": True},
+        {"path": "1.a.0", "dtype": "int", "shape": [], "finite": True},
+        {"path": "1.a.1", "dtype": "float", "shape": [], "finite": True},
+        {"path": "1.a.2", "dtype": "float", "shape": [], "finite": False},
+        {"path": "1.b", "dtype": "bool", "shape": [], "finite": True},
+        {"path": "1.ids", "dtype": "int64", "shape": [2], "finite": True},
+        {"path": "1.z", "dtype": "float32", "shape": [2], "finite": False},
+    ]
+    assert json.loads(json.dumps(got)) == got
+
+
+def test_summarize_bare_values():
+    assert rb.summarize(torch.zeros(0, 4, dtype=torch.float64)) == [
+        {"path": "", "dtype": "float64", "shape": [0, 4], "finite": True}]
+    assert rb.summarize(torch.full((2,), float("-inf"), dtype=torch.bfloat16, requires_grad=True)) == [
+        {"path": "", "dtype": "bfloat16", "shape": [2], "finite": False}]
+    assert rb.summarize(None) == [] and rb.summarize("loss") == []
+    assert rb.summarize(0.5) == [{"path": "", "dtype": "float", "shape": [], "finite": True}]
+
+
+def test_check_result():
+    out = {"loss": torch.tensor(0.5), "logits": torch.zeros(2, 3)}
+    summary = rb.check_result(out)
+    assert summary == rb.summarize(out)
+    assert rb.check_result(summary, like=out) == summary  # a summary (run_in_child's), like a live output
+    assert rb.check_result(out, like=summary) == summary
+    assert rb.check_result([]) == []
+
+    with pytest.raises(AssertionError) as info:
+        rb.check_result({"loss": torch.tensor(float("nan")), "logits": torch.zeros(2)})
+    assert str(info.value) == "output 'loss' (float32[]) is not finite: it holds NaN or an infinity"
+    with pytest.raises(AssertionError, match=r"^the output \(float32\[3\]\) is not finite"):
+        rb.check_result(torch.tensor([1.0, float("inf"), 0.0]))
+    with pytest.raises(AssertionError) as info:
+        rb.check_result({"loss": torch.tensor(0.5), "extra": 1}, like=out)
+    assert str(info.value) == "the output's parts differ: missing 'logits'; unexpected 'extra'"
+    with pytest.raises(AssertionError) as info:
+        rb.check_result({"loss": torch.tensor(0.5), "logits": torch.zeros(2, 4)}, like=out)
+    assert str(info.value) == "output 'logits': float32[2, 4], want float32[2, 3]"
+    with pytest.raises(AssertionError, match=r"output 'loss': float64\[\], want float32\[\]"):
+        rb.check_result({"loss": torch.tensor(0.5, dtype=torch.float64), "logits": torch.zeros(2, 3)}, like=out)
+
+
+# ---------------------------------------------------------------------------------------------
+# run_in_child
+
+
+def test_run_in_child_passing_batch(in_child_dir):
+    summary = rb.run_in_child("ok.bin")
+    assert summary == [{"path": "", "dtype": "float32", "shape": [], "finite": True}]
+    assert rb.check_result(summary, like=torch.tensor(0.0)) == summary
+    got = rb.run_in_child("ok.bin", entry="rb_child_entries:outputs")
+    assert got == [{"path": "loss", "dtype": "float32", "shape": [], "finite": True},
+                   {"path": "parts.0", "dtype": "float16", "shape": [2, 3], "finite": True},
+                   {"path": "parts.1", "dtype": "int", "shape": [], "finite": True}]
+
+
+@pytest.mark.parametrize("batch, cls, message", [
+    ("ce.bin", IndexError, "Target 5 is out of bounds."),
+    ("gather.bin", RuntimeError, "index 5 is out of bounds for dimension 1 with size 3"),
+])
+def test_run_in_child_raises_the_childs_exception(in_child_dir, batch, cls, message):
+    with pytest.raises(Exception) as info:
+        rb.run_in_child(str(in_child_dir / batch))
+    e = info.value
+    assert type(e) is cls and str(e) == message
+    assert rb.failure_matches(e, cls.__name__, message)
+    assert "Traceback (most recent call last):" in e.child_stderr and "in run_op" in e.child_stderr
+    cause = e.__cause__
+    assert isinstance(cause, rb.ChildFailure)
+    assert (cause.name, cause.message, cause.stderr) == (cls.__name__, message, e.child_stderr)
+    assert str(cause).startswith("the child process ended with %s: %s\n--- the end of its stderr ---\n"
+                                 % (cls.__name__, message))
+    assert str(cause).endswith("%s: %s" % (cls.__name__, message))
+
+
+def test_run_in_child_runs_this_reduce_batch_in_this_environment(in_child_dir, monkeypatch):
+    monkeypatch.setenv("RB_CHILD_MARK", "kept")
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "0")
+    with pytest.raises(RuntimeError) as info:
+        rb.run_in_child("ok.bin", entry="rb_child_entries:report")
+    assert json.loads(str(info.value)) == {
+        "CUDA_LAUNCH_BLOCKING": "1", "AMD_SERIALIZE_KERNEL": "3", "MARK": "kept", "cwd": str(in_child_dir),
+        "reduce_batch": os.path.abspath(rb.__file__), "executable": sys.executable, "samples": 4}
+
+
+@pytest.mark.parametrize("entry, path, fragment", [
+    ("rb_no_such_module:step", "ok.bin", "--entry 'rb_no_such_module:step': cannot import rb_no_such_module"),
+    ("rb_child_entries:no_such_function", "ok.bin", "has no attribute 'no_such_function'"),
+    (None, "missing.bin", "cannot load the candidate"),
+])
+def test_run_in_child_harness_error(in_child_dir, entry, path, fragment):
+    with pytest.raises(rb.HarnessError) as info:
+        rb.run_in_child(path, entry=entry)
+    text = str(info.value)
+    assert text.startswith("the batch could not run in the child process: ") and fragment in text
+    assert "--- the end of its stderr ---\nTraceback" in text or "reduce_batch.HarnessError: " in text
+
+
+def test_run_in_child_device_memory(in_child_dir):
+    with pytest.raises(RuntimeError) as info:
+        rb.run_in_child("emb.bin", device_memory=47 * MiB + MiB // 2)  # 48 MiB of output do not fit
+    assert type(info.value) is RuntimeError
+    assert without_source_lines(str(info.value)) == (
+        "[enforce fail at alloc_cpu.cpp] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
+        "allocate %d bytes. Error code 12 (Cannot allocate memory)" % (48 * MiB))
+    assert rb.run_in_child("emb.bin", device_memory=1 << 30) == [
+        {"path": "", "dtype": "float32", "shape": [48, 64, 4096], "finite": True}]
+
+
+def test_run_in_child_dotted_classes(in_child_dir):
+    import rb_child_entries
+
+    with pytest.raises(rb_child_entries.StepError) as info:
+        rb.run_in_child("ok.bin", entry="rb_child_entries:raise_custom")
+    assert str(info.value) == "the step failed on sample 3"
+    assert rb.failure_matches(info.value, "rb_child_entries.StepError", "the step failed on sample 3")
+    with pytest.raises(rb_child_entries.StepError) as info:
+        rb.run_in_child("ok.bin", entry="rb_child_entries:raise_empty")
+    assert str(info.value) == ""
+
+    # torch.cuda.OutOfMemoryError, which torch 2.x prints as torch.OutOfMemoryError
+    with pytest.raises(torch.cuda.OutOfMemoryError) as info:
+        rb.run_in_child("ok.bin", entry="rb_child_entries:raise_oom")
+    assert str(info.value) == "CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert rb.failure_matches(info.value, "torch.cuda.OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(KeyError) as info:  # its message is the repr of its argument
+        rb.run_in_child("ok.bin", entry="rb_child_entries:raise_key")
+    assert info.value.args == ("label",) and str(info.value) == "'label'"
+
+    with pytest.raises(RuntimeError) as info:  # a message of several lines: all of them
+        rb.run_in_child("ok.bin", entry="rb_child_entries:raise_lines")
+    assert str(info.value) == "CUDA error: device-side assert triggered\nCompile with TORCH_USE_CUDA_DSA"
+    assert rb.failure_matches(info.value, "RuntimeError", "CUDA error: device-side assert triggered")
+
+    with pytest.raises(IndexError, match="^index 7 is out of bounds$"):  # the last of a chain
+        rb.run_in_child("ok.bin", entry="rb_child_entries:raise_chained")
+
+
+def test_run_in_child_child_failure(in_child_dir):
+    # A class this process cannot import: the entry module imported from its file is
+    # _reduce_entry_<name> in the child.
+    path_entry = "%s:raise_custom" % (in_child_dir / "rb_child_entries.py")
+    with pytest.raises(rb.ChildFailure) as info:
+        rb.run_in_child("ok.bin", entry=path_entry)
+    e = info.value
+    assert (e.name, e.message) == ("_reduce_entry_rb_child_entries.StepError", "the step failed on sample 3")
+    assert e.child_stderr == e.stderr and "Traceback (most recent call last):" in e.stderr
+    assert str(e).startswith("the child process ended with _reduce_entry_rb_child_entries.StepError: the step "
+                             "failed on sample 3\n--- the end of its stderr ---\n")
+    assert not rb.failure_matches(e, "_reduce_entry_rb_child_entries.StepError")  # not its class
+
+    with pytest.raises(rb.ChildFailure) as info:  # a class that one string does not make
+        rb.run_in_child("ok.bin", entry="rb_child_entries:raise_two")
+    assert (info.value.name, info.value.message) == ("rb_child_entries.TwoArgError", "('x', 'y')")
+
+
+def test_run_in_child_signal_exit_and_timeout(in_child_dir):
+    with pytest.raises(rb.ChildFailure) as info:
+        rb.run_in_child("ok.bin", entry="rb_child_entries:abort")
+    assert (info.value.name, info.value.message) == ("signal SIGABRT", "")
+    assert str(info.value).startswith("the child process ended with signal SIGABRT\n")
+    with pytest.raises(rb.ChildFailure) as info:
+        rb.run_in_child("ok.bin", entry="rb_child_entries:exit3")
+    assert info.value.name == "exit 3"
+    with pytest.raises(rb.ChildFailure) as info:
+        rb.run_in_child("ok.bin", entry="rb_child_entries:sleep", timeout=3)
+    assert info.value.name == "timeout"
+    assert info.value.message == "no end within 3 seconds: killed"
+
+
+@pytest.mark.parametrize("stderr, want", [
+    ("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n    f()\n    ^^^\n"
+     "torch.OutOfMemoryError: CUDA out of memory.\n", ("torch.OutOfMemoryError", "CUDA out of memory.")),
+    ("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nmod.Outer.Inner\n",
+     ("mod.Outer.Inner", "")),
+    ("noise\nTraceback (most recent call last):\n  File \"a\", line 1\nValueError: a\n\nDuring handling of the "
+     "above exception, another exception occurred:\n\nTraceback (most recent call last):\n  File \"b\", line 2\n"
+     "reduce_batch.HarnessError: --entry 'x:y': cannot import x\n", ("reduce_batch.HarnessError",
+                                                                    "--entry 'x:y': cannot import x")),
+    ("Traceback (most recent call last):\n  File \"a\", line 1\nRuntimeError: Caught IndexError in DataLoader "
+     "worker process 0.\nOriginal Traceback (most recent call last):\n  File \"w\", line 3\nIndexError: 9\n",
+     ("RuntimeError", "Caught IndexError in DataLoader worker process 0.\nOriginal Traceback (most recent call "
+      "last):\n  File \"w\", line 3\nIndexError: 9")),
+    ("Fatal Python error: Aborted\n\nCurrent thread 0x1 (most recent call first):\n  File \"a\", line 1\n", None),
+    ("", None),
+])
+def test_child_exception(stderr, want):
+    assert rb._child_exception(stderr) == want
+
+
+def _outcomes(output):
+    """test name -> pytest's outcome word, from the short summary of -rA."""
+    return dict((m.group(2), m.group(1)) for m in
+                re.finditer(r"^(PASSED|FAILED|XFAIL|XPASS|ERROR|SKIPPED)\S* \S*::(\w+)", output, re.M))
+
+
+def test_xfail_strict_raises_judges_the_childs_exception(child_dir, tmp_path):
+    """A generated-style test module: xfail(strict=True, raises=RuntimeError) around run_in_child
+    is xfailed by the child's RuntimeError, failed by another class, by a harness error and by a
+    batch that passes (strict)."""
+    (tmp_path / "test_generated.py").write_text(textwrap.dedent('''
+        import os
+        import sys
+
+        import pytest
+
+        sys.path.insert(0, %r)
+        import reduce_batch
+
+        HERE = %r
+
+
+        @pytest.mark.xfail(strict=True, raises=RuntimeError)
+        def test_minimal_batch():
+            reduce_batch.run_in_child(os.path.join(HERE, "gather.bin"))
+
+
+        @pytest.mark.xfail(strict=True, raises=RuntimeError)
+        def test_another_class():
+            reduce_batch.run_in_child(os.path.join(HERE, "ce.bin"))  # IndexError
+
+
+        @pytest.mark.xfail(strict=True, raises=IndexError)
+        def test_another_batch():
+            reduce_batch.run_in_child(os.path.join(HERE, "ce.bin"))
+
+
+        @pytest.mark.xfail(strict=True, raises=RuntimeError)
+        def test_harness_error():
+            reduce_batch.run_in_child(os.path.join(HERE, "ok.bin"), entry="rb_no_such_module:step")
+
+
+        @pytest.mark.xfail(strict=True, raises=RuntimeError)
+        def test_passing_batch():
+            out = reduce_batch.run_in_child(os.path.join(HERE, "ok.bin"))
+            reduce_batch.check_result(out)
+        ''' % (HERE, str(child_dir))))
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "test_generated.py"],
+                       cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert _outcomes(p.stdout) == {"test_minimal_batch": "XFAIL", "test_another_batch": "XFAIL",
+                                   "test_another_class": "FAILED", "test_harness_error": "FAILED",
+                                   "test_passing_batch": "FAILED"}, p.stdout
+    assert "[XPASS(strict)]" in p.stdout, p.stdout
+    assert "IndexError: Target 5 is out of bounds." in p.stdout and "HarnessError" in p.stdout
+    assert p.returncode == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# sample_value, check_sample_rule, check_distinct
+
+Item = collections.namedtuple("Item", "image label")
+
+
+def test_sample_value_walks_the_sample():
+    np = require("numpy", "python3-numpy")
+    sample = {"label": torch.tensor(3), "inputs": {"ids": torch.tensor([[5, 6], [7, 8]]), "text": "hi"},
+              "pair": (torch.zeros(2), {"mask": [[1, 0], [1, 1, 1]]}), "score": 0.5, "flag": True,
+              "arr": np.array([1.5, 2.5]), "enc": Encoding({"input_ids": [101, 102]}), "item": Item(7, [1, 2]),
+              "np_scalar": np.int64(9)}
+    assert rb.sample_value(sample, "label", []) == 3 and type(rb.sample_value(sample, "label", [])) is int
+    assert rb.sample_value(sample, "inputs.ids", [1, 0]) == 7
+    assert rb.sample_value(sample, "inputs.ids", [-1, -1]) == 8
+    assert rb.sample_value(sample, "inputs.text", []) == "hi"
+    assert rb.sample_value(sample, "pair.0", [1]) == 0.0
+    assert rb.sample_value(sample, "pair.1.mask", [1, 2]) == 1
+    assert rb.sample_value(sample, "score", []) == 0.5
+    assert rb.sample_value(sample, "flag", []) is True
+    assert rb.sample_value(sample, "arr", [1]) == 2.5 and type(rb.sample_value(sample, "arr", [1])) is float
+    assert rb.sample_value(sample, "enc.input_ids", [1]) == 102
+    assert rb.sample_value(sample, "item.label", [0]) == 1
+    assert rb.sample_value(sample, "item.0", []) == 7  # a named tuple the collate made a list
+    assert rb.sample_value(sample, "np_scalar", []) == 9
+    # index None: a size along dim (without the batch dim)
+    assert rb.sample_value(sample, "inputs.ids", None, dim=1) == 2
+    assert rb.sample_value(sample, "inputs.text", None) == 2
+    assert rb.sample_value(sample, "pair.1.mask", None) == 2
+    assert rb.sample_value(sample, "pair.1.mask", None, dim=1) == 3  # the longest: what a collate pads to
+    assert rb.sample_value(sample, "enc.input_ids", None) == 2
+    # a sample that is one tensor: the batch is named "batch"
+    assert rb.sample_value(torch.tensor([4, 5]), "batch", [1]) == 5
+    assert rb.sample_value((torch.zeros(3), 2), "1", []) == 2
+
+
+def test_sample_value_errors():
+    sample = {"label": torch.tensor(3), "inputs": {"ids": torch.tensor([5, 6]), "mask": [1, 1]}}
+    with pytest.raises(KeyError) as info:
+        rb.sample_value(sample, "labels", [])
+    assert info.value.args[0] == (
+        "batch tensor 'labels': the sample has no 'labels' (it has keys 'label', 'inputs'). reduce_sample must "
+        "return the sample as the Dataset yields it (before the collate), with the keys of the batch")
+    with pytest.raises(KeyError, match=r"'inputs' has no 'token_ids' \(it has keys 'ids', 'mask'\)"):
+        rb.sample_value(sample, "inputs.token_ids", [0])
+    with pytest.raises(KeyError, match=r"'label' is a Tensor, which has no 'x'"):
+        rb.sample_value(sample, "label.x", [])
+    with pytest.raises(KeyError, match=r"the sample has no '2' \(it has tuple of 2 items\)"):
+        rb.sample_value((1, 2), "2", [])
+    with pytest.raises(IndexError, match=r"index \[5\] is outside the sample's Tensor of shape \[2\]"):
+        rb.sample_value(sample, "inputs.ids", [5])
+    with pytest.raises(IndexError, match=r"index \[2\] is outside the sample's list of 2 items"):
+        rb.sample_value(sample, "inputs.mask", [2])
+    with pytest.raises(IndexError, match=r"names a part of shape \[2\] of the sample, not one element"):
+        rb.sample_value(sample, "inputs.ids", [])
+    with pytest.raises(IndexError, match=r"has no dim 1"):
+        rb.sample_value(sample, "inputs.ids", None, dim=1)
+
+
+def test_sample_value_follows_the_names_of_the_batch(tmp_path):
+    """Every tensor of a batch collated from samples, by the name save() gives it, is found in each
+    sample at its index without the batch dim: keys holding ".", int keys, named tuples, mappings,
+    and the second part of a name that two parts share (name#2)."""
+    samples = []
+    for i in range(3):
+        samples.append({
+            "a.b": torch.tensor([i, i + 10]),
+            "a": {"b": torch.tensor(float(i) / 2)},
+            7: torch.tensor([i * 3]),
+            "item": Item(torch.full((2, 2), float(i)), i + 100),
+            "enc": Encoding({"input_ids": torch.tensor([i, i + 1, i + 2])}),
+            "id": "s%d" % i,
+        })
+    from torch.utils.data import default_collate
+
+    batch = default_collate(samples)
+    path = str(tmp_path / "b.bin")
+    rb.save(path, batch, provenance=False)
+    loaded = rb.load(path)
+    names = sorted(loaded.tensors)
+    assert names == ["7", "a.b", "a.b#2", "enc.input_ids", "item.image", "item.label"]
+    for name in names:
+        t = loaded.tensors[name]
+        assert loaded.batch_dims[name] == 0
+        for i, sample in enumerate(samples):
+            row = t[i]
+            for index in ([list(ix) for ix in torch.cartesian_prod(*[torch.arange(n) for n in row.shape]).reshape(
+                    -1, row.dim()).tolist()] if row.dim() else [[]]):
+                assert rb.sample_value(sample, name, index) == row[tuple(index)].item(), (name, i, index)
+
+
+def test_check_sample_rule():
+    rule = {"kind": "range", "lo": 0, "hi": 4, "hi_inclusive": False, "text": "label lies in [0, 4)"}
+    rb.check_sample_rule(0, rule)
+    rb.check_sample_rule(3, rule)
+    with pytest.raises(AssertionError) as info:
+        rb.check_sample_rule(4, dict(rule, sample="txt-037", tensor="label"))
+    assert str(info.value) == ("sample 'txt-037': label = 4, want a value in [0, 4) (the rule reduce found: label "
+                               "lies in [0, 4))")
+    with pytest.raises(AssertionError) as info:
+        rb.check_sample_rule(-1, {"kind": "range", "lo": 0, "hi": None})
+    assert str(info.value) == "the value = -1, want a value in [0, inf)"
+    rb.check_sample_rule(4, {"kind": "range", "lo": None, "hi": 4, "hi_inclusive": True})
+    with pytest.raises(AssertionError, match=r"^sample 's1': mask\[0, 2\] = 5\.5, want a value in \(-inf, 4\]$"):
+        rb.check_sample_rule(5.5, {"kind": "range", "lo": None, "hi": 4, "hi_inclusive": True, "sample": "s1",
+                                   "tensor": "mask", "index": [0, 2]})
+    with pytest.raises(AssertionError, match=r"= nan, want a value in"):
+        rb.check_sample_rule(float("nan"), {"kind": "range", "lo": 0, "hi": 4})
+    with pytest.raises(AssertionError, match=r"= 'cat', want a value in"):
+        rb.check_sample_rule("cat", {"kind": "range", "lo": 0, "hi": 4})
+
+    rb.check_sample_rule(1e30, {"kind": "finite"})
+    rb.check_sample_rule(7, {"kind": "finite"})
+    with pytest.raises(AssertionError) as info:
+        rb.check_sample_rule(float("inf"), {"kind": "finite", "sample": "img-3", "tensor": "0", "index": [1]})
+    assert str(info.value) == "sample 'img-3': 0[1] = inf, want a finite value"
+
+    rb.check_sample_rule(64, {"kind": "max_size", "max": 64, "dim": 0})
+    with pytest.raises(AssertionError) as info:
+        rb.check_sample_rule(80, {"kind": "max_size", "max": 64, "dim": 0, "sample": "txt-1", "tensor": "input_ids",
+                                  "text": "sequences of at most 64 tokens"})
+    assert str(info.value) == ("sample 'txt-1': size of input_ids along dim 0 = 80, want at most 64 (the rule reduce "
+                               "found: sequences of at most 64 tokens)")
+
+    with pytest.raises(ValueError, match="check_distinct"):
+        rb.check_sample_rule(1, {"kind": "distinct"})
+    with pytest.raises(ValueError, match="rule kind 'between'"):
+        rb.check_sample_rule(1, {"kind": "between"})
+
+
+def test_check_distinct():
+    rb.check_distinct([1, 2, 3], ["a", "b", "c"])
+    rb.check_distinct([], [])
+    with pytest.raises(AssertionError) as info:
+        rb.check_distinct([5, 1, 5, "x", 5, "x"], ["s0", "s1", "s2", "s3", "s4", "s5"])
+    assert str(info.value) == "samples share a value, want distinct values: 's0', 's2', 's4' share 5; 's3', 's5' share 'x'"
+    with pytest.raises(AssertionError, match=r"'a', 'b' share \[1, 2\]"):
+        rb.check_distinct([[1, 2], [1, 2]], ["a", "b"])
+    with pytest.raises(ValueError, match="2 values for 1 ids"):
+        rb.check_distinct([1, 2], ["a"])
+
+
+def test_limit_device_memory_moved():
+    import reduce_replay
+
+    assert reduce_replay.limit_device_memory is rb.limit_device_memory
