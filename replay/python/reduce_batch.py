@@ -80,6 +80,8 @@ __all__ = [
     "summarize",
     "check_result",
     "run_in_child",
+    "child_failure",
+    "exception_class",
     "ChildFailure",
     "limit_device_memory",
     "sample_value",
@@ -1711,6 +1713,12 @@ def run_op(op, tensors, attrs):
     raise HarnessError("%s is in the op table but run_op does not run it" % op)
 
 
+def exception_class(name):
+    """For the regression tests reduce generates: the exception class a dotted name
+    (torch.cuda.OutOfMemoryError) or a builtin's name names, or None."""
+    return _exception_class(name)
+
+
 def _exception_class(name):
     """The class a dotted name (torch.cuda.OutOfMemoryError) or a builtin's name names, or None."""
     import builtins
@@ -2202,10 +2210,13 @@ reduce_batch._child_replay(*sys.argv[2:])
 """
 
 
-def _child_replay(path, device, entry, device_memory):
+def _child_replay(path, device, entry, device_memory, seed=""):
     """run_in_child's child: replay(path, device, entry) with the limit of --device-memory set
-    between the load and the run, as reduce_replay.replay does; then the summary line."""
+    between the load and the run and the seed of --seed before it, as reduce_replay.replay does;
+    then the summary line."""
     batch, fn = _load_candidate(path, device, entry or None)
+    if seed:
+        _torch().manual_seed(int(seed))
     nbytes = int(device_memory)
     lift = limit_device_memory(device, nbytes) if nbytes > 0 else None
     out = _run_loaded(batch, fn, device)
@@ -2269,7 +2280,7 @@ def _signal_name(n):
         return str(n)
 
 
-def run_in_child(path, device="cpu", entry=None, device_memory=0, timeout=900):
+def run_in_child(path, device="cpu", entry=None, device_memory=0, timeout=900, seed=None):
     """For the regression tests reduce generates: replay(path, device, entry) in a fresh Python
     process (sys.executable, this reduce_batch, the working directory and environment of this
     one, with CUDA_LAUNCH_BLOCKING=1 and AMD_SERIALIZE_KERNEL=3), with device_memory > 0 limiting
@@ -2283,10 +2294,13 @@ def run_in_child(path, device="cpu", entry=None, device_memory=0, timeout=900):
     itself when that class cannot be made here, the child died by a signal or exited with no
     traceback, or gave no answer within `timeout` seconds (then its process group is killed);
     HarnessError when the batch could not run (the file does not load, the entry does not
-    resolve)."""
+    resolve). `seed` seeds torch's generators before the step, as reduce's --seed does. The child
+    runs with REDUCE_REPLAY=1, as reduce's replays do: a record_on_failure in the step records
+    nothing there."""
     cmd = [sys.executable, "-c", _CHILD_CODE, os.path.dirname(os.path.abspath(__file__)),
-           os.path.abspath(os.fspath(path)), str(device), entry or "", str(int(device_memory or 0))]
-    env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1", AMD_SERIALIZE_KERNEL="3")
+           os.path.abspath(os.fspath(path)), str(device), entry or "", str(int(device_memory or 0)),
+           "" if seed is None else str(int(seed))]
+    env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1", AMD_SERIALIZE_KERNEL="3", REDUCE_REPLAY="1")
     # A session of its own: a timeout kills the child with whatever it started (loader workers).
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                          start_new_session=True)
@@ -2313,20 +2327,30 @@ def run_in_child(path, device="cpu", entry=None, device_memory=0, timeout=900):
                 return json.loads(line[len(_SUMMARY_LINE):])
         raise HarnessError("the child process exited 0 without its summary line (did the step exit the "
                            "process?); its stderr ends:\n%s" % _tail(stderr))
+    raise child_failure(p.returncode, stderr)
+
+
+def child_failure(returncode, stderr):
+    """The exception a child process's failure stands for, to raise here: a new exception of the
+    class its last traceback names (with child_stderr, and a ChildFailure as its cause),
+    HarnessError when reduce_batch could not run the batch, else ChildFailure (a signal, an exit
+    status with no traceback, a class that cannot be made here). For the generated tests of a
+    command of the user's own (reduce's exec backend) and for run_in_child."""
     failure = _child_exception(stderr)
     if failure is not None:
         name, message = failure
         if name == "reduce_batch.HarnessError":
-            raise HarnessError("the batch could not run in the child process: %s\n--- the end of its stderr ---\n%s"
-                               % (message, _tail(stderr)))
+            return HarnessError("the batch could not run in the child process: %s\n--- the end of its stderr ---\n%s"
+                                % (message, _tail(stderr)))
         e = _exception_of(name, message)
         if e is None:
-            raise ChildFailure(name, message, stderr)
+            return ChildFailure(name, message, stderr)
         e.child_stderr = stderr
-        raise e from ChildFailure(name, message, stderr)
-    if p.returncode < 0:
-        raise ChildFailure("signal " + _signal_name(-p.returncode), "", stderr)
-    raise ChildFailure("exit %d" % p.returncode, "", stderr)
+        e.__cause__ = ChildFailure(name, message, stderr)
+        return e
+    if returncode < 0:
+        return ChildFailure("signal " + _signal_name(-returncode), "", stderr)
+    return ChildFailure("exit %d" % returncode, "", stderr)
 
 
 def resolve_entry(entry):
