@@ -398,6 +398,10 @@ func TestLooksValid(t *testing.T) {
 		"timeout":                {func(r *Record) { r.Signature.Family = signature.FamilyTimeout }, false},
 		"pass":                   {func(r *Record) { r.Signature.Family = signature.FamilyPass }, false},
 		"no family":              {func(r *Record) { r.Signature.Family = "" }, false},
+		"a relation": {func(r *Record) {
+			r.Culprits[r.Finding].Elements = nil
+			r.Culprits[r.Finding].Relation = &Relation{Kind: "equal", Text: "k[0] == k[1]"}
+		}, false},
 	} {
 		rec := base()
 		tc.edit(rec)
@@ -411,7 +415,7 @@ func TestLooksValid(t *testing.T) {
 	assert.Empty(t, upstreamIssue(&reg.Record, reg))
 	report := string(regressReport("DIR", &reg.Record, reg))
 	assert.NotContains(t, report, "Upstream issue")
-	assert.True(t, strings.HasSuffix(report, "output values.\n"))
+	assert.True(t, strings.HasSuffix(report, "before and after the fix.\n") || strings.Contains(report, "## Fixes in the data"), report)
 }
 
 // TestUpstreamIssueRedaction: no sample id, home directory, user or host
