@@ -157,11 +157,15 @@ func (r *run) reduceSet(ctx context.Context, set []int) (Finding, error) {
 	}
 	// No value matters: a dim's size may (a sequence longer than the
 	// model's positions).
+	longer := r.batch.LongerSamples(set)
 	why := "with any values"
-	if len(set) == 1 && r.batch.LongerSamples(set) == "" {
+	switch {
+	case longer != "":
+		why = "whatever their values: " + longer
+	case len(set) == 1:
 		why = "with any values in any sample (every sample has this shape)"
 	}
-	if r.batch.LongerSamples(set) != "" || len(set) == 1 {
+	if longer != "" || len(set) == 1 {
 		f.Shape, err = r.shape(ctx, &f, er.reducedCand, why)
 	}
 	return f, err
