@@ -84,7 +84,7 @@ test-go-torch2:
 		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|RegressionPytest' \
 		./replay/ ./fixtures/ ./internal/regress/
 	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_LIGHTNING=1 $(GO) test -count=1 \
-		-run 'TestProject|TestLightning' ./cmd/reduce/
+		-run 'TestProject|TestLightning|TestRegressionLife|TestUpstream' ./cmd/reduce/ ./internal/regress/
 
 # The Python tests under the interpreter $(1), with the variables $(2). The
 # fixtures reduced from examples recorded for a step of their own import it
