@@ -41,7 +41,7 @@ func TestProjectCrashes(t *testing.T) {
 		// reproduces it.
 		{"nan", []string{"txt-037"}, "samples", "loss is nan", ""},
 		// A relation between two samples' per-sample keys.
-		{"dupkey", []string{"txt-037", "txt-041"}, "samples", "duplicate key N in the batch", "per-sample values (key), a relation between them"},
+		{"dupkey", []string{"txt-037", "txt-041"}, "samples", "duplicate key N in the batch", "a relation between their per-sample values: key[5] == key[9]"},
 	}
 	for _, c := range cases {
 		t.Run(c.crash, func(t *testing.T) {

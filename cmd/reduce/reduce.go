@@ -202,7 +202,7 @@ func printSummary(w interface{ Write([]byte) (int, error) }, res *reduction.Resu
 		switch {
 		case f.Shape != nil:
 			fmt.Fprintf(w, "  shape: %s\n", f.Shape.Text)
-		case f.ContentFree && res.Mode != reduction.ModeSize:
+		case f.ContentFree && res.Mode != reduction.ModeSize && f.Relation == nil:
 			fmt.Fprintf(w, "  no value triggers it: every element neutralized still fails\n")
 		}
 		if len(res.Findings) > 1 {

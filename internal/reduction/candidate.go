@@ -1,7 +1,9 @@
 package reduction
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,10 +31,20 @@ type candidate struct {
 	// narrow, when set, cuts dims of base's batch to a size (rows and
 	// edit are then unused): the shape search's candidates.
 	narrow *narrowing
+	// values, when set, changes per-sample Python values of base's batch
+	// (rows and edit are then unused): the relation search's candidates.
+	values *valueEdit
 	base   *candidate
 	// size is what progress reports of the candidate (samples, or
 	// elements kept); it is not part of the description.
 	size int
+}
+
+// valueEdit sets the per-sample value at path of the batch's sample k to
+// set[k].
+type valueEdit struct {
+	path string
+	set  map[int]json.RawMessage
 }
 
 // narrowing keeps the first size positions of dim dims[k] of each tensor
@@ -185,6 +197,14 @@ func (c *candidate) key(samples int64) string {
 		b.WriteString("}=" + strconv.FormatInt(c.narrow.size, 10))
 		return b.String()
 	}
+	if c.values != nil {
+		b.WriteString(c.base.key(samples) + " values{" + strconv.Quote(c.values.path))
+		for _, k := range slices.Sorted(maps.Keys(c.values.set)) {
+			b.WriteString("," + strconv.Itoa(k) + "=" + string(c.values.set[k]))
+		}
+		b.WriteString("}")
+		return b.String()
+	}
 	if c.edit == nil {
 		writeRows(&b, c.rows, samples)
 		return b.String()
@@ -291,6 +311,15 @@ func (c *candidate) build(orig *fixtures.Batch) (*fixtures.Batch, error) {
 			return nil, err
 		}
 		return c.narrow.apply(b)
+	}
+	if c.values != nil {
+		b, err := c.base.build(orig)
+		if err != nil {
+			return nil, err
+		}
+		out := *b
+		out.Structure = b.Structure.WithSampleValues(c.values.path, c.values.set)
+		return &out, nil
 	}
 	if c.edit == nil {
 		if c.rows == nil {

@@ -273,6 +273,9 @@ func (r *run) diagnosis(f Finding) string {
 	switch {
 	case f.Shape != nil:
 		return fmt.Sprintf("%s: %s with %s: %s", op, r.want.Family, where, f.Shape.Text)
+	case f.Relation != nil && len(f.Elements) == 0:
+		return fmt.Sprintf("%s: %s in %s: %s: equal per-sample values fail, either one changed to a value found nowhere in the batch passes",
+			op, r.want.Family, where, f.Relation.Text)
 	case r.mode == ModeSize && r.size != nil:
 		return fmt.Sprintf("%s: %s at batch size %d; %d samples pass", op, r.want.Family, r.size.SmallestFailing, r.size.LargestPassing)
 	case f.ContentFree && longer != "":

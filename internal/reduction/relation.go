@@ -2,8 +2,10 @@ package reduction
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"reduce/internal/regress"
@@ -150,4 +152,123 @@ func (r *run) freshValues(ti int, isFloat bool, n int) ([]value, bool) {
 		}
 	}
 	return out, len(out) == n
+}
+
+// valueRelation looks, for a finding that fails whatever its tensors'
+// values (base describes its batch), for a relation of equality between
+// the per-sample Python values of its samples (keys or ids kept beside
+// the tensors, which the element phase does not edit): as relation does
+// for elements, any one of the equal values changed to a value found
+// nowhere in the batch must pass and all of them set to one such value
+// must fail, each replayed. On success it sets the finding's relation and
+// its boundary batch (the first value changed).
+func (r *run) valueRelation(ctx context.Context, f *Finding, base *candidate) error {
+	for _, path := range r.batch.SampleValues() {
+		leaf := r.batch.Structure.SampleLeaf(path)
+		if leaf == nil {
+			continue
+		}
+		groups := map[string][]int{}
+		var order []string
+		for k, i := range f.Indices {
+			v := string(leaf.Values[i])
+			if groups[v] == nil {
+				order = append(order, v)
+			}
+			groups[v] = append(groups[v], k)
+		}
+		var group []int
+		for _, v := range order {
+			if len(groups[v]) > 1 {
+				group = groups[v]
+				break
+			}
+		}
+		if group == nil {
+			continue
+		}
+		fresh := freshJSON(leaf.Values, 2)
+		if fresh == nil {
+			continue
+		}
+		with := func(set map[int]json.RawMessage) *candidate {
+			return &candidate{base: base, values: &valueEdit{path: path, set: set}, size: len(f.Indices)}
+		}
+		holds := true
+		for _, k := range group {
+			o, err := r.ask(ctx, with(map[int]json.RawMessage{k: fresh[0]}), 0)
+			if err != nil {
+				return err
+			}
+			holds = holds && o == shrink.Pass
+		}
+		all := map[int]json.RawMessage{}
+		for _, k := range group {
+			all[k] = fresh[1]
+		}
+		if !holds {
+			continue
+		}
+		if o, err := r.ask(ctx, with(all), 0); err != nil || o != shrink.Fail {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		rel := &regress.Relation{Kind: "equal"}
+		var names []string
+		for _, k := range group {
+			rel.Elements = append(rel.Elements, regress.ElementRef{Tensor: path, Index: []int64{int64(f.Indices[k])}})
+			names = append(names, fmt.Sprintf("%s[%d]", path, f.Indices[k]))
+		}
+		rel.Text = strings.Join(names, " == ")
+		b, err := with(map[int]json.RawMessage{group[0]: fresh[0]}).build(r.batch)
+		if err != nil {
+			return err
+		}
+		f.Relation, f.Boundary = rel, b
+		r.logf("relation: %s (per-sample values; any one of them changed to a value found nowhere in the batch passes; all set to one such value fail)", rel.Text)
+		return nil
+	}
+	return nil
+}
+
+// freshJSON are n JSON scalars of the kind values hold (strings, or
+// numbers) that none of them is; nil for other kinds (booleans, mixed).
+func freshJSON(values []json.RawMessage, n int) []json.RawMessage {
+	seen := map[string]bool{}
+	strs, nums := 0, 0
+	hi := math.Inf(-1)
+	for _, v := range values {
+		seen[string(v)] = true
+		var s string
+		var f float64
+		switch {
+		case json.Unmarshal(v, &s) == nil:
+			strs++
+		case json.Unmarshal(v, &f) == nil:
+			nums++
+			hi = max(hi, f)
+		}
+	}
+	var out []json.RawMessage
+	for k := 1; len(out) < n && k < n+len(values)+2; k++ {
+		var v []byte
+		switch {
+		case strs == len(values):
+			v, _ = json.Marshal(fmt.Sprintf("reduce-fresh-%d", k))
+		case nums == len(values) && hi < 1<<52:
+			v = []byte(strconv.FormatInt(int64(math.Floor(hi))+int64(k), 10))
+		default:
+			return nil
+		}
+		if !seen[string(v)] {
+			seen[string(v)] = true
+			out = append(out, v)
+		}
+	}
+	if len(out) < n {
+		return nil
+	}
+	return out
 }

@@ -48,6 +48,9 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 	}
 	longer, values := r.batch.LongerSamples(first.Indices), r.batch.SampleValues()
 	switch {
+	case first.ContentFree && first.Relation != nil:
+		r.modeReason = "every tensor value neutralized, the samples still fail: the cause is a relation between their per-sample values: " + first.Relation.Text
+		return []Finding{first}, nil
 	case first.Shape != nil:
 		r.modeReason = "every value neutralized, the samples still fail: a size decides it: " + first.Shape.Text
 		return []Finding{first}, nil
@@ -155,8 +158,14 @@ func (r *run) reduceSet(ctx context.Context, set []int) (Finding, error) {
 	if err != nil || ctx.Err() != nil || !f.ContentFree || er.reducedCand == nil {
 		return f, err
 	}
-	// No value matters: a dim's size may (a sequence longer than the
-	// model's positions).
+	// No tensor value matters: equal per-sample values may (two samples
+	// with one key), or a dim's size (a sequence longer than the model's
+	// positions).
+	if len(set) > 1 && len(r.batch.SampleValues()) > 0 {
+		if err := r.valueRelation(ctx, &f, er.reducedCand); err != nil || f.Relation != nil {
+			return f, err
+		}
+	}
 	longer := r.batch.LongerSamples(set)
 	why := "with any values"
 	switch {
