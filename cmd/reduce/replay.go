@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"reduce/fixtures"
+	"reduce/internal/regress"
 	"reduce/internal/signature"
 	"reduce/replay"
 )
@@ -160,19 +161,22 @@ func replayCommand() *cli.Command {
 
 // replayVerdict is `reduce replay --json`.
 type replayVerdict struct {
-	File       string               `json:"file"`
-	Backend    string               `json:"backend"`
-	Device     string               `json:"device"`
-	Signature  signature.Signature  `json:"signature"`
-	Recorded   *signature.Signature `json:"recorded"`
-	Match      string               `json:"match"`
-	Reproduces bool                 `json:"reproduces"`
-	Exit       signature.ExitInfo   `json:"exit"`
-	Seconds    float64              `json:"seconds"`
-	Stderr     string               `json:"stderr"`
-	Launcher   string               `json:"launcher,omitempty"`
-	JobID      string               `json:"job_id,omitempty"`
-	Node       string               `json:"node,omitempty"`
+	File      string               `json:"file"`
+	Backend   string               `json:"backend"`
+	Device    string               `json:"device"`
+	Signature signature.Signature  `json:"signature"`
+	Recorded  *signature.Signature `json:"recorded"`
+	Match     string               `json:"match"`
+	// Reproduces: it failed as recorded; for a batch that must pass
+	// (Expect "pass": a fixture's boundary or neighbour), it passed.
+	Reproduces bool               `json:"reproduces"`
+	Expect     string             `json:"expect,omitempty"`
+	Exit       signature.ExitInfo `json:"exit"`
+	Seconds    float64            `json:"seconds"`
+	Stderr     string             `json:"stderr"`
+	Launcher   string             `json:"launcher,omitempty"`
+	JobID      string             `json:"job_id,omitempty"`
+	Node       string             `json:"node,omitempty"`
 }
 
 func replayOnce(c *cli.Context) error {
@@ -209,11 +213,17 @@ func replayOnce(c *cli.Context) error {
 	if v.Launcher != replay.LauncherLocal {
 		out.Launcher, out.JobID, out.Node = v.Launcher, v.JobID, v.Node
 	}
-	if b.Error != nil {
+	expectPass := b.Meta[regress.MetaExpect] == regress.ExpectPass
+	switch {
+	case expectPass:
+		// A fixture's boundary or neighbour batch: it must pass.
+		out.Expect = regress.ExpectPass
+		out.Reproduces = v.Signature.Family == signature.FamilyPass
+	case b.Error != nil:
 		rec := signature.Recorded(b.Error.Text)
 		out.Recorded = &rec
 		out.Reproduces = signature.Reproduces(v.Signature, rec, level)
-	} else {
+	default:
 		out.Reproduces = signature.Failing(v.Signature)
 	}
 	if c.Bool("json") {
@@ -234,10 +244,18 @@ func replayOnce(c *cli.Context) error {
 			fmt.Fprintf(w, "recorded:  %s\n", *out.Recorded)
 		}
 		verdict := "reproduces"
-		if !out.Reproduces {
+		switch {
+		case expectPass && out.Reproduces:
+			verdict = "passes, as expected (a fixture's passing batch)"
+		case expectPass:
+			verdict = "fails, and it should pass (a fixture's passing batch)"
+		case !out.Reproduces:
 			verdict = "does not reproduce"
 		}
 		fmt.Fprintf(w, "verdict:   %s (match %s)\n", verdict, level)
+	}
+	if expectPass && !out.Reproduces {
+		return withCode(ExitNoRepro, fmt.Errorf("%s should pass (a fixture's boundary or neighbour batch) but got %s", path, out.Signature))
 	}
 	if !out.Reproduces {
 		return withCode(ExitNoRepro, fmt.Errorf("%s does not reproduce its recorded failure: got %s (try --match family, another --backend or --device)", path, out.Signature))

@@ -90,6 +90,10 @@ type unitSpace struct {
 	rows  []int64
 	sub   *fixtures.Batch // the rows' batch
 	units []unit
+	// donors are the recorded samples whose values the rows' dropped
+	// elements take (row k donor k), nil when none: part of every
+	// description of an edit.
+	donors []int64
 }
 
 // donorFunc gives the value a dropped element of tensor ti at idx (an
@@ -140,6 +144,15 @@ func newUnitSpace(rows []int64, sub *fixtures.Batch, searched []int64, limit int
 				u.neutral = *opNeutral
 			case donor != nil:
 				u.neutral, _ = donor(ti, idx)
+			}
+			var v value
+			if isFloat {
+				v.f = e.Tensor.LoadFloat(s)
+			} else {
+				v.i = e.Tensor.LoadInt(s)
+			}
+			if v == u.neutral {
+				return // dropping it changes nothing: not a unit to search
 			}
 			sp.units = append(sp.units, u)
 		})
@@ -211,6 +224,10 @@ func (c *candidate) key(samples int64) string {
 	}
 	sp := c.edit.space
 	writeRows(&b, sp.rows, samples)
+	if sp.donors != nil {
+		b.WriteString(" donors")
+		writeRanges(&b, sp.donors)
+	}
 	var neutral []int64
 	type setTo struct {
 		id int64

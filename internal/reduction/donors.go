@@ -40,26 +40,16 @@ func (r *run) without(ctx context.Context, set []int) ([]int64, *fixtures.Batch,
 	return rows, b, nil
 }
 
-// donorsFor are samples that a culprit set's dropped elements take their
-// values from: the batch without the culprits (wrows) when it passed,
-// else the most samples seen to pass together, less the set, and when
-// those are fewer than the set's samples (two culprits would take one
-// donor's values, a relation made) other samples besides, in order,
-// whose values no replay vouched for: a donor value that fails makes its
-// element look needed, never a claim. Nil when the batch has no other
-// sample.
+// donorsFor are the samples whose values a culprit set's dropped
+// elements take: the batch without the culprits (wrows) when it passed,
+// else, as when those are fewer than the set's samples (two culprits would
+// take one donor's values, a relation made), the first other samples in
+// order, whose values no replay vouched for: a donor value that fails
+// makes its element look needed, never a claim. The choice depends on the
+// batch and one journaled answer only, so that a reduction resumed, or
+// run with -j > 1, builds the same candidates.
 func (r *run) donorsFor(set []int, wrows []int64) []int64 {
-	if wrows != nil {
-		return wrows
-	}
-	r.mu.Lock()
-	var out []int64
-	for _, x := range r.passed {
-		if !slices.Contains(set, int(x)) {
-			out = append(out, x)
-		}
-	}
-	r.mu.Unlock()
+	out := slices.Clone(wrows)
 	for i := int64(0); i < r.batch.Samples && len(out) < len(set); i++ {
 		if !slices.Contains(set, int(i)) && !slices.Contains(out, i) {
 			out = append(out, i)
@@ -70,8 +60,8 @@ func (r *run) donorsFor(set []int, wrows []int64) []int64 {
 
 // donorValues is the donorFunc of a culprit set's batch (whose row k is
 // the recorded sample set[k]): row k's dropped elements take the values
-// of donor k modulo the donors, so that two culprit samples never take
-// one donor's values (no relation made) while there are donors enough.
+// of donor k, so that two culprit samples never take one donor's values
+// (no relation made); a row past the donors keeps zero.
 func (r *run) donorValues(donors []int64) donorFunc {
 	if len(donors) == 0 {
 		return nil
@@ -79,8 +69,11 @@ func (r *run) donorValues(donors []int64) donorFunc {
 	return func(ti int, idx []int64) (value, bool) {
 		e := r.batch.Tensors[ti]
 		bd := *e.BatchDim
+		if idx[bd] >= int64(len(donors)) {
+			return value{}, false
+		}
 		at := slices.Clone(idx)
-		at[bd] = donors[int(idx[bd])%len(donors)]
+		at[bd] = donors[idx[bd]]
 		s, err := e.Tensor.StorageIndex(at)
 		if err != nil {
 			return value{}, false // a padded dim longer in the culprit

@@ -32,15 +32,16 @@ type elementResult struct {
 
 // elements finds, inside sub (the batch of rows), the elements that
 // trigger the failure: the others are set to their neutral value (the
-// op's, such as a target's ignore_index; for a step of the user's own a
-// donor sample's value, see newUnitSpace), only those at the searched
+// op's, such as a target's ignore_index; for a step of the user's own the
+// value of donors[k] for row k, see newUnitSpace), only those at the searched
 // positions along the batch axis (all when nil) are searched, and orig
 // maps a position to the original batch's. Then it tells a relation
 // between them (relation.go) from values that fail each by itself, and
 // finds for each of those the nearest value that passes (boundary.go).
 // Every batch it returns besides the reduced one was replayed and passed.
-func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, searched []int64, orig func(pos int64) int64, donor donorFunc) (elementResult, error) {
-	sp := newUnitSpace(rows, sub, searched, maxElementUnits, donor)
+func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, searched []int64, orig func(pos int64) int64, donors []int64) (elementResult, error) {
+	sp := newUnitSpace(rows, sub, searched, maxElementUnits, r.donorValues(donors))
+	sp.donors = donors
 	if len(sp.units) == 0 || len(sp.units) > maxElementUnits {
 		return elementResult{}, nil
 	}

@@ -17,6 +17,8 @@ const (
 	PhaseElements   Phase = "elements"   // neutralizing elements of the kept samples
 	PhaseBoundary   Phase = "boundary"   // the nearest passing value of each element
 	PhaseShape      Phase = "shape"      // the size of a non-batch dim that decides the failure
+	PhaseRelation   Phase = "relation"   // equal values in several samples
+	PhaseNeighbours Phase = "neighbours" // the batch without the culprits
 )
 
 // Mode is how the samples were reduced: a closed set.

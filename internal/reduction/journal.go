@@ -41,8 +41,10 @@ type answerKey struct {
 	trial int
 }
 
-// journalVersion 2: answers keyed by candidate description and trial.
-const journalVersion = 2
+// journalVersion 3: answers keyed by candidate description and trial; an
+// edit's description names its donors, and a step's dropped elements take
+// their values (version 2 set them to zero under the same description).
+const journalVersion = 3
 
 // journalHeader is the first line of a journal.
 type journalHeader struct {

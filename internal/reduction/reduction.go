@@ -9,7 +9,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -190,7 +189,6 @@ type run struct {
 	size       *regress.SizeResult
 
 	mu     sync.Mutex
-	passed []int64 // the most samples of the recorded batch seen to pass together
 	phase  Phase
 	phases map[Phase]PhaseCount // replays and resumed answers, by phase
 	others map[string]*regress.OtherFailure
@@ -352,9 +350,6 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, er
 	key := c.key(r.batch.Samples)
 	if s, ok, fromFile := r.journal.lookup(key, trial); ok {
 		a := answered{sig: s, outcome: r.classify(s), src: fromCache}
-		r.mu.Lock()
-		r.notePass(c, a.outcome)
-		r.mu.Unlock()
 		if !fromFile {
 			return a, nil
 		}
@@ -381,7 +376,6 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, er
 	}
 	a := answered{sig: verdict.Signature, outcome: r.classify(verdict.Signature), src: fromReplay, verdict: &verdict}
 	r.mu.Lock()
-	r.notePass(c, a.outcome)
 	phase := r.count(func(pc *PhaseCount) { pc.Replays++ })
 	r.mu.Unlock()
 	r.journal.record(key, trial, a.sig)
@@ -462,23 +456,4 @@ func hashFile(path string) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// notePass keeps the rows of a candidate that passed when they are the
-// most samples seen to pass together (the element phase's donors); mu is
-// held.
-func (r *run) notePass(c *candidate, o shrink.Outcome) {
-	if o == shrink.Pass && c.edit == nil && c.narrow == nil && len(c.rows) > len(r.passed) && slices.IsSorted(c.rows) && !hasRepeats(c.rows) {
-		r.passed = c.rows
-	}
-}
-
-// hasRepeats reports whether the sorted rows repeat a sample.
-func hasRepeats(rows []int64) bool {
-	for i := 1; i < len(rows); i++ {
-		if rows[i] == rows[i-1] {
-			return true
-		}
-	}
-	return false
 }

@@ -38,6 +38,7 @@ func (r *run) relation(ctx context.Context, sp *unitSpace, keep []int, elem func
 	if !ok {
 		return nil, nil, nil
 	}
+	r.setPhase(PhaseRelation, len(group))
 	for _, u := range group {
 		o, err := ask(ctx, map[int]value{u: fresh[0]})
 		if err != nil || o != shrink.Pass {
@@ -57,7 +58,7 @@ func (r *run) relation(ctx context.Context, sp *unitSpace, keep []int, elem func
 	for _, u := range group {
 		e := elem(u)
 		rel.Elements = append(rel.Elements, regress.ElementRef{Tensor: e.Tensor, Index: e.Index})
-		names = append(names, fmt.Sprintf("%s%v", e.Tensor, e.Index))
+		names = append(names, e.Tensor+indexText(e.Index))
 	}
 	rel.Text = strings.Join(names, " == ")
 	r.logf("relation: %s (any one of them changed to a value found nowhere in the batch passes; all set to one such value fail)", rel.Text)
@@ -100,8 +101,10 @@ func equalGroup(sp *unitSpace, keep []int) []int {
 }
 
 // freshValues are n distinct values that tensor ti (of the recorded batch)
-// can hold and holds nowhere: above its largest value, else below its
-// smallest. ok is false when the dtype has no room (a full uint8 tensor).
+// can hold and holds nowhere: for integers, gaps between its smallest and
+// largest values first, then above the largest, then below the smallest;
+// for floats, above and below. ok is false when the dtype has no room (a
+// full uint8 tensor).
 func (r *run) freshValues(ti int, isFloat bool, n int) ([]value, bool) {
 	t := r.batch.Tensors[ti].Tensor
 	seen := map[value]bool{}
@@ -130,6 +133,16 @@ func (r *run) freshValues(ti int, isFloat bool, n int) ([]value, bool) {
 		return probe.LoadInt(0) == v.i
 	}
 	var out []value
+	if !isFloat && hiI >= loI {
+		// Inside the values' range first: an index-like key above every
+		// other may be out of range, a failure of its own.
+		for v, k := loI+1, 0; v < hiI && len(out) < n && k < 1<<16; v, k = v+1, k+1 {
+			if x := (value{i: v}); !seen[x] {
+				seen[x] = true
+				out = append(out, x)
+			}
+		}
+	}
 	for _, dir := range []int64{1, -1} {
 		for k := int64(1); k <= int64(n)+8 && len(out) < n; k++ {
 			var v value
@@ -194,13 +207,16 @@ func (r *run) valueRelation(ctx context.Context, f *Finding, base *candidate) er
 		with := func(set map[int]json.RawMessage) *candidate {
 			return &candidate{base: base, values: &valueEdit{path: path, set: set}, size: len(f.Indices)}
 		}
+		r.setPhase(PhaseRelation, len(group))
 		holds := true
 		for _, k := range group {
 			o, err := r.ask(ctx, with(map[int]json.RawMessage{k: fresh[0]}), 0)
 			if err != nil {
 				return err
 			}
-			holds = holds && o == shrink.Pass
+			if holds = o == shrink.Pass; !holds {
+				break
+			}
 		}
 		all := map[int]json.RawMessage{}
 		for _, k := range group {

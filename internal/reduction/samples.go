@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"reduce/kernels"
 	"reduce/shrink"
 )
 
@@ -49,14 +50,14 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 	longer, values := r.batch.LongerSamples(first.Indices), r.batch.SampleValues()
 	switch {
 	case first.ContentFree && first.Relation != nil:
+		// Other pairs may share other keys: the search goes on below.
 		r.modeReason = "every tensor value neutralized, the samples still fail: the cause is a relation between their per-sample values: " + first.Relation.Text
-		return []Finding{first}, nil
 	case first.Shape != nil:
-		r.modeReason = "every value neutralized, the samples still fail: a size decides it: " + first.Shape.Text
+		r.modeReason = r.neutralized() + " neutralized, the samples still fail: a size decides it: " + first.Shape.Text
 		return []Finding{first}, nil
 	case first.ContentFree && longer != "":
 		// Padded to the longest sample: no value matters, the length does.
-		r.modeReason = "every value neutralized, the samples still fail: " + longer
+		r.modeReason = r.neutralized() + " neutralized, the samples still fail: " + longer
 		return []Finding{first}, nil
 	case first.ContentFree && len(values) > 0:
 		// The reduction edits tensors only: the per-sample Python values
@@ -67,7 +68,7 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 		}
 		return []Finding{first}, nil
 	case first.ContentFree && len(first.Indices) == 1:
-		r.modeReason = "every value neutralized, one sample still fails: the cause is a shape or dtype, which any sample has"
+		r.modeReason = r.neutralized() + " neutralized, one sample still fails: the cause is a shape or dtype, which any sample has"
 		return []Finding{first}, nil
 	case first.ContentFree:
 		return r.sizeMode(ctx, fmt.Sprintf("the failure needs %d samples but none of their values: it depends on the batch size", len(first.Indices)))
@@ -142,14 +143,18 @@ func (r *run) reduceSet(ctx context.Context, set []int) (Finding, error) {
 		return Finding{}, err
 	}
 	f := Finding{Indices: set, IDs: r.idsOf(set), Batch: sub}
-	r.setPhase(PhaseElements, len(set))
+	r.setPhase(PhaseNeighbours, int(r.batch.Samples)-len(set))
 	wrows, wb, err := r.without(ctx, set)
 	if err != nil || ctx.Err() != nil {
 		f.Partial = ctx.Err() != nil
 		return f, err
 	}
 	f.Without = wb
-	er, err := r.elements(ctx, rows, sub, nil, func(pos int64) int64 { return int64(set[pos]) }, r.donorValues(r.donorsFor(set, wrows)))
+	var donors []int64
+	if _, err := kernels.Lookup(r.batch.Op); err != nil {
+		donors = r.donorsFor(set, wrows) // a step of the user's own: no op says what is neutral
+	}
+	er, err := r.elements(ctx, rows, sub, nil, func(pos int64) int64 { return int64(set[pos]) }, donors)
 	f.Elements, f.ContentFree, f.Partial = er.elements, er.contentFree, er.partial
 	f.Relation, f.Boundary, f.OtherEnd = er.relation, er.boundary, er.otherEnd
 	if er.reduced != nil {
@@ -167,12 +172,12 @@ func (r *run) reduceSet(ctx context.Context, set []int) (Finding, error) {
 		}
 	}
 	longer := r.batch.LongerSamples(set)
-	why := "with any values"
+	why := "with " + r.neutralized() + " neutralized"
 	switch {
 	case longer != "":
-		why = "whatever their values: " + longer
+		why += ": " + longer
 	case len(set) == 1:
-		why = "with any values in any sample (every sample has this shape)"
+		why += ", and every sample has this shape"
 	}
 	if longer != "" || len(set) == 1 {
 		f.Shape, err = r.shape(ctx, &f, er.reducedCand, why)
@@ -186,4 +191,19 @@ func rowsWithElements(f Finding) map[int64]bool {
 		rows[e.row] = true
 	}
 	return rows
+}
+
+// neutralized says which values the element phase neutralizes: every one
+// but those of bool tensors (masks), which it leaves as they are.
+func (r *run) neutralized() string {
+	var bools []string
+	for _, e := range r.batch.Tensors {
+		if e.BatchDim != nil && e.DType == kernels.Bool {
+			bools = append(bools, e.Name)
+		}
+	}
+	if len(bools) == 0 {
+		return "every value"
+	}
+	return "every value but those of the bool tensors (" + strings.Join(bools, ", ") + ", left as recorded)"
 }

@@ -124,7 +124,8 @@ func (r *run) shape(ctx context.Context, f *Finding, base *candidate, why string
 			sr.Tensors = append(sr.Tensors, name)
 			names = append(names, fmt.Sprintf("%s dim %d", name, g.dims[k]))
 		}
-		sr.Text = fmt.Sprintf("fails for %s of size %d or more, passes at %d, %s", strings.Join(names, " and "), smallest, res.Value, why)
+		sr.Text = fmt.Sprintf("fails for %s of size %d or more, passes at %d (bisected: %d and the recorded %d fail), %s",
+			strings.Join(names, " and "), smallest, res.Value, smallest, g.size, why)
 		f.Batch, f.Boundary = failing, passing
 		r.logf("shape: %s", sr.Text)
 		return sr, nil

@@ -67,6 +67,11 @@ func looksValid(rec *Record) bool {
 	if rec.Finding >= 0 && rec.Finding < len(rec.Culprits) && rec.Culprits[rec.Finding].Relation != nil {
 		return false // a relation between samples: the data
 	}
+	if rec.Shape != nil || rec.Size != nil || rec.DeviceMemory() > 0 || rec.Signature.Family == signature.FamilyOOM {
+		// A size the model or the device cannot take: the pipeline's or
+		// the setup's to fix (and an emulated device a snippet lacks).
+		return false
+	}
 	for _, e := range findingElements(rec) {
 		if e.Rule != "" {
 			return false

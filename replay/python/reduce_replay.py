@@ -606,6 +606,13 @@ def _cmd_zygote(args):
     threads = torch.get_num_threads() if o.entry or o.step else 0
     if threads:
         torch.set_num_threads(1)
+    if o.entry or o.step:
+        # A training step's first optimizer.step() imports torch._dynamo in torch 2.x (about 800
+        # modules, most of a second): imported once here, every child has it.
+        try:
+            import torch._dynamo  # noqa: F401
+        except Exception:
+            pass
     if o.entry:
         try:
             rb.resolve_entry(o.entry)  # imported once here; a failure is every child's to report
