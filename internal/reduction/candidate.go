@@ -190,13 +190,13 @@ func (sp *unitSpace) same(u int, a, b value) bool {
 
 // key is the description of a candidate as text: its rows as shrink
 // writes candidates ({0-3,7}; a run of one repeated sample as 5x100),
-// then for an edit the ids of the neutralized units and the units set,
-// id=value. A unit set to its original value is no edit, and one set to
-// its neutral value is neutralized, so that a boundary probe at either is
-// the element search's candidate. (A neutralized unit whose value already
-// is the neutral one still counts as neutralized, as it always did: two
-// keys then name one batch, which is replayed twice. Folding them would
-// save those replays, and change which candidates a reduction replays.)
+// then for an edit its donors (donors{...}) when it has any, the ids of
+// the neutralized units and the units set, id=value. A unit set to its
+// original value is no edit, and one set to its neutral value is
+// neutralized, so that a boundary probe at either is the element search's
+// candidate; an element already at its neutral value is no unit. A
+// narrowing is its base's description and narrow{tensor:dim,...}=size, a
+// value edit its base's and values{"path",k=value,...}.
 func (c *candidate) key(samples int64) string {
 	var b strings.Builder
 	if c.narrow != nil {

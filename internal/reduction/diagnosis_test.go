@@ -224,3 +224,21 @@ func readRecord(t *testing.T, dir string) string {
 	require.NoError(t, err)
 	return string(data)
 }
+
+// TestFixtureDeterministic: the same reduction with -j 4 writes the same
+// fixture every time (the donors of a step's dropped elements depend on
+// the batch and the journaled answers, never on which replay finished
+// first), and the same as with -j 1.
+func TestFixtureDeterministic(t *testing.T) {
+	b := keyBatch(40)
+	b.Tensor("doc_key").Tensor.StoreInt(30, 10007)
+	b.Tensor("x").Tensor.StoreFloat(12*3+1, 2.5)
+	path := recordStep(t, b, uniqueKeys)
+	names := map[string]int{}
+	for i, jobs := range []int{1, 4, 4, 4, 4} {
+		res, err := reduce(t, b, path, newStep(uniqueKeys), reduction.Options{Jobs: jobs})
+		require.NoError(t, err, "run %d", i)
+		names[filepath.Base(res.Fixtures[0])]++
+	}
+	assert.Len(t, names, 1, "fixtures written: %v", names)
+}

@@ -2112,6 +2112,8 @@ def check_distinct(values, ids):
     shared = [groups[k] for k in order if len(groups[k][1]) > 1]
     assert not shared, "samples share a value, want distinct values: %s" % "; ".join(
         "%s share %r" % (", ".join(repr(i) for i in same), v) for v, same in shared)
+
+
 def _vm_data():
     """The process's data size in bytes (VmData of /proc/self/status: what RLIMIT_DATA limits)."""
     with open("/proc/self/status") as f:
