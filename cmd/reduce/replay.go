@@ -258,7 +258,7 @@ func replayOnce(c *cli.Context) error {
 		return withCode(ExitNoRepro, fmt.Errorf("%s should pass (a fixture's boundary or neighbour batch) but got %s", path, out.Signature))
 	}
 	if !out.Reproduces {
-		return withCode(ExitNoRepro, fmt.Errorf("%s does not reproduce its recorded failure: got %s (try --match family, another --backend or --device)", path, out.Signature))
+		return withCode(ExitNoRepro, fmt.Errorf("%s does not reproduce its recorded failure: got %s (try --match family, another --backend or --device; or the bug was fixed since it was recorded)", path, out.Signature))
 	}
 	return nil
 }
