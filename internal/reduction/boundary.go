@@ -57,7 +57,7 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, fe *regress.Ele
 	}
 	br, err := shrink.Boundary(ctx, lo, hi, func(ctx context.Context, x int64, trial int) (shrink.Outcome, error) {
 		return try(ctx, value{i: x}, trial)
-	}, shrink.Options{Jobs: r.o.Jobs, Trials: r.o.Trials})
+	}, shrink.Options{Jobs: r.jobs(), Trials: r.o.Trials})
 	if err != nil || br.Incomplete || br.PassOutcome != shrink.Pass {
 		return bounds{}, err
 	}
@@ -182,7 +182,7 @@ func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int6
 	}
 	br, err := shrink.Boundary(ctx, 0, bits(math.Abs(v)), func(ctx context.Context, b int64, trial int) (shrink.Outcome, error) {
 		return try(ctx, value{f: at(b)}, trial)
-	}, shrink.Options{Jobs: r.o.Jobs, Trials: r.o.Trials})
+	}, shrink.Options{Jobs: r.jobs(), Trials: r.o.Trials})
 	if err != nil || br.Incomplete || br.PassOutcome != shrink.Pass {
 		return bounds{}, err
 	}

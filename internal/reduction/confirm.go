@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"reduce/shrink"
 
@@ -32,6 +33,9 @@ func (r *run) confirm(ctx context.Context) error {
 		}
 		if v != nil {
 			lastStderr = lastLines(v.Result.Stderr, 3)
+			r.mu.Lock()
+			r.confirmTook = max(r.confirmTook, v.Duration)
+			r.mu.Unlock()
 		}
 		seen = append(seen, sig)
 		switch {
@@ -50,6 +54,9 @@ func (r *run) confirm(ctx context.Context) error {
 	r.logf("confirm: %d of %d replays reproduce %s", fails, n, r.want)
 	if fails > 0 && fails < n && r.o.Trials == 1 {
 		r.logf("confirm: the failure is flaky; --trials %d replays each candidate that often and counts it failing if any trial fails", 2*n/fails+1)
+	}
+	if j := r.jobs(); j < r.o.Jobs {
+		r.logf("-j %d: a replay takes %s, too little for speculation to pay: the searches replay one candidate at a time", r.o.Jobs, r.confirmTook.Round(time.Millisecond))
 	}
 	r.emit(&Confirmed{Event: "confirm", Replays: n, Reproduced: fails, Signature: r.want})
 	if fails > 0 {

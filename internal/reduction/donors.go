@@ -9,19 +9,19 @@ import (
 	"reduce/shrink"
 )
 
-// maxWithout bounds the samples of the batch "without the culprits" that
-// a fixture keeps: the first ones of the original batch that are not
-// culprits.
-const maxWithout = 32
+// maxWithout bounds the batch "without the culprits" that a fixture
+// keeps: a larger one was replayed (and passed) but is not written.
+const maxWithout = 64
 
-// without replays the original batch without the samples of set (at most
-// maxWithout of the others) and returns its rows and batch when it
-// passes: the fixture's neighbour that must keep passing, and the donors
-// of the element phase. Rows are nil when it does not pass or there is
-// no other sample.
+// without replays the original batch without the samples of set: the
+// question the search for further culprit sets asks first, so that it
+// costs no replay of its own. When it passes it gives the donors of the
+// element phase (its rows) and, when it has at most maxWithout samples,
+// the fixture's neighbour that must keep passing. Rows are nil when it
+// does not pass or there is no other sample.
 func (r *run) without(ctx context.Context, set []int) ([]int64, *fixtures.Batch, error) {
 	var rows []int64
-	for i := int64(0); i < r.batch.Samples && len(rows) < maxWithout; i++ {
+	for i := int64(0); i < r.batch.Samples; i++ {
 		if !slices.Contains(set, int(i)) {
 			rows = append(rows, i)
 		}
@@ -32,6 +32,10 @@ func (r *run) without(ctx context.Context, set []int) ([]int64, *fixtures.Batch,
 	o, err := r.ask(ctx, &candidate{rows: rows, size: len(rows)}, 0)
 	if err != nil || o != shrink.Pass {
 		return nil, nil, err
+	}
+	if len(rows) > maxWithout {
+		r.logf("neighbours: the batch without the culprits passes (%d samples, more than the %d a fixture keeps: not written)", len(rows), maxWithout)
+		return rows, nil, nil
 	}
 	b, err := r.batch.Select(rows)
 	if err != nil {

@@ -166,7 +166,7 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 		b          *fixtures.Batch
 	}{
 		{regress.OtherEndFile, "the minimal batch with each triggering element at the other end of its valid range", f.OtherEnd},
-		{regress.WithoutFile, withoutWhat(f, r.batch.Samples), f.Without},
+		{regress.WithoutFile, "the original batch without the culprit samples", f.Without},
 	} {
 		if n.b == nil {
 			continue
@@ -177,17 +177,6 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 		}
 	}
 	return reg
-}
-
-// withoutWhat says what the batch without the culprits holds.
-func withoutWhat(f Finding, samples int64) string {
-	if f.Without == nil {
-		return ""
-	}
-	if others := samples - int64(len(f.Indices)); f.Without.Samples < others {
-		return fmt.Sprintf("the original batch without the culprit samples: the first %d of its %d other samples", f.Without.Samples, others)
-	}
-	return "the original batch without the culprit samples"
 }
 
 // environment is where the replays ran.

@@ -158,9 +158,9 @@ type Finding struct {
 	Relation *regress.Relation
 	Shape    *regress.ShapeResult
 	// OtherEnd is Batch with each element at the other end of its valid
-	// range; Without the original batch without the culprit samples (at
-	// most maxWithout of the others). Each was replayed and passed; nil
-	// when there is none.
+	// range; Without the original batch without the culprit samples (when
+	// it has at most maxWithout samples). Each was replayed and passed;
+	// nil when there is none.
 	OtherEnd *fixtures.Batch
 	Without  *fixtures.Batch
 }
@@ -188,10 +188,11 @@ type run struct {
 	modeReason string
 	size       *regress.SizeResult
 
-	mu     sync.Mutex
-	phase  Phase
-	phases map[Phase]PhaseCount // replays and resumed answers, by phase
-	others map[string]*regress.OtherFailure
+	mu          sync.Mutex
+	confirmTook time.Duration // the slowest of the confirmation's replays
+	phase       Phase
+	phases      map[Phase]PhaseCount // replays and resumed answers, by phase
+	others      map[string]*regress.OtherFailure
 }
 
 // Run reduces b, read from o.Source, replaying candidates with be, and
@@ -307,8 +308,25 @@ func (r *run) setPhase(p Phase, units int) {
 	r.emit(&PhaseStarted{Event: "phase", Phase: p, Units: units})
 }
 
+// speculateAfter is how long a replay must take for speculation to pay:
+// with -j N the searches replay candidates that a later answer may make
+// useless, which costs replays and saves time only when a replay is slow.
+const speculateAfter = time.Second
+
+// jobs is how many candidates the searches replay at once: Options.Jobs
+// when the confirmation's replays were slow enough for speculation to pay
+// (or no replay measured them, on --resume), else one.
+func (r *run) jobs() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.o.Jobs > 1 && r.confirmTook > 0 && r.confirmTook < speculateAfter {
+		return 1
+	}
+	return r.o.Jobs
+}
+
 func (r *run) shrinkOptions() shrink.Options {
-	return shrink.Options{Strategy: r.o.Strategy, Jobs: r.o.Jobs, Trials: r.o.Trials}
+	return shrink.Options{Strategy: r.o.Strategy, Jobs: r.jobs(), Trials: r.o.Trials}
 }
 
 // Where an answer came from.
