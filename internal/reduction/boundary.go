@@ -17,6 +17,24 @@ import (
 // tryValue replays the minimal batch with one element set to v.
 type tryValue func(ctx context.Context, v value, trial int) (shrink.Outcome, error)
 
+// all asks every trial of the value, as askTrials does.
+func (try tryValue) all(ctx context.Context, v value, trials int) (shrink.Outcome, error) {
+	out := shrink.Pass
+	for t := 0; t < trials; t++ {
+		o, err := try(ctx, v, t)
+		if err != nil {
+			return shrink.Unresolved, err
+		}
+		if o == shrink.Fail {
+			return shrink.Fail, nil
+		}
+		if o == shrink.Unresolved {
+			out = shrink.Unresolved
+		}
+	}
+	return out, nil
+}
+
 // bounds is what a boundary search found for one element: the nearest
 // value that passes (nil: none), and the other end of the valid range
 // when the range was found to have two (nil otherwise). Both were
@@ -27,9 +45,10 @@ type bounds struct {
 
 // intBoundary finds the value nearest to v that passes, searching toward
 // zero (the first valid index of every op here), or toward the neutral
-// value when v is zero itself. The search's far end passed too; one more
-// replay, of the value just past it, tells whether it is the other end of
-// the valid range ("valid range [0, 4)": 3 and 0 pass, 4 and -1 fail).
+// value when v is zero itself, v's neighbour first. Then whether the
+// search's far end is the other end of the valid range: it passes and the
+// value just past it fails ("valid range [0, 4)": 3 and 0 pass, 4 and -1
+// fail).
 func (r *run) intBoundary(ctx context.Context, v, neutral int64, fe *regress.Element, try tryValue) (bounds, error) {
 	fe.Value = float64(v)
 	if v > 1<<53 || v < -(1<<53) {
@@ -55,27 +74,50 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, fe *regress.Ele
 			lo = hi - widest
 		}
 	}
-	br, err := shrink.Boundary(ctx, lo, hi, func(ctx context.Context, x int64, trial int) (shrink.Outcome, error) {
-		return try(ctx, value{i: x}, trial)
-	}, shrink.Options{Jobs: r.jobs(), Trials: r.o.Trials})
-	if err != nil || br.Incomplete || br.PassOutcome != shrink.Pass {
+	// Most values out of range are one past its end (a label equal to the
+	// number of classes, a token equal to the vocabulary's size): the
+	// value's neighbour toward the search's far end is asked first, and
+	// the bisection runs only when it does not pass.
+	near, far := v-1, lo
+	if v == lo {
+		near, far = v+1, hi
+	}
+	var br shrink.BoundaryResult
+	if o, err := try.all(ctx, value{i: near}, r.o.Trials); err != nil {
 		return bounds{}, err
+	} else if o == shrink.Pass && near != far {
+		br = shrink.BoundaryResult{Fail: v, Pass: near, PassOutcome: shrink.Pass}
+	} else {
+		br, err = shrink.Boundary(ctx, lo, hi, func(ctx context.Context, x int64, trial int) (shrink.Outcome, error) {
+			return try(ctx, value{i: x}, trial)
+		}, shrink.Options{Jobs: r.jobs(), Trials: r.o.Trials})
+		if err != nil || br.Incomplete || br.PassOutcome != shrink.Pass {
+			return bounds{}, err
+		}
 	}
 	p := float64(br.Pass)
 	fe.Passing = &p
 	out := bounds{passing: &value{i: br.Pass}}
-	// The far end of the search passed (Boundary replays both ends).
-	far, past := lo, lo-1
-	if br.Pass > v {
-		far, past = hi, hi+1
+	// The other end of the valid range: the search's far end passes (the
+	// bisection asked it already, or the element phase did: it is often
+	// the neutral value) and the value just past it fails.
+	past := far - 1
+	if far == hi {
+		past = far + 1
 	}
 	closed := false
 	if (past < far) == (far == lo) { // no wrap past the int64 range
-		o, err := try(ctx, value{i: past}, 0)
+		of, err := try.all(ctx, value{i: far}, r.o.Trials)
 		if err != nil {
 			return out, err
 		}
-		closed = o == shrink.Fail
+		if of == shrink.Pass {
+			o, err := try.all(ctx, value{i: past}, r.o.Trials)
+			if err != nil {
+				return out, err
+			}
+			closed = o == shrink.Fail
+		}
 	}
 	f := float64(far)
 	switch {
@@ -138,7 +180,7 @@ func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int6
 			tries = []float64{f, 0}
 		}
 		for _, x := range tries {
-			o, err := try(ctx, value{f: x}, 0)
+			o, err := try.all(ctx, value{f: x}, r.o.Trials)
 			if err != nil {
 				return bounds{}, err
 			}
@@ -156,7 +198,7 @@ func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int6
 		if v < 0 {
 			fe.ValueText = "-Inf"
 		}
-		o, err := try(ctx, value{f: m}, 0)
+		o, err := try.all(ctx, value{f: m}, r.o.Trials)
 		if err != nil {
 			return bounds{}, err
 		}
@@ -193,7 +235,7 @@ func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int6
 	if br.Pass != 0 {
 		// Zero passed (Boundary replays both ends): is the smallest float
 		// on its other side a failure?
-		o, err := try(ctx, value{f: -sign * fromBits(1)}, 0)
+		o, err := try.all(ctx, value{f: -sign * fromBits(1)}, r.o.Trials)
 		if err != nil {
 			return out, err
 		}

@@ -3,6 +3,7 @@ package reduction_test
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -241,4 +242,20 @@ func TestFixtureDeterministic(t *testing.T) {
 		names[filepath.Base(res.Fixtures[0])]++
 	}
 	assert.Len(t, names, 1, "fixtures written: %v", names)
+}
+
+// TestReplayBound: one bad target among n samples, the whole job (the
+// confirmation, the samples, the neighbours, the elements and the
+// boundary with both ends of the range) within ⌈log2 n⌉ + 8 replays.
+func TestReplayBound(t *testing.T) {
+	for _, n := range []int{256, 4096, 100000} {
+		b, path := crossEntropy(t, n, map[int]int64{n * 2 / 3: 4})
+		res, err := reduce(t, b, path, newStep(kernelStep), reduction.Options{})
+		require.NoError(t, err)
+		bound := bits.Len(uint(n-1)) + 8
+		assert.LessOrEqual(t, res.Replays, bound, "n = %d: %v", n, res.Phases)
+		require.Len(t, res.Findings, 1)
+		assert.Equal(t, []int{n * 2 / 3}, res.Findings[0].Indices)
+		assert.Equal(t, "valid range [0, 4)", res.Findings[0].Elements[0].Rule)
+	}
 }

@@ -29,7 +29,7 @@ func (r *run) without(ctx context.Context, set []int) ([]int64, *fixtures.Batch,
 	if len(rows) == 0 {
 		return nil, nil, nil
 	}
-	o, err := r.ask(ctx, &candidate{rows: rows, size: len(rows)}, 0)
+	o, err := r.askTrials(ctx, &candidate{rows: rows, size: len(rows)})
 	if err != nil || o != shrink.Pass {
 		return nil, nil, err
 	}

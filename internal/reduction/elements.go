@@ -53,18 +53,47 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 		return b
 	}
 	r.setPhase(PhaseElements, len(sp.units))
+	// Integer tensors hold the indices, labels, keys and lengths that
+	// most failures are about: when the batch has other elements too,
+	// keeping the integers alone is asked first, and when that fails the
+	// search runs among them only (one replay more when it does not).
+	var space []int // the units searched, by position; nil for all
+	if ints := intUnits(sp); len(ints) > 0 && len(ints) < len(sp.units) {
+		o, err := r.askTrials(ctx, keeping(ints, nil))
+		if err != nil || ctx.Err() != nil {
+			return elementResult{partial: ctx.Err() != nil}, err
+		}
+		if o == shrink.Fail {
+			space = ints
+		}
+	}
+	units := func(pos []int) []int {
+		if space == nil || pos == nil {
+			return pos
+		}
+		out := make([]int, len(pos))
+		for i, p := range pos {
+			out[i] = space[p]
+		}
+		return out
+	}
+	n := len(sp.units)
+	if space != nil {
+		n = len(space)
+	}
 	opts := r.shrinkOptions()
 	opts.StopAfterFirst = true
 	opts.Strategy = shrink.Auto
-	// Every element kept is sub itself, which failed in the sample phase.
-	opts.Seed = []shrink.CacheEntry{{Candidate: []shrink.Range{{Lo: 0, Hi: len(sp.units)}}, Outcome: shrink.Fail}}
-	res, err := shrink.Run(ctx, len(sp.units), func(ctx context.Context, cand shrink.Candidate) (shrink.Outcome, error) {
-		return r.ask(ctx, keeping(cand.Units(), nil), cand.Trial())
+	// Every unit of the space kept failed: sub itself (in the sample
+	// phase), or the integers alone (just now).
+	opts.Seed = []shrink.CacheEntry{{Candidate: []shrink.Range{{Lo: 0, Hi: n}}, Outcome: shrink.Fail}}
+	res, err := shrink.Run(ctx, n, func(ctx context.Context, cand shrink.Candidate) (shrink.Outcome, error) {
+		return r.ask(ctx, keeping(units(cand.Units()), nil), cand.Trial())
 	}, opts)
 	if ctx.Err() != nil || res.Incomplete {
 		out := elementResult{partial: true}
 		if res.Partial != nil {
-			out.reduced = build(res.Partial, nil)
+			out.reduced = build(units(res.Partial), nil)
 		}
 		return out, nil
 	}
@@ -74,7 +103,10 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 	if len(res.Culprits) == 0 {
 		return elementResult{}, nil
 	}
-	keep := res.Culprits[0]
+	keep := units(res.Culprits[0])
+	if keep == nil {
+		keep = []int{}
+	}
 	out := elementResult{reduced: build(keep, nil), reducedCand: keeping(keep, nil), contentFree: len(keep) == 0}
 
 	r.setPhase(PhaseBoundary, len(keep))
@@ -92,7 +124,7 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 		}
 	}
 	ask := func(ctx context.Context, set map[int]value) (shrink.Outcome, error) {
-		return r.ask(ctx, keeping(keep, set), 0)
+		return r.askTrials(ctx, keeping(keep, set))
 	}
 
 	// A relation first: its elements have no boundary of their own.
@@ -206,4 +238,15 @@ func valueFloat(sp *unitSpace, u int, v value) float64 {
 		return v.f
 	}
 	return float64(v.i)
+}
+
+// intUnits are the units of integer tensors, in order.
+func intUnits(sp *unitSpace) []int {
+	var out []int
+	for u, un := range sp.units {
+		if !un.float {
+			out = append(out, u)
+		}
+	}
+	return out
 }

@@ -350,6 +350,27 @@ func (r *run) ask(ctx context.Context, c *candidate, trial int) (shrink.Outcome,
 	return a.outcome, nil
 }
 
+// askTrials asks every trial of c (Options.Trials), as the searches do:
+// Fail when any trial fails, Pass when every one passes, Unresolved
+// otherwise. The single questions of the diagnoses (a probe, a neighbour)
+// are asked this way, so that a flaky failure is never taken for a pass.
+func (r *run) askTrials(ctx context.Context, c *candidate) (shrink.Outcome, error) {
+	out := shrink.Pass
+	for t := 0; t < r.o.Trials; t++ {
+		o, err := r.ask(ctx, c, t)
+		if err != nil {
+			return shrink.Unresolved, err
+		}
+		if o == shrink.Fail {
+			return shrink.Fail, nil
+		}
+		if o == shrink.Unresolved {
+			out = shrink.Unresolved
+		}
+	}
+	return out, nil
+}
+
 // answered is a candidate's answer: what its replay showed, that matched
 // against the failure kept, and where it came from.
 type answered struct {

@@ -210,7 +210,7 @@ func (r *run) valueRelation(ctx context.Context, f *Finding, base *candidate) er
 		r.setPhase(PhaseRelation, len(group))
 		holds := true
 		for _, k := range group {
-			o, err := r.ask(ctx, with(map[int]json.RawMessage{k: fresh[0]}), 0)
+			o, err := r.askTrials(ctx, with(map[int]json.RawMessage{k: fresh[0]}))
 			if err != nil {
 				return err
 			}
@@ -225,7 +225,7 @@ func (r *run) valueRelation(ctx context.Context, f *Finding, base *candidate) er
 		if !holds {
 			continue
 		}
-		if o, err := r.ask(ctx, with(all), 0); err != nil || o != shrink.Fail {
+		if o, err := r.askTrials(ctx, with(all)); err != nil || o != shrink.Fail {
 			if err != nil {
 				return err
 			}
