@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""`make bench`'s comparisons, printed as ratios measured side by side in one run:
+
+1. reduce against picire (PyPI; its ddmin driving the same per-candidate step, a fresh python +
+   torch process per test) on one bad target among 256 and among 4,096 samples: replays and wall
+   time of reduce's torch backend, and of its exec backend warm and cold, each against picire's;
+2. one full-batch replay at 256 MiB (65,536 x 1,024 float32 logits, cross_entropy) with the go
+   backend and with the torch backend, against a bare torch script that loads the same file and
+   runs the op;
+3. the whole job's replays against log2 n for one bad target among n = 256, 4,096, 100,000.
+
+Run with the Python that has torch (Debian's, /usr/bin/python3), from the repository root, after
+`make build`:  scripts/bench-peers.py [--skip-large]
+
+picire runs from a virtual environment of its own under ~/.cache/reduce (made on first use with
+pip, on top of this Python's packages, so that its test processes import the same torch).
+Absolute times are context only: the ratios are the result.
+"""
+
+import argparse
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "replay", "python"))
+
+import reduce_batch  # noqa: E402
+import torch  # noqa: E402
+
+REDUCE = os.path.join(ROOT, "bin", "reduce")
+PICIRE = "picire==21.8"
+PICIRE_DEPS = ["inators==2.1.1"]
+
+# The user's step, as the exec backend and picire's tests run it: exit 1 with torch's traceback
+# on a bad target, 0 otherwise.
+STEP = """import sys
+sys.path.insert(0, %r)
+import reduce_batch
+import torch.nn.functional as F
+
+b = reduce_batch.load(sys.argv[1])
+F.cross_entropy(b.tensors["input"], b.tensors["target"])
+""" % os.path.join(ROOT, "replay", "python")
+
+# picire's test: the candidate (a list of sample positions) written as a batch, the step run in
+# a fresh process; FAIL when it fails as the original does (an IndexError), PASS otherwise.
+PICIRE_DRIVER = """import os, subprocess, sys, tempfile, time
+sys.path.insert(0, %(rb)r)
+import picire, reduce_batch, torch
+
+path, step, out = sys.argv[1], sys.argv[2], sys.argv[3]
+b = reduce_batch.load(path)
+x, t = b.tensors["input"], b.tensors["target"]
+tests = 0
+tmp = tempfile.mkdtemp()
+
+
+def test(config, config_id):
+    global tests
+    if not config:
+        return picire.Outcome.PASS
+    tests += 1
+    idx = torch.tensor(sorted(config))
+    f = os.path.join(tmp, "candidate.bin")
+    reduce_batch.save(f, {"input": x.index_select(0, idx), "target": t.index_select(0, idx)}, op="cross_entropy")
+    p = subprocess.run([sys.executable, step, f], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    failed = p.returncode != 0 and b"IndexError" in p.stderr
+    return picire.Outcome.FAIL if failed else picire.Outcome.PASS
+
+
+start = time.time()
+dd = picire.DD(test, split=picire.config_splitters.ZellerSplit(n=2), cache=picire.ConfigCache())
+result = dd(list(range(t.shape[0])))
+with open(out, "w") as f:
+    f.write("%%d %%f %%s\\n" %% (tests, time.time() - start, ",".join(map(str, result))))
+"""
+
+
+def picire_python():
+    """The interpreter of picire's virtual environment, made on first use."""
+    venv = os.path.join(os.path.expanduser("~"), ".cache", "reduce", "bench-" + PICIRE.replace("==", "-"))
+    py = os.path.join(venv, "bin", "python")
+    if not os.path.exists(py):
+        tmp = venv + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", tmp], check=True)
+        subprocess.run([os.path.join(tmp, "bin", "pip"), "install", "-q", PICIRE] + PICIRE_DEPS, check=True)
+        os.rename(tmp, venv)
+    return py
+
+
+def batch(dirname, n, width=4, name=None):
+    """A cross_entropy batch of n samples with one bad target (4 of 4 classes, at 2n/3)."""
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, width, generator=g)
+    t = torch.randint(0, min(width, 4), (n,), generator=g)
+    t[n * 2 // 3] = 4
+    path = os.path.join(dirname, name or "ce%d.bin" % n)
+    reduce_batch.save(path, {"input": x, "target": t}, op="cross_entropy",
+                      error="IndexError: Target 4 is out of bounds.")
+    return path
+
+
+def reduce(path, out, *args):
+    """(replays, seconds) of `reduce --batch path` with args."""
+    start = time.time()
+    p = subprocess.run([REDUCE, "--batch", path, "--out", out, "--json", "-q"] + list(args),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=os.path.dirname(path))
+    took = time.time() - start
+    if p.returncode != 0:
+        raise SystemExit("reduce %s failed (%d): %s" % (" ".join(args), p.returncode, p.stderr.decode()[-2000:]))
+    import json
+
+    summary = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    return summary["replays"], took
+
+
+def timed(cmd, cwd=None):
+    start = time.time()
+    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
+    return time.time() - start, p
+
+
+def peers(tmp, warm_flags, cold_flags):
+    py = picire_python()
+    step = os.path.join(tmp, "step.py")
+    with open(step, "w") as f:
+        f.write(STEP)
+    driver = os.path.join(tmp, "picire_driver.py")
+    with open(driver, "w") as f:
+        f.write(PICIRE_DRIVER % {"rb": os.path.join(ROOT, "replay", "python")})
+    print("\n1. reduce against picire (ddmin, a fresh python + torch process per test), one bad target among n")
+    print("%-7s %-28s %8s %9s %14s %14s" % ("n", "run", "replays", "seconds", "wall/picire", "replays/picire"))
+    for n in (256, 4096):
+        path = batch(tmp, n)
+        out = os.path.join(tmp, "picire-%d.txt" % n)
+        start = time.time()
+        subprocess.run([py, driver, path, step, out], check=True)
+        p_wall = time.time() - start
+        with open(out) as f:
+            p_tests, _, p_result = f.read().split()
+        p_tests = int(p_tests)
+        print("%-7d %-28s %8d %9.1f %14s %14s   (picire's result: samples %s)" % (n, "picire", p_tests, p_wall, "1", "1", p_result))
+        command = "%s %s {batch}" % (sys.executable, step)
+        runs = [("reduce --backend torch", ["--backend", "torch", "--python", sys.executable])]
+        runs.append(("reduce --backend exec (cold)", ["--backend", "exec", "--replay", command] + cold_flags))
+        if warm_flags is not None:
+            runs.append(("reduce --backend exec (warm)", ["--backend", "exec", "--replay", command] + warm_flags))
+        for name, args in runs:
+            replays, wall = reduce(path, os.path.join(tmp, "out-%d-%s" % (n, len(name))), *args)
+            print("%-7d %-28s %8d %9.1f %14.2f %14.2f" % (n, name, replays, wall, wall / p_wall, replays / p_tests))
+
+
+def large(tmp):
+    print("\n2. one replay of a 256 MiB batch (65,536 x 1,024 float32, cross_entropy) against a bare torch script")
+    path = batch(tmp, 65536, width=1024, name="ce256m.bin")
+    bare = ("import sys; sys.path.insert(0, %r); import reduce_batch, torch.nn.functional as F; "
+            "b = reduce_batch.load(sys.argv[1]); F.cross_entropy(b.tensors['input'], b.tensors['target'])"
+            % os.path.join(ROOT, "replay", "python"))
+    t_bare, _ = timed([sys.executable, "-c", bare, path])
+    print("%-34s %9s %12s" % ("run", "seconds", "ratio"))
+    print("%-34s %9.2f %12s" % ("bare torch: load and run the op", t_bare, "1"))
+    for name, args in (("reduce replay --backend go", ["--backend", "go"]),
+                       ("reduce replay --backend torch", ["--backend", "torch", "--python", sys.executable])):
+        t, p = timed([REDUCE, "replay", path] + args)
+        print("%-34s %9.2f %12.2f" % (name, t, t / t_bare))
+
+
+def bound(tmp):
+    print("\n3. the whole job's replays against log2 n, one bad target among n (go backend)")
+    print("%-8s %8s %12s %10s" % ("n", "replays", "ceil(log2 n)", "bound +8"))
+    for n in (256, 4096, 100000):
+        path = batch(tmp, n)
+        replays, _ = reduce(path, os.path.join(tmp, "bound-%d" % n), "--backend", "go")
+        print("%-8d %8d %12d %10d" % (n, replays, math.ceil(math.log2(n)), math.ceil(math.log2(n)) + 8))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--skip-large", action="store_true", help="leave out the 256 MiB replay")
+    o = ap.parse_args()
+    if not os.path.exists(REDUCE):
+        raise SystemExit("no %s: run `make build` first" % REDUCE)
+    warm, cold = warm_flags()
+    tmp = tempfile.mkdtemp(prefix="reduce-bench-")
+    try:
+        bound(tmp)
+        peers(tmp, warm, cold)
+        if not o.skip_large:
+            large(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def warm_flags():
+    """The exec backend's flags for a warm and a cold replay of a Python command: (None, []) when
+    this reduce has no warm way."""
+    return None, []
+
+
+if __name__ == "__main__":
+    main()
