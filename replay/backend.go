@@ -104,8 +104,18 @@ type Options struct {
 	// interrupted: 0 means DefaultGrace, negative SIGKILL at once.
 	Grace time.Duration
 	// NoZygote makes the torch backend start one interpreter per candidate
-	// (through the Runner) instead of forking each from a zygote.
+	// (through the Runner) instead of forking each from a zygote, and the
+	// exec backend run its command for every candidate even when it is a
+	// Python command that a fork server could run warm.
 	NoZygote bool
+	// WarmImport (--warm-import) are modules the exec backend's fork server
+	// imports once, besides torch, for a Python --replay command: a module
+	// that cannot be imported is an error of New, and so is a command that
+	// cannot run warm.
+	WarmImport []string
+	// Notice, when set, is given the notes a user should read once (the
+	// exec backend's command runs cold, and why).
+	Notice func(msg string)
 	// Blocking makes kernel launches synchronous (CUDA_LAUNCH_BLOCKING=1,
 	// or AMD_SERIALIZE_KERNEL=3 on ROCm; see DeviceEnv) so that an
 	// asynchronous failure is reported at its kernel. nil means on, the
@@ -288,6 +298,13 @@ func (o *Options) env() []string {
 	return env
 }
 
+// notice passes msg to Options.Notice, if any.
+func (o *Options) notice(msg string) {
+	if o.Notice != nil {
+		o.Notice(msg)
+	}
+}
+
 // ErrClosed is returned by Replay after Close.
 var ErrClosed = errors.New("replay: backend closed")
 
@@ -305,6 +322,9 @@ func New(o Options) (Backend, error) {
 	i := slices.IndexFunc(backends, func(b kindOf) bool { return b.kind == kind })
 	if o.DeviceMemory < 0 {
 		return nil, fmt.Errorf("replay: --device-memory %d: want a size in bytes, or 0 for no limit", o.DeviceMemory)
+	}
+	if len(o.WarmImport) > 0 && (kind != KindExec || o.NoZygote) {
+		return nil, fmt.Errorf("replay: --warm-import is for --backend exec's fork server (not with --no-zygote)")
 	}
 	if o.DeviceMemory > 0 && kind == KindExec {
 		return nil, fmt.Errorf("replay: --device-memory is for --backend go or torch (--backend exec runs the --replay command as it is)")

@@ -2,9 +2,13 @@ package replay
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -17,7 +21,10 @@ import (
 const BatchArg = "{batch}"
 
 // execBackend runs the user's command, {batch} replaced by a candidate file
-// in the per-run directory.
+// in the per-run directory. A Python command that the fork server can run
+// (see pythonProgramOf) runs warm: each candidate in a child forked from a
+// zygote of the torch backend's kind (warm) that has imported torch and the
+// --warm-import modules, started with the command's own interpreter.
 type execBackend struct {
 	path   string   // argv[0], looked up
 	args   []string // argv[1:], {batch} replaced by {rundir}/<file>
@@ -27,6 +34,7 @@ type execBackend struct {
 	env    []string
 	pool   *Pool
 	set    Settings
+	warm   *torchBackend // nil: every candidate runs the command itself (cold)
 	closed atomic.Bool
 }
 
@@ -70,7 +78,145 @@ func newExecBackend(o Options) (Backend, error) {
 	e.env = append(append(PythonEnv(), DeviceEnv(kind, o.blocking())...), o.env()...)
 	e.set = o.settings(KindExec, kind)
 	e.pool = o.pool(kind)
+	if o.NoZygote && o.launcher == nil {
+		return e, nil // asked for: no notice
+	}
+	var why string
+	switch prog, reason := pythonProgramOf(argv, e.args, e.file); {
+	case reason != "":
+		why = reason
+	case o.launcher != nil:
+		why = "the " + o.launcher.Name() + " launcher runs each replay as a job of its own"
+	default:
+		prog.warm = o.WarmImport
+		e.warm, why, err = warmExec(o, path, prog, e)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if why != "" {
+		if len(o.WarmImport) > 0 {
+			return nil, fmt.Errorf("replay: --warm-import: the --replay command cannot run warm: %s", why)
+		}
+		o.notice("--replay runs cold (an interpreter per candidate): " + why)
+	}
 	return e, nil
+}
+
+// pythonProgram is a --replay command that the fork server runs as the
+// interpreter would: a script (run_path) or a module (-m, run_module).
+type pythonProgram struct {
+	module bool     // -m target
+	target string   // the script's path as given, or the module's name
+	argv   []string // sys.argv: argv[0] the script ("-m" for a module), {batch} replaced
+	noPyc  bool     // -B
+	file   string   // the candidate's file name in its run directory
+	warm   []string // --warm-import
+}
+
+// zygoteArgs say what the zygote's children run (reduce_replay.py zygote
+// --exec JSON [--warm-import M,...]).
+func (p *pythonProgram) zygoteArgs() []string {
+	kind := "path"
+	if p.module {
+		kind = "module"
+	}
+	spec, _ := json.Marshal(map[string]any{"kind": kind, "target": p.target, "argv": p.argv, "dont_write_bytecode": p.noPyc})
+	args := []string{"--exec", string(spec)}
+	if len(p.warm) > 0 {
+		args = append(args, "--warm-import", strings.Join(p.warm, ","))
+	}
+	return args
+}
+
+// pythonInterpreter matches the names of CPython's interpreters: python,
+// python3, python3.11.
+var pythonInterpreter = regexp.MustCompile(`^python[0-9.]*$`)
+
+// pythonProgramOf reads the command argv (args: argv[1:] with {batch}
+// replaced) as a Python interpreter's command line, or says why the fork
+// server cannot run it as the interpreter would. Of the interpreter's
+// options it honours -u (the replays' PYTHONUNBUFFERED is set anyway),
+// -B and -m; any other changes how the interpreter starts, which a child
+// of an interpreter already started cannot do.
+func pythonProgramOf(argv, args []string, file string) (*pythonProgram, string) {
+	if !pythonInterpreter.MatchString(filepath.Base(argv[0])) {
+		return nil, fmt.Sprintf("%s is not a Python interpreter", argv[0])
+	}
+	p := &pythonProgram{file: file}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "-" {
+			return nil, "the script is read from standard input"
+		}
+		if !strings.HasPrefix(a, "-") {
+			if st, err := os.Stat(a); err != nil || !st.Mode().IsRegular() {
+				return nil, fmt.Sprintf("the script %s is not a file", a)
+			}
+			p.target, p.argv = a, args[i:]
+			return p, ""
+		}
+		if strings.HasPrefix(a, "--") {
+			return nil, fmt.Sprintf("interpreter option %s is not one the fork server can honour (it takes -u, -B and -m)", a)
+		}
+		for j := 1; j < len(a); j++ {
+			switch c := a[j]; c {
+			case 'u':
+			case 'B':
+				p.noPyc = true
+			case 'm':
+				mod := a[j+1:]
+				if mod == "" {
+					if i+1 >= len(args) {
+						return nil, "-m names no module"
+					}
+					i++
+					mod = args[i]
+				}
+				p.module, p.target = true, mod
+				p.argv = append([]string{"-m"}, args[i+1:]...)
+				return p, ""
+			case 'c':
+				return nil, "python -c runs no script file"
+			default:
+				return nil, fmt.Sprintf("interpreter option -%c is not one the fork server can honour (it takes -u, -B and -m)", c)
+			}
+		}
+	}
+	return nil, "the command runs no script"
+}
+
+// warmExec starts the fork server of e's Python program: a zygote of the
+// torch backend's kind, run by the command's own interpreter, that imports
+// torch and the --warm-import modules and never touches the device (its
+// children initialize nothing ahead: the command does what it does cold).
+// why says why the program runs cold instead: its interpreter cannot
+// import torch, or the zygote cannot start. A --warm-import module that
+// cannot be imported is an error.
+func warmExec(o Options, python string, p *pythonProgram, e *execBackend) (t *torchBackend, why string, err error) {
+	t = &torchBackend{python: python, device: DeviceCPU, kind: e.device, runner: o.runner(), env: e.env,
+		program: p, seenPIDs: map[int]bool{}}
+	if err := t.setUp(e.pool); err != nil {
+		return nil, "", err
+	}
+	t.zmu.Lock()
+	_, err = t.zygoteLocked()
+	t.zmu.Unlock()
+	if err == nil {
+		return t, "", nil
+	}
+	os.RemoveAll(t.dir)
+	msg := strings.TrimPrefix(err.Error(), "replay: ")
+	switch {
+	case errors.Is(err, errNoTorch):
+		return nil, fmt.Sprintf("%s cannot import torch", python), nil
+	case strings.Contains(msg, "--warm-import"):
+		return nil, "", err
+	}
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		msg = msg[:i]
+	}
+	return nil, "its fork server did not start: " + msg, nil
 }
 
 func (e *execBackend) Kind() Kind { return KindExec }
@@ -86,6 +232,11 @@ func (e *execBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, e
 	if err != nil {
 		return Verdict{Backend: KindExec, Device: e.device}, fmt.Errorf("replay: --replay-format %s: %w", e.format, err)
 	}
+	if e.warm != nil {
+		v, err := e.warm.replayZygote(ctx, data, start)
+		v.Device, v.Launcher = e.device, LauncherLocal
+		return v, err
+	}
 	res := e.pool.Run(ctx, Command{
 		Path:    e.path,
 		Args:    e.args,
@@ -96,8 +247,12 @@ func (e *execBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, e
 	return verdictOf(ctx, KindExec, e.device, res, start)
 }
 
+// Close stops the fork server, if any.
 func (e *execBackend) Close() error {
 	e.closed.Store(true)
+	if e.warm != nil {
+		return e.warm.Close()
+	}
 	return nil
 }
 

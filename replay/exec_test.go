@@ -50,6 +50,7 @@ func TestExecBackendFormats(t *testing.T) {
 			if v.Signature.Family != signature.FamilyPass || !bytes.Contains(v.Result.Stdout, []byte("exec_reader: "+ext+": 4 classes, targets [0, 2]")) {
 				t.Errorf("passing subset: %v\nstdout %q\nstderr %s", v.Signature, v.Result.Stdout, v.Result.Stderr)
 			}
+			be.Close() // a fork server's files go with it (python3 runs warm where it imports torch)
 			emptyDir(t, tmp)
 		})
 	}

@@ -45,6 +45,11 @@ type torchBackend struct {
 	noZyg   bool
 	set     Settings
 	slotEnv []map[string]string // the environment of pool's slot i, for the zygote's child of slot i
+	// program is set when the zygote serves the exec backend (see
+	// warmExec): its children run the user's Python command, not the
+	// embedded replay; their verdicts are the exec backend's, and their
+	// exit status 86 is the command's own.
+	program *pythonProgram
 
 	zmu      sync.Mutex
 	z        *zygote
@@ -187,24 +192,8 @@ func newTorchBackend(o Options) (Backend, error) {
 	t.env = append(append(PythonEnv(), DeviceEnv(kind, o.blocking())...), o.env()...)
 	t.set = o.settings(KindTorch, dev)
 	t.set.Python = python
-	t.pool = o.pool(kind)
-	for i := range t.pool.Size() {
-		env := map[string]string{}
-		for _, kv := range t.pool.SlotEnv(i) {
-			k, v, _ := strings.Cut(kv, "=")
-			env[k] = v
-		}
-		t.slotEnv = append(t.slotEnv, env)
-	}
-	if t.dir, err = os.MkdirTemp(t.runner.tempRoot(), "reduce-torch-*"); err != nil {
-		return nil, fmt.Errorf("replay: torch backend: %w", err)
-	}
-	t.module = filepath.Join(t.dir, WorkerModuleName)
-	for name, data := range pythonFiles() {
-		if err := os.WriteFile(filepath.Join(t.dir, name), data, 0o644); err != nil {
-			os.RemoveAll(t.dir)
-			return nil, fmt.Errorf("replay: torch backend: %w", err)
-		}
+	if err := t.setUp(o.pool(kind)); err != nil {
+		return nil, err
 	}
 	if t.noZyg && o.launcher != nil {
 		// The interpreter runs on the cluster's nodes, which may see
@@ -235,6 +224,32 @@ func newTorchBackend(o Options) (Backend, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// setUp gives t its pool, the environment of each of its slots, and the
+// directory with the embedded Python files.
+func (t *torchBackend) setUp(pool *Pool) error {
+	t.pool = pool
+	for i := range t.pool.Size() {
+		env := map[string]string{}
+		for _, kv := range t.pool.SlotEnv(i) {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		t.slotEnv = append(t.slotEnv, env)
+	}
+	var err error
+	if t.dir, err = os.MkdirTemp(t.runner.tempRoot(), "reduce-torch-*"); err != nil {
+		return fmt.Errorf("replay: fork server: %w", err)
+	}
+	t.module = filepath.Join(t.dir, WorkerModuleName)
+	for name, data := range pythonFiles() {
+		if err := os.WriteFile(filepath.Join(t.dir, name), data, 0o644); err != nil {
+			os.RemoveAll(t.dir)
+			return fmt.Errorf("replay: fork server: %w", err)
+		}
+	}
+	return nil
 }
 
 // checkEntry imports the --entry function once, as every replay would:
@@ -268,6 +283,23 @@ func (t *torchBackend) checkEntry() error {
 }
 
 func (t *torchBackend) Kind() Kind { return KindTorch }
+
+// verdictKind is the backend its verdicts name: the exec backend's when
+// the zygote serves it.
+func (t *torchBackend) verdictKind() Kind {
+	if t.program != nil {
+		return KindExec
+	}
+	return KindTorch
+}
+
+// candidateFile is the name of the candidate's file in its run directory.
+func (t *torchBackend) candidateFile() string {
+	if t.program != nil {
+		return t.program.file
+	}
+	return "candidate.bin"
+}
 
 func (t *torchBackend) Settings() Settings { return t.set }
 
@@ -346,10 +378,13 @@ func (t *torchBackend) pids() []int {
 	return out
 }
 
-// entryArgs are the worker's arguments that say what it runs: the --entry
-// function, else the recorded step, else (none) the batch's op.
+// entryArgs are the worker's arguments that say what it runs: the exec
+// backend's program, the --entry function, else the recorded step, else
+// (none) the batch's op.
 func (t *torchBackend) entryArgs() []string {
 	switch {
+	case t.program != nil:
+		return t.program.zygoteArgs()
 	case t.entry != "":
 		return []string{"--entry", t.entry}
 	case t.step != "":

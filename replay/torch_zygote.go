@@ -19,11 +19,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The zygote of the torch backend.
+// The zygote of the torch backend, and of the exec backend's Python
+// commands (torchBackend.program, see warmExec).
 //
 // `python reduce_replay.py zygote --device D --slots N --slot-env JSON
-// [--entry M:F] [--device-memory BYTES]` imports torch (and the entry's
-// module) once and never touches the device or runs an op itself, so that
+// [--entry M:F | --step JSON | --exec JSON [--warm-import M,...]]
+// [--device-memory BYTES]` imports torch (and the entry's, step's or
+// --warm-import modules) once and never touches the device or runs an op
+// itself, so that
 // forking it is safe: no
 // CUDA context, no OpenMP pool. It keeps one pre-forked child per slot;
 // each child arms a parent-death SIGKILL, puts itself in a process group of
@@ -49,7 +52,8 @@ import (
 // The child opens the two files (FIFOs in the candidate's per-run
 // directory, which this side reads as the Runner reads pipes: bounded
 // capture, no file grows on disk), dup2s them onto its fds 1 and 2, sets
-// TMPDIR and REDUCE_RUN_DIR to the run directory, runs the replay and
+// TMPDIR and REDUCE_RUN_DIR to the run directory, runs the replay (or,
+// with --exec, the user's script or module as the interpreter would) and
 // _exits with the status an interpreter would give (1 and the traceback for
 // an exception, death by the signal for a crash). The zygote reaps it with
 // waitid(WNOWAIT) first, SIGKILLs what is left of its process group while
@@ -103,6 +107,7 @@ type zygoteEvent struct {
 	HIP        string `json:"hip,omitempty"`
 	Python     string `json:"python,omitempty"`
 	EntryError string `json:"entry_error,omitempty"`
+	NoTorch    bool   `json:"no_torch,omitempty"`
 	Warning    string `json:"warning,omitempty"`
 }
 
@@ -123,6 +128,10 @@ var zygoteStart = 3 * time.Minute
 
 // errZygoteDied is in Result.Err of a replay whose zygote died.
 var errZygoteDied = errors.New("replay: the torch zygote died")
+
+// errNoTorch is in the error of a zygote whose interpreter cannot import
+// torch.
+var errNoTorch = errors.New("cannot import torch")
 
 // zygoteLocked returns the running zygote, starting one when there is none
 // or the last one died. t.zmu is held.
@@ -213,7 +222,11 @@ func startZygote(t *torchBackend) (*zygote, error) {
 		return fail("replay: --python %s: the torch zygote did not start within %v", t.python, zygoteStart)
 	}
 	if hello.Error != "" {
-		return fail("replay: --python %s: %s", t.python, hello.Error)
+		_, err := fail("replay: --python %s: %s", t.python, hello.Error)
+		if hello.NoTorch {
+			err = fmt.Errorf("%w: %w", errNoTorch, err)
+		}
+		return nil, err
 	}
 	if hello.EntryError != "" {
 		return fail("replay: %s", hello.EntryError)
@@ -420,7 +433,7 @@ func (t *torchBackend) newID() string {
 func (t *torchBackend) replayZygote(ctx context.Context, data []byte, start time.Time) (Verdict, error) {
 	slot, err := t.pool.take(ctx)
 	if err != nil {
-		v := Verdict{Backend: KindTorch, Device: t.device, Zygote: true,
+		v := Verdict{Backend: t.verdictKind(), Device: t.device, Zygote: true,
 			Result:    Result{ExitCode: -1, Canceled: true, Err: err},
 			Signature: signature.Signature{Family: signature.FamilyInfra, Expression: "canceled"}, Duration: time.Since(start)}
 		v.Exit = exitInfo(v.Result)
@@ -467,7 +480,7 @@ func (k zygoteChild) reap() (exitStatus, error) {
 // reports that the zygote died with the candidate's outcome unknown; the
 // verdict is then the infra one to give if the retry dies too.
 func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data []byte, start time.Time) (v Verdict, retry bool, err error) {
-	v = Verdict{Backend: KindTorch, Device: t.device, Zygote: true}
+	v = Verdict{Backend: t.verdictKind(), Device: t.device, Zygote: true}
 	t.zmu.Lock()
 	z, err := t.zygoteLocked()
 	t.zmu.Unlock()
@@ -475,7 +488,7 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data []byte, st
 		v.Signature = signature.Signature{Family: signature.FamilyInfra, Expression: "torch zygote not started"}
 		return v, false, err
 	}
-	dir, err := t.runner.makeRunDir(&Command{Files: map[string][]byte{"candidate.bin": data}})
+	dir, err := t.runner.makeRunDir(&Command{Files: map[string][]byte{t.candidateFile(): data}})
 	if err != nil {
 		v.Signature = signature.Signature{Family: signature.FamilyInfra, Expression: "no run directory"}
 		return v, false, err
@@ -538,7 +551,7 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data []byte, st
 	id := t.newID()
 	call := z.register(id)
 	sent := time.Now()
-	if err := z.send(map[string]any{"id": id, "slot": slot, "path": filepath.Join(dir, "candidate.bin"),
+	if err := z.send(map[string]any{"id": id, "slot": slot, "path": filepath.Join(dir, t.candidateFile()),
 		"stdout": paths[0], "stderr": paths[1], "run_dir": dir}); err != nil {
 		<-z.dead // a write fails only when the zygote is gone
 	}
@@ -568,7 +581,7 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data []byte, st
 
 	handed = true
 	res := t.runner.supervise(ctx, supervised{proc: zygoteChild{c: call, leader: pid}, name: "torch child",
-		start: sent, timeout: t.runner.timeout(&Command{}), out: out, dir: dir})
+		start: sent, timeout: t.runner.timeout(&Command{}), foreign: t.program != nil, out: out, dir: dir})
 	if errors.Is(res.Err, errZygoteDied) && !res.TimedOut && !res.Canceled {
 		return died(res)
 	}

@@ -30,7 +30,8 @@ func backendFlags() []cli.Flag {
 		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: 1, Usage: "run `N` replays at once"},
 		&cli.Int64Flag{Name: "seed", Value: 1, Usage: "seed of the replayed step's random generators (REDUCE_SEED; torch.manual_seed in the torch backend)"},
 		&cli.StringFlag{Name: "gpus", Usage: "give each replay slot its own device: `LIST` such as 0,1"},
-		&cli.BoolFlag{Name: "no-zygote", Usage: "torch backend: one interpreter per candidate instead of forking from a zygote"},
+		&cli.BoolFlag{Name: "no-zygote", Usage: "torch and exec backends: one interpreter per candidate instead of forking from a zygote (exec: a Python --replay command runs warm by default)"},
+		&cli.StringSliceFlag{Name: "warm-import", Usage: "exec backend: `MODULES` (comma-separated) the fork server of a Python --replay command imports once, besides torch"},
 		&cli.BoolFlag{Name: "async", Usage: "do not set CUDA_LAUNCH_BLOCKING=1 / AMD_SERIALIZE_KERNEL=3 for replays"},
 		&cli.StringFlag{Name: "launcher", Value: replay.LauncherLocal, Usage: "run replays with `LAUNCHER`: local, or slurm (each replay a Slurm job through srun; -j is the jobs in flight)"},
 		&cli.StringFlag{Name: "slurm-args", Usage: "slurm launcher: srun `OPTIONS` for every job, such as '--partition=gpu --gres=gpu:1 --time=5'"},
@@ -105,8 +106,14 @@ func newBackend(c *cli.Context, path string, b *fixtures.Batch) (replay.Backend,
 	be, err := replay.New(replay.Options{
 		Kind: kind, Device: device, Python: python, Entry: o.Entry, Step: o.Step,
 		Replay: o.Replay, ReplayFormat: fixtures.Format(c.String("replay-format")), Jobs: c.Int("jobs"),
-		GPUs: gpus, Timeout: c.Duration("timeout"), NoZygote: c.Bool("no-zygote"), Blocking: &blocking,
-		Seed: &seed, DeviceMemory: deviceMemory,
+		GPUs: gpus, Timeout: c.Duration("timeout"), NoZygote: c.Bool("no-zygote"), WarmImport: c.StringSlice("warm-import"),
+		Notice: func(msg string) {
+			if !c.Bool("quiet") {
+				fmt.Fprintf(c.App.ErrWriter, "reduce: %s\n", msg)
+			}
+		},
+		Blocking: &blocking,
+		Seed:     &seed, DeviceMemory: deviceMemory,
 		Launcher: c.String("launcher"), SlurmArgs: c.String("slurm-args"), SharedDir: c.String("shared-dir"),
 		QueueTimeout: slurmFlag(c, "queue-timeout", c.Duration("queue-timeout")), Retries: retriesFlag(c),
 	})

@@ -4,14 +4,15 @@ reduce embeds this file and reduce_batch.py (the recorder users vendor) and writ
 directory; this file imports reduce_batch from there. Commands:
 
     reduce_replay.py replay FILE [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION | --step JSON] [--device-memory BYTES]
-    reduce_replay.py zygote [--device D] [--entry MODULE:FUNCTION | --step JSON] [--slots N] [--slot-env JSON] [--device-memory BYTES]
+    reduce_replay.py zygote [--device D] [--entry MODULE:FUNCTION | --step JSON | --exec JSON [--warm-import M,...]] [--slots N] [--slot-env JSON] [--device-memory BYTES]
     reduce_replay.py info FILE...
     reduce_replay.py entry MODULE:FUNCTION
 
 `replay` runs one candidate batch in this process; `zygote` imports torch once and forks a
-child per candidate (the protocol is _Zygote's). A candidate that fails exits as the
-interpreter would (1 and the traceback, or death by a signal); HARNESS_EXIT says that it never
-ran (replay.HarnessExitCode on the Go side).
+child per candidate (the protocol is _Zygote's); with --exec its children run the exec
+backend's Python command (`python step.py {batch}`) as the interpreter would (_run_program). A
+candidate that fails exits as the interpreter would (1 and the traceback, or death by a
+signal); HARNESS_EXIT says that it never ran (replay.HarnessExitCode on the Go side).
 """
 
 import ctypes
@@ -204,6 +205,118 @@ def _run_candidate(path, device, entry, device_memory=0, step=None):
     return code
 
 
+def _program_arg(text):
+    """--exec: the exec backend's Python program, as JSON: {"kind": "path" | "module", "target":
+    the script or module, "argv": sys.argv ({rundir} standing for the candidate's run directory;
+    argv[0] of a module is set by runpy), "dont_write_bytecode": -B}."""
+    prog = json.loads(text)
+    if not isinstance(prog, dict) or prog.get("kind") not in ("path", "module") or not prog.get("target") \
+            or not isinstance(prog.get("argv"), list):
+        raise ValueError("want a JSON object with kind (path or module), target and argv")
+    return prog
+
+
+def _program_path0(prog):
+    """What the interpreter puts first on sys.path for prog: the script's directory (symbolic
+    links resolved), or for -m the working directory; None with -P or PYTHONSAFEPATH."""
+    if getattr(sys.flags, "safe_path", False):
+        return None
+    if prog["kind"] == "module":
+        return os.getcwd()
+    return os.path.dirname(os.path.realpath(prog["target"]))
+
+
+def _set_path0(path0):
+    """Replace this file's directory, which the interpreter put first on sys.path, by path0."""
+    if sys.path and sys.path[0] and os.path.realpath(sys.path[0]) == os.path.realpath(_HERE):
+        del sys.path[0]
+    if path0 is not None:
+        sys.path.insert(0, path0)
+
+
+def _print_uncaught(e, skip):
+    """Print e as the interpreter prints an uncaught exception: its traceback starts at the
+    program's own frames, not at those of the modules whose globals are in skip."""
+    tb = e.__traceback__
+    while tb is not None and any(tb.tb_frame.f_globals is g for g in skip):
+        tb = tb.tb_next
+    e.__traceback__ = tb  # what the interpreter prints (3.11's excepthook reads it, not its argument)
+    sys.excepthook(type(e), e, tb)
+
+
+def _run_script(path):
+    """Run the script at path as `python path` runs it: in a fresh __main__ module whose
+    __file__ (and code's file name) is the absolute path (the path as given before Python 3.9),
+    its loader a SourceFileLoader, __spec__ None; sys.argv[0] stays as given (runpy.run_path
+    would set it to the path it is passed)."""
+    import builtins
+    import importlib.machinery
+    import types
+
+    name = os.path.abspath(path) if sys.version_info >= (3, 9) else path
+    with open(path, "rb") as f:  # bytes: compile honours the coding cookie
+        source = f.read()
+    code = compile(source, name, "exec", dont_inherit=True)
+    mod = types.ModuleType("__main__")
+    mod.__dict__.update({"__file__": name, "__cached__": None, "__spec__": None, "__package__": None,
+                         "__builtins__": builtins,
+                         "__loader__": importlib.machinery.SourceFileLoader("__main__", name)})
+    sys.modules["__main__"] = mod
+    exec(code, mod.__dict__)
+
+
+def _interpreter_exit(code):
+    """What the interpreter does at exit before its status: wait for non-daemon threads, run the
+    atexit functions, flush the streams."""
+    try:
+        t = sys.modules.get("threading")
+        if t is not None and hasattr(t, "_shutdown"):
+            t._shutdown()
+    except BaseException:
+        pass
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    _flush()
+    return code
+
+
+def _run_program(prog, run_dir):
+    """The exec backend's command in a forked child, as `python [-u] [-B] SCRIPT ARGS...` or
+    `python -m MODULE ARGS...` would run it: sys.argv, __name__ == "__main__", the script run
+    as the interpreter runs it (_run_script) or the module by runpy._run_module_as_main (as -m
+    does), the exit status of SystemExit, the traceback and 1 of an uncaught exception, death
+    by SIGINT after a KeyboardInterrupt."""
+    import runpy
+    import signal
+
+    sys.argv = [a.replace("{rundir}", run_dir) for a in prog["argv"]]
+    if prog.get("dont_write_bytecode"):
+        sys.dont_write_bytecode = True
+    skip = [globals()]
+    try:
+        if prog["kind"] == "module":
+            runpy._run_module_as_main(prog["target"], alter_argv=True)
+        else:
+            _run_script(prog["target"])
+        code = 0
+    except SystemExit as e:
+        code = _exit_code(e)
+    except KeyboardInterrupt as e:
+        _print_uncaught(e, skip)
+        _interpreter_exit(0)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        code = 128 + signal.SIGINT
+    except BaseException as e:
+        _print_uncaught(e, skip)
+        code = 1
+    return _interpreter_exit(code)
+
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -231,8 +344,9 @@ class _Zygote(object):
     null when it was killed by a signal); {"event": "error", "id", "error"} for a request that
     could not be handed over. EOF on stdin: every child is killed, and the zygote exits."""
 
-    def __init__(self, device, entry, slots, slot_env, proto_in, proto_out, device_memory=0, step=None):
+    def __init__(self, device, entry, slots, slot_env, proto_in, proto_out, device_memory=0, step=None, program=None):
         self.device = device
+        self.program = program  # the exec backend's Python program (--exec), run in place of a replay
         self.entry = entry
         self.step = step
         self.device_memory = device_memory
@@ -391,6 +505,8 @@ class _Zygote(object):
             sys.stderr.write("reduce_batch: harness: cannot initialize device %s\n" % self.device)
             _flush()
             return HARNESS_EXIT
+        if self.program is not None:
+            return _run_program(self.program, req.get("run_dir") or os.path.dirname(req["path"]))
         return _run_candidate(req["path"], self.device, self.entry, self.device_memory, self.step)
 
     def init_device(self):
@@ -554,6 +670,8 @@ def _cmd_zygote(args):
     p.add_argument("--slots", type=int, default=1)
     p.add_argument("--slot-env", default="[]", help="JSON list: the environment of each slot's children")
     p.add_argument("--device-memory", type=int, default=0, help="bytes each candidate's op may allocate (0: no limit)")
+    p.add_argument("--exec", type=_program_arg, dest="program", help="the exec backend's Python program, as JSON (_program_arg)")
+    p.add_argument("--warm-import", default="", help="modules to import once besides torch, comma-separated (with --exec)")
     o = p.parse_args(args)
     # The protocol moves off fds 0 and 1, so that nothing else (a print in an imported module, a
     # child before it redirects) can write into it.
@@ -562,7 +680,8 @@ def _cmd_zygote(args):
     os.dup2(null, 0)
     os.close(null)
     os.dup2(2, 1)
-    _cwd_on_path()
+    if o.program is None:
+        _cwd_on_path()
     hello = {"event": "hello", "pid": os.getpid(), "python": platform.python_version(),
              "executable": sys.executable, "device": o.device}
 
@@ -589,6 +708,7 @@ def _cmd_zygote(args):
     except BaseException as e:
         traceback.print_exc()
         hello["error"] = "cannot import torch with %s: %s: %s" % (sys.executable, type(e).__name__, e)
+        hello["no_torch"] = True
         say(hello)
         return HARNESS_EXIT
     hello["torch"] = str(torch.__version__)
@@ -603,9 +723,22 @@ def _cmd_zygote(args):
     # The --entry or step module is imported on one thread: torch's CPU thread pool (GNU OpenMP)
     # is not fork-safe, and one started here by an op it runs at import would hang every child in
     # its first parallel op. Without one, nothing changes (torch 1.13's set_num_threads maps 8 MiB).
-    threads = torch.get_num_threads() if o.entry or o.step else 0
+    warm = [m.strip() for m in o.warm_import.split(",") if m.strip()] if o.program is not None else []
+    if o.program is not None:
+        # The program's own sys.path, and its own reduce_batch if it imports one (the copy this
+        # file imported is not on its path).
+        sys.modules.pop("reduce_batch", None)
+        _set_path0(_program_path0(o.program))
+    threads = torch.get_num_threads() if o.entry or o.step or warm else 0
     if threads:
         torch.set_num_threads(1)
+    for name in warm:
+        try:
+            __import__(name)
+        except BaseException as e:
+            traceback.print_exc()
+            hello["entry_error"] = "--warm-import %s: cannot import it with %s: %s: %s" % (name, sys.executable, type(e).__name__, e)
+            break
     if o.entry or o.step:
         # A training step's first optimizer.step() imports torch._dynamo in torch 2.x (about 800
         # modules, most of a second): imported once here, every child has it.
@@ -633,7 +766,7 @@ def _cmd_zygote(args):
         hello["warning"] = ("CUDA was initialized in the zygote (by the --entry module's import?): "
                             "forked children cannot use it; pass --no-zygote")
     say(hello)
-    return _Zygote(o.device, o.entry, o.slots, slot_env, proto_in, proto_out, o.device_memory, o.step).run()
+    return _Zygote(o.device, o.entry, o.slots, slot_env, proto_in, proto_out, o.device_memory, o.step, o.program).run()
 
 
 def _cmd_entry(args):
