@@ -130,6 +130,9 @@ bench: build
 	# The main job: every example, go and torch backends, -j 1 and -j 2; a
 	# 100,000-sample batch. Replays and the reduce process's peak memory.
 	REDUCE_PYTHON=$(PYTHON) $(GO) test -run='^$$' -bench=Reduce -benchtime=1x ./cmd/reduce/
+	# Against the peers, as ratios in one run: picire (PyPI), a bare torch
+	# script, log2 n (scripts/bench-peers.py).
+	$(PYTHON) scripts/bench-peers.py
 	$(MAKE) bench-slurm
 
 # Replays per second through the local Slurm cluster against local processes

@@ -198,9 +198,9 @@ def main():
 
 
 def warm_flags():
-    """The exec backend's flags for a warm and a cold replay of a Python command: (None, []) when
-    this reduce has no warm way."""
-    return None, []
+    """The exec backend's flags for a warm replay of a Python command (the default: a child of the
+    fork server) and a cold one (--no-zygote: an interpreter per candidate)."""
+    return [], ["--no-zygote"]
 
 
 if __name__ == "__main__":
