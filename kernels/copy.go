@@ -19,7 +19,15 @@ type copyPlan struct {
 	// outside the run in both views, so consecutive indices extend one copy.
 	gatherRun bool
 	es        int64
+	// tile: the destination has no two elements in one place (so the
+	// order of the writes does not matter), and the two innermost levels
+	// may be walked in square tiles: a transpose then reads each cache
+	// line of the source once per tile instead of once per element.
+	tile bool
 }
+
+// tileSize is the side of the tiles of a transposing copy, in elements.
+const tileSize = 64
 
 type copyDim struct {
 	size, dst, src int64 // strides in elements
@@ -92,6 +100,12 @@ func (p *copyPlan) level(dst, src []byte, lvl int, dOff, sOff int64) {
 		return
 	}
 	c := &p.dims[lvl]
+	if p.tile && p.run == 1 && lvl == len(p.dims)-2 {
+		if in := &p.dims[lvl+1]; c.gather == nil && in.gather == nil && in.src > c.src && c.size > tileSize && in.size > tileSize {
+			p.tiles(dst, src, c, in, dOff, sOff)
+			return
+		}
+	}
 	if lvl == len(p.dims)-1 {
 		switch {
 		case p.gatherRun && p.run == 1 && !p.longRuns(c):
@@ -120,6 +134,19 @@ func (p *copyPlan) level(dst, src []byte, lvl int, dOff, sOff int64) {
 			so = sOff + c.gather[k]
 		}
 		p.level(dst, src, lvl+1, dOff+k*c.dst, so)
+	}
+}
+
+// tiles copies the two innermost levels, outer c and inner in, tile by
+// tile: each element is copied once, as level copies it.
+func (p *copyPlan) tiles(dst, src []byte, c, in *copyDim, dOff, sOff int64) {
+	for a := int64(0); a < c.size; a += tileSize {
+		for b := int64(0); b < in.size; b += tileSize {
+			row := copyDim{size: min(tileSize, in.size-b), dst: in.dst, src: in.src}
+			for i := a; i < min(a+tileSize, c.size); i++ {
+				copyElems(dst, src, &row, dOff+i*c.dst+b*in.dst, sOff+i*c.src+b*in.src, p.es)
+			}
+		}
 	}
 }
 

@@ -18,6 +18,14 @@
 // switching on its name; docs/ARCHITECTURE.md says what else a new op
 // needs (its Python call, its test cases).
 //
+// Speed: the ops and the copies run at memory speed on the common layouts
+// (fast.go: a dtype switch per run of elements, not per element; copyPlan
+// moves bytes; rows split across goroutines where each writes its own
+// output), and compute what the general element-by-element paths compute,
+// in the same order, bit for bit: the general paths stay for the layouts
+// no fast path covers, and generalOnly forces them for the tests that
+// compare the two (fast_test.go).
+//
 // The central promise is layout preservation: a tensor built from a subset of
 // another's samples keeps its dtype, its stride order, its padding between
 // rows and its storage offset, so that PyTorch, handed the candidate through

@@ -179,13 +179,6 @@ func memoryIndex(c *call, add allocate) bool {
 	return true
 }
 
-// intValues reads t's elements as integers in row-major order.
-func intValues(t *Tensor) []int64 {
-	out := make([]int64, 0, t.Numel())
-	t.Each(func(_ []int64, e int64) { out = append(out, t.LoadInt(e)) })
-	return out
-}
-
 func runEmbedding(c *call) (*Result, error) {
 	input, weight := c.tensor("input"), c.tensor("weight")
 	if pi, set := c.optInt("padding_idx"); set {
@@ -305,6 +298,12 @@ func indexSelect(c *call, self *Tensor, dim int64, index *Tensor, name string, o
 	if self.Dims() == 0 {
 		if n > 0 {
 			copyElem(out, 0, self, self.Offset)
+		}
+		return out, nil
+	}
+	if !generalOnly {
+		if out.Numel() > 0 {
+			newCopyPlan(shape, out.Strides, self.Strides, int(dim), idx, self.DType.Size()).exec(out.Data, self.Data, 0, self.Offset)
 		}
 		return out, nil
 	}
@@ -457,12 +456,17 @@ func runGather(c *call) (*Result, error) {
 		if f := as.failure(); f != nil {
 			return fail(f)
 		}
-	} else {
+	} else if generalOnly || !inBounds(vals, 0, bound) {
+		// The first bad index in the kernel's order is the one reported.
 		for _, lin := range cpuScatterGatherOrder(index, dim, out.Strides, self.Strides, out.Dims()) {
 			if v := vals[lin]; v < 0 || v >= bound {
 				return fail(scatterGatherOOB(v, dim, bound))
 			}
 		}
+	}
+	if !generalOnly && self.Dims() > 0 && out.Dims() == self.Dims() {
+		gatherRows(out, self, int(dim), vals)
+		return ok(out)
 	}
 	src := make([]int64, self.Dims())
 	i := int64(0)
@@ -475,6 +479,60 @@ func runGather(c *call) (*Result, error) {
 		i++
 	})
 	return ok(out)
+}
+
+// inBounds reports whether every v of vals lies in [lo, hi).
+func inBounds(vals []int64, lo, hi int64) bool {
+	for _, v := range vals {
+		if v < lo || v >= hi {
+			return false
+		}
+	}
+	return true
+}
+
+// gatherRows is gather's copy into the contiguous out (index's shape),
+// row by row of the last dim: out[..., j] = self[...] with index vals (in
+// row-major order) along dim.
+func gatherRows(out, self *Tensor, dim int, vals []int64) {
+	nd := out.Dims()
+	n := out.Shape[nd-1]
+	es := int64(self.DType.Size())
+	sd, sl := self.Strides[dim], self.Strides[nd-1]
+	if dim == nd-1 {
+		sl = 0 // the last dim's position comes from the index
+	}
+	idx := make([]int64, nd)
+	rows := out.Numel() / max64(n, 1)
+	for r := int64(0); r < rows; r++ {
+		p := r * n
+		unravelInto(idx, p, out.Shape)
+		base := self.Offset
+		for d := 0; d < nd-1; d++ {
+			if d != dim {
+				base += idx[d] * self.Strides[d]
+			}
+		}
+		dst := out.Data[p*es : (p+n)*es]
+		row := vals[p : p+n]
+		switch es {
+		case 4:
+			for j, v := range row {
+				e := (base + v*sd + int64(j)*sl) * 4
+				copy(dst[j*4:j*4+4], self.Data[e:e+4])
+			}
+		case 8:
+			for j, v := range row {
+				e := (base + v*sd + int64(j)*sl) * 8
+				copy(dst[j*8:j*8+8], self.Data[e:e+8])
+			}
+		default:
+			for j, v := range row {
+				e := (base + v*sd + int64(j)*sl) * es
+				copy(dst[int64(j)*es:int64(j+1)*es], self.Data[e:e+es])
+			}
+		}
+	}
 }
 
 // cpuScatterGatherOrder lists the index's elements (row-major linear
@@ -591,7 +649,7 @@ func runScatterAdd(c *call) (*Result, error) {
 	}
 	bound, _ := nonemptySize(self, dim)
 	vals := intValues(index)
-	if c.cuda {
+	if c.cuda && (generalOnly || !inBounds(vals, 0, bound)) {
 		as := newAsserts("index", index)
 		// The iterator's order: out (stride 0 along dim), src, index.
 		outSt := make([]int64, len(index.Shape))
@@ -617,20 +675,21 @@ func runScatterAdd(c *call) (*Result, error) {
 	var failure *Failure
 	pos := make([]int64, out.Dims())
 	ii := make([]int64, index.Dims())
+	srcSt := fit(src.Strides, len(ii))
 	for _, lin := range cpuScatterGatherOrder(index, dim, out.Strides, src.Strides, out.Dims()) {
 		v := vals[lin]
 		if v < 0 || v >= bound {
 			failure = scatterGatherOOB(v, dim, bound)
 			break
 		}
-		copy(ii, unravel(lin, index.Shape))
+		unravelInto(ii, lin, index.Shape)
 		copy(pos, ii)
 		if out.Dims() > 0 {
 			pos[dim] = v
 		}
 		oe := storageIndex(out, pos)
 		se := src.Offset
-		for d, st := range fit(src.Strides, len(ii)) {
+		for d, st := range srcSt {
 			se += ii[d] * st
 		}
 		if self.DType.IsFloat() {
@@ -723,6 +782,13 @@ func runIndex(c *call) (*Result, error) {
 		}
 		shape := removeDim(input.Shape, dim)
 		out := MustNew(input.DType, shape...)
+		if !generalOnly {
+			if out.Numel() > 0 {
+				newCopyPlan(shape, out.Strides, removeDim(input.Strides, dim), -1, nil, input.DType.Size()).
+					exec(out.Data, input.Data, 0, input.Offset+v*input.Strides[dim])
+			}
+			return ok(out)
+		}
 		src := make([]int64, input.Dims())
 		i := int64(0)
 		out.Each(func(oi []int64, _ int64) {
@@ -767,8 +833,22 @@ func runIndex(c *call) (*Result, error) {
 			inSt[d] = input.Strides[d-ki+1]
 		}
 	}
-	order := tiVisit(shape, [][]int64{nil, inSt, ixSt})
 	ixRM := ContiguousStrides(index.Shape)
+	if !generalOnly && inBounds(vals, -size, size) {
+		// No check fails: the checks' order does not matter. Index k of
+		// the flattened index dims takes input's slice vals[k] along dim.
+		gidx := make([]int64, len(vals))
+		for k, v := range vals {
+			if v < 0 {
+				v += size
+			}
+			gidx[k] = v
+		}
+		flat := append(append(append([]int64(nil), input.Shape[:dim]...), int64(len(vals))), input.Shape[dim+1:]...)
+		newCopyPlan(flat, ContiguousStrides(flat), input.Strides, int(dim), gidx, input.DType.Size()).exec(out.Data, input.Data, 0, input.Offset)
+		return ok(out)
+	}
+	order := tiVisit(shape, [][]int64{nil, inSt, ixSt})
 	outRM := ContiguousStrides(shape)
 	idxOf := func(lin int64) int64 {
 		j := int64(0)
@@ -841,14 +921,20 @@ func indexMask(c *call, input *Tensor, dim int64, mask *Tensor) (*Result, error)
 	shape := append([]int64(nil), input.Shape...)
 	shape[dim] = int64(len(keep))
 	out := MustNew(input.DType, shape...)
-	src := make([]int64, input.Dims())
-	i := int64(0)
-	out.Each(func(oi []int64, _ int64) {
-		copy(src, oi)
-		src[dim] = keep[oi[dim]]
-		copyElem(out, i, input, storageIndex(input, src))
-		i++
-	})
+	if !generalOnly {
+		if out.Numel() > 0 {
+			newCopyPlan(shape, out.Strides, input.Strides, int(dim), keep, input.DType.Size()).exec(out.Data, input.Data, 0, input.Offset)
+		}
+	} else {
+		src := make([]int64, input.Dims())
+		i := int64(0)
+		out.Each(func(oi []int64, _ int64) {
+			copy(src, oi)
+			src[dim] = keep[oi[dim]]
+			copyElem(out, i, input, storageIndex(input, src))
+			i++
+		})
+	}
 	var notes []string
 	if mask.DType == Uint8 {
 		notes = append(notes, "torch warns on stderr: indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool instead.")

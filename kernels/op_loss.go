@@ -3,6 +3,7 @@ package kernels
 import (
 	"math"
 	"strconv"
+	"sync/atomic"
 )
 
 // Losses: cross_entropy, nll_loss, binary_cross_entropy. The control flow and
@@ -229,6 +230,35 @@ func logSoftmax(c *call, self *Tensor, dim int64) (*Tensor, *Failure) {
 	}
 	idx := make([]int64, len(shape))
 	vals := make([]float64, size)
+	if !generalOnly {
+		// Row by row: the same sums in the same order, one dtype switch a
+		// row; rows are independent, so they run in parallel.
+		parallel(outer*inner, max(1, 1<<16/max(size, 1)), func(lo, hi int64) {
+			idx := make([]int64, len(shape))
+			vals := make([]float64, size)
+			for r := lo; r < hi; r++ {
+				o, in := r/inner, r%inner
+				unravelInto(idx, o*size*inner+in, shape)
+				src.loadFloats(vals, storageIndex(src, idx), src.Strides[d])
+				m := math.Inf(-1)
+				for _, v := range vals {
+					if v > m || math.IsNaN(v) {
+						m = v
+					}
+				}
+				s := 0.0
+				for _, v := range vals {
+					s += math.Exp(v - m)
+				}
+				ls := math.Log(s)
+				for k, v := range vals {
+					vals[k] = v - m - ls
+				}
+				out.storeFloats(o*size*inner+in, inner, vals)
+			}
+		})
+		return out, nil
+	}
 	rm := ContiguousStrides(shape)
 	for o := int64(0); o < outer; o++ {
 		for in := int64(0); in < inner; in++ {
@@ -312,11 +342,17 @@ func nllLossND(c *call, self, target, weight *Tensor, red int, ii int64) (*Tenso
 // contiguousView is t.contiguous().view(shape).
 func contiguousView(t *Tensor, shape []int64) *Tensor {
 	out := MustNew(t.DType, t.Shape...)
-	i := int64(0)
-	t.Each(func(_ []int64, e int64) {
-		copyElem(out, i, t, e)
-		i++
-	})
+	if generalOnly {
+		i := int64(0)
+		t.Each(func(_ []int64, e int64) {
+			copyElem(out, i, t, e)
+			i++
+		})
+	} else if t.Numel() > 0 {
+		p := newCopyPlan(t.Shape, out.Strides, t.Strides, -1, nil, t.DType.Size())
+		p.tile = true // out is dense
+		p.exec(out.Data, t.Data, 0, t.Offset)
+	}
 	out.Shape = append([]int64(nil), shape...)
 	out.Strides = ContiguousStrides(shape)
 	return out
@@ -796,8 +832,7 @@ func crossEntropySmoothed(c *call, self, target, weight *Tensor, red int, ii int
 	dt := input.DType
 	nClasses := input.Shape[classDim]
 	// ignore_mask = target == ignore_index, compared in the target's dtype.
-	tvals := make([]int64, 0, target.Numel())
-	target.Each(func(_ []int64, e int64) { tvals = append(tvals, target.LoadInt(e)) })
+	tvals := intValues(target)
 	iiT := ii
 	if target.DType == Uint8 {
 		iiT = int64(uint8(ii))
@@ -824,8 +859,10 @@ func crossEntropySmoothed(c *call, self, target, weight *Tensor, red int, ii int
 	smooth := make([]float64, positions)
 	posShape := removeDim(input.Shape, classDim)
 	rmIn := ContiguousStrides(input.Shape)
+	pidx := make([]int64, len(posShape))
+	row := make([]float64, nClasses)
 	for p := int64(0); p < positions; p++ {
-		pidx := unravel(p, posShape)
+		unravelInto(pidx, p, posShape)
 		base := int64(0)
 		for d, j := 0, 0; d < input.Dims(); d++ {
 			if int64(d) == classDim {
@@ -835,8 +872,16 @@ func crossEntropySmoothed(c *call, self, target, weight *Tensor, red int, ii int
 			j++
 		}
 		s := 0.0
+		if !generalOnly {
+			input.loadFloats(row, base, rmIn[classDim])
+		}
 		for k := int64(0); k < nClasses; k++ {
-			v := input.LoadFloat(base + k*rmIn[classDim])
+			var v float64
+			if generalOnly {
+				v = input.LoadFloat(base + k*rmIn[classDim])
+			} else {
+				v = row[k]
+			}
 			if wv != nil {
 				v = roundTo(dt, v*wv[k])
 			}
@@ -955,8 +1000,7 @@ func crossEntropyProb(c *call, self, target, weight *Tensor, red int, ls float64
 		return nil, runtimeErr("label_smoothing must be between 0.0 and 1.0. Got: " + fmtDouble(ls))
 	}
 	tdt := target.DType
-	tv := make([]float64, 0, target.Numel())
-	target.Each(func(_ []int64, e int64) { tv = append(tv, target.LoadFloat(e)) })
+	tv := floatValues(target)
 	if ls > 0 {
 		a, b := opmathScalar(tdt, 1-ls), opmathScalar(tdt, ls/float64(nClasses))
 		for i, v := range tv {
@@ -973,8 +1017,15 @@ func crossEntropyProb(c *call, self, target, weight *Tensor, red int, ls float64
 	// prod = input * target (* weight_), in row-major order of input.
 	rm := ContiguousStrides(input.Shape)
 	prod := make([]float64, input.Numel())
+	if !generalOnly {
+		input.loadFloats(prod, 0, 1) // input is logSoftmax's: contiguous, offset 0
+	}
 	for i := range prod {
-		v := roundTo(dt1, input.LoadFloat(int64(i))*tv[i])
+		x := prod[i]
+		if generalOnly {
+			x = input.LoadFloat(int64(i))
+		}
+		v := roundTo(dt1, x*tv[i])
 		if wv != nil {
 			k := int64(0)
 			if input.Dims() > 0 {
@@ -1002,8 +1053,9 @@ func crossEntropyProb(c *call, self, target, weight *Tensor, red int, ls float64
 	posShape := removeDim(input.Shape, classDim)
 	out := MustNew(dt, posShape...)
 	np := numel(posShape)
+	pidx := make([]int64, len(posShape))
 	for p := int64(0); p < np; p++ {
-		pidx := unravel(p, posShape)
+		unravelInto(pidx, p, posShape)
 		base := int64(0)
 		for d, j := 0, 0; d < input.Dims(); d++ {
 			if int64(d) == classDim {
@@ -1058,10 +1110,20 @@ func runBCE(c *call) (*Result, error) {
 	lossStrides := denseLike(input)
 	loss := newStrided(dt, input.Shape, lossStrides)
 	lossT := &Tensor{DType: dt, Shape: input.Shape, Strides: lossStrides, Data: loss.Data}
+	r := func(v float64) float64 { return roundTo(dt, v) }
+	if !generalOnly && input.IsContiguous() && target.IsContiguous() && lossT.IsContiguous() {
+		if f := bceContiguous(c, input, target, loss); f != nil {
+			if f.Exception != "" {
+				return fail(f)
+			}
+			// A device assert: the general path finds every bad input.
+		} else {
+			return bceFinish(c, input, loss, lossT, wExp, red)
+		}
+	}
 	order := tiVisit(input.Shape, [][]int64{lossStrides, input.Strides, target.Strides})
 	in := rowMajor(input)
 	tg := rowMajor(target)
-	r := func(v float64) float64 { return roundTo(dt, v) }
 	var bad []int64 // positions (in visiting order) of bad inputs
 	for p, lin := range order {
 		x := input.LoadFloat(in[lin])
@@ -1081,23 +1143,102 @@ func runBCE(c *call) (*Result, error) {
 	if len(bad) > 0 {
 		return fail(bceCUDAAsserts(input, target, lossT, order, bad))
 	}
+	return bceFinish(c, input, loss, lossT, wExp, red)
+}
+
+// bceContiguous is binary_cross_entropy's elementwise loss when input,
+// target and loss are contiguous, so that the kernel's order is row-major:
+// the general path's arithmetic, run by run. It returns the CPU range
+// failure, or an empty Failure for a bad input in CUDA mode (whose asserts
+// the general path then computes).
+func bceContiguous(c *call, input, target, loss *Tensor) *Failure {
+	dt := input.DType
+	r := func(v float64) float64 { return roundTo(dt, v) }
+	const chunk = 4096
+	var bad atomic.Bool
+	parallel(ceilDiv(input.Numel(), chunk), 16, func(lo, hi int64) {
+		xs, ys := make([]float64, chunk), make([]float64, chunk)
+		for p := lo * chunk; p < min(hi*chunk, input.Numel()) && !bad.Load(); p += chunk {
+			k := min(chunk, input.Numel()-p)
+			x, y := xs[:k], ys[:k]
+			input.loadFloats(x, input.Offset+p, 1)
+			target.loadFloats(y, target.Offset+p, 1)
+			for _, xv := range x {
+				if !(xv >= 0 && xv <= 1) {
+					bad.Store(true)
+					return
+				}
+			}
+			switch dt {
+			case Float32:
+				// r is float32 rounding, and the logs of x in [0, 1] are
+				// no NaN, so math.Max(l, -100) is a comparison.
+				r := func(v float64) float64 { return float64(float32(v)) }
+				for j, xv := range x {
+					l1 := r(math.Log1p(-xv))
+					if l1 < -100 {
+						l1 = -100
+					}
+					l2 := r(math.Log(xv))
+					if l2 < -100 {
+						l2 = -100
+					}
+					x[j] = r(r(r(y[j]-1)*l1) - r(y[j]*l2))
+				}
+			default:
+				for j, xv := range x {
+					l1 := math.Max(r(math.Log1p(-xv)), -100)
+					l2 := math.Max(r(math.Log(xv)), -100)
+					x[j] = r(r(r(y[j]-1)*l1) - r(y[j]*l2))
+				}
+			}
+			loss.storeFloats(p, 1, x)
+		}
+	})
+	switch {
+	case !bad.Load():
+		return nil
+	case c.cuda:
+		return &Failure{}
+	}
+	return hostErr(classBCEInputRange, "RuntimeError", "all elements of input should be between 0 and 1", frameBCE)
+}
+
+// bceFinish applies binary_cross_entropy's weight and reduction to loss
+// (lossT's storage).
+func bceFinish(c *call, input, loss, lossT, wExp *Tensor, red int) (*Result, error) {
+	dt := input.DType
+	r := func(v float64) float64 { return roundTo(dt, v) }
 	if wExp != nil {
 		// loss.mul_(weight): weight broadcast to the loss's shape.
 		if !sameShape(wExp.Shape, input.Shape) {
 			return fail(withFrames(runtimeErr("output with shape "+fmtSizes(input.Shape)+" doesn't match the broadcast shape "+fmtSizes(wExp.Shape)), frameBCE))
 		}
-		for lin := int64(0); lin < input.Numel(); lin++ {
-			idx := unravel(lin, input.Shape)
-			e := storageIndex(lossT, idx)
-			loss.StoreFloat(e, r(loss.LoadFloat(e)*wExp.LoadFloat(storageIndex(wExp, idx))))
+		if generalOnly {
+			for lin := int64(0); lin < input.Numel(); lin++ {
+				idx := unravel(lin, input.Shape)
+				e := storageIndex(lossT, idx)
+				loss.StoreFloat(e, r(loss.LoadFloat(e)*wExp.LoadFloat(storageIndex(wExp, idx))))
+			}
+		} else {
+			we := rowMajor(wExp)
+			for lin, e := range rowMajor(lossT) {
+				loss.StoreFloat(e, r(loss.LoadFloat(e)*wExp.LoadFloat(we[lin])))
+			}
 		}
 	}
 	if red == reductionNone {
 		return ok(lossT)
 	}
 	sum := 0.0
-	for lin := int64(0); lin < input.Numel(); lin++ {
-		sum += loss.LoadFloat(storageIndex(lossT, unravel(lin, input.Shape)))
+	if generalOnly {
+		for lin := int64(0); lin < input.Numel(); lin++ {
+			sum += loss.LoadFloat(storageIndex(lossT, unravel(lin, input.Shape)))
+		}
+	} else {
+		for _, v := range floatValues(lossT) {
+			sum += v
+		}
 	}
 	if red == reductionMean {
 		if input.Numel() == 0 {

@@ -222,7 +222,15 @@ func storageIndex(t *Tensor, idx []int64) int64 {
 // rowMajor lists t's storage elements in row-major order of its indices.
 func rowMajor(t *Tensor) []int64 {
 	out := make([]int64, 0, t.Numel())
-	t.Each(func(_ []int64, e int64) { out = append(out, e) })
+	if generalOnly {
+		t.Each(func(_ []int64, e int64) { out = append(out, e) })
+		return out
+	}
+	t.eachRun(func(e, n, stride int64) {
+		for k := int64(0); k < n; k++ {
+			out = append(out, e+k*stride)
+		}
+	})
 	return out
 }
 

@@ -398,7 +398,9 @@ func (t *Tensor) Contiguous() *Tensor {
 		Data:    make([]byte, n*int64(t.DType.Size())),
 	}
 	if n > 0 {
-		newCopyPlan(u.Shape, u.Strides, t.Strides, -1, nil, t.DType.Size()).exec(u.Data, t.Data, 0, t.Offset)
+		p := newCopyPlan(u.Shape, u.Strides, t.Strides, -1, nil, t.DType.Size())
+		p.tile = !generalOnly // u is dense: no two elements in one place
+		p.exec(u.Data, t.Data, 0, t.Offset)
 	}
 	return u
 }
