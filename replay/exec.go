@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -90,7 +91,7 @@ func (e *execBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, e
 		Path:    e.path,
 		Args:    e.args,
 		Env:     e.env,
-		Files:   map[string][]byte{e.file: data},
+		Streams: map[string]func(io.Writer) error{e.file: data},
 		Foreign: true,
 	})
 	return verdictOf(ctx, KindExec, e.device, res, start)
