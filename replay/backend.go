@@ -1,10 +1,10 @@
 package replay
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -478,23 +478,24 @@ func verdictOf(ctx context.Context, name Kind, device string, res Result, start 
 	return v, nil
 }
 
-// encodeBatch writes b in format f (the workers read the native format).
-func encodeBatch(b *fixtures.Batch, f fixtures.Format) ([]byte, error) {
+// encodeBatch returns the writer of b's candidate file in format f (the
+// workers read the native format), for Command.Streams: the encoding goes
+// straight into the file, with no copy of the batch in memory. b is checked
+// here, so that a batch no file can hold is an error before any process or
+// directory is made.
+func encodeBatch(b *fixtures.Batch, f fixtures.Format) (func(io.Writer) error, error) {
 	if b == nil {
 		return nil, errors.New("replay: nil batch")
 	}
-	var size int64 = 64 << 10
-	for _, e := range b.Tensors {
-		if e != nil && e.Tensor != nil {
-			size += int64(len(e.Data)) + 64
-		}
-	}
-	var buf bytes.Buffer
-	buf.Grow(int(size))
-	if _, err := fixtures.EncodeAs(&buf, b, f); err != nil {
+	if err := b.Validate(); err != nil {
 		return nil, fmt.Errorf("replay: candidate: %w", err)
 	}
-	return buf.Bytes(), nil
+	return func(w io.Writer) error {
+		if _, err := fixtures.EncodeAs(w, b, f); err != nil {
+			return fmt.Errorf("replay: candidate: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // processGone reports whether pid no longer runs: it does not exist, or is

@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -12,8 +13,10 @@ import (
 	"reduce/fixtures"
 )
 
-// goBackend re-executes the reduce binary as `reduce __worker --device D`,
-// one process per candidate, the candidate on its standard input.
+// goBackend re-executes the reduce binary as `reduce __worker --device D
+// FILE`, one process per candidate, FILE the candidate written into the
+// run's directory (which the worker maps, as fixtures.Read does a large
+// file).
 type goBackend struct {
 	exe    string
 	device string
@@ -74,7 +77,9 @@ func (g *goBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, err
 	if err != nil {
 		return Verdict{Backend: KindGo, Device: g.device}, err
 	}
-	res := g.pool.Run(ctx, Command{Path: g.exe, Args: g.args, Stdin: data, Env: g.env})
+	args := append(g.args[:len(g.args):len(g.args)], RunDirArg+"/candidate.bin")
+	res := g.pool.Run(ctx, Command{Path: g.exe, Args: args, Env: g.env,
+		Streams: map[string]func(io.Writer) error{"candidate.bin": data}})
 	return verdictOf(ctx, KindGo, g.device, res, start)
 }
 

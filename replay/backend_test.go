@@ -280,11 +280,15 @@ func exampleBatch(t testing.TB, name string) *fixtures.Batch {
 
 func encodeForTest(t testing.TB, b *fixtures.Batch) []byte {
 	t.Helper()
-	data, err := encodeBatch(b, fixtures.FormatBin)
+	write, err := encodeBatch(b, fixtures.FormatBin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return data
+	var buf bytes.Buffer
+	if err := write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
 
 // The worker run in process: asynchronous reporting and its blocking form.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -241,7 +242,7 @@ func (e *execBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, e
 		Path:    e.path,
 		Args:    e.args,
 		Env:     e.env,
-		Files:   map[string][]byte{e.file: data},
+		Streams: map[string]func(io.Writer) error{e.file: data},
 		Foreign: true,
 	})
 	return verdictOf(ctx, KindExec, e.device, res, start)

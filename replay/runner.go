@@ -1,10 +1,14 @@
 package replay
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,9 +81,15 @@ type Command struct {
 	TempDir bool
 	// Files are written into the per-run directory before the child starts
 	// (name to content; names are plain file names, no separators). Files
-	// implies TempDir. This is how a candidate batch reaches a worker:
-	// Files: {"candidate.bin": b}, Args: {..., "{rundir}/candidate.bin"}.
+	// implies TempDir.
 	Files map[string][]byte
+	// Streams are files like Files whose content a function writes straight
+	// into the file (through a buffer), so that no copy of it is held in
+	// memory: this is how a candidate batch reaches a worker,
+	// Streams: {"candidate.bin": write}, Args: {..., "{rundir}/candidate.bin"}.
+	// An error from the function fails the run before the child starts. A
+	// name may not be in both maps. Streams implies TempDir.
+	Streams map[string]func(io.Writer) error
 	// Foreign marks a program that is not one of reduce's workers (the exec
 	// backend's user command): its exit status 86 is its own, and
 	// Result.Harness is never set.
@@ -242,14 +252,18 @@ func (r *Runner) TempFile(pattern string, data []byte) (path string, cleanup fun
 	return path, cleanup, nil
 }
 
-// makeRunDir creates the per-run directory and writes c.Files into it.
+// makeRunDir creates the per-run directory and writes c.Files and
+// c.Streams into it.
 func (r *Runner) makeRunDir(c *Command) (string, error) {
 	dir, err := os.MkdirTemp(r.tempRoot(), "reduce-run-*")
 	if err != nil {
 		return "", fmt.Errorf("replay: per-run directory: %w", err)
 	}
+	plain := func(name string) bool {
+		return name != "" && name != "." && name != ".." && !strings.ContainsRune(name, '/')
+	}
 	for name, data := range c.Files {
-		if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
+		if !plain(name) {
 			removeAll(dir)
 			return "", fmt.Errorf("replay: Command.Files: %q is not a plain file name", name)
 		}
@@ -258,8 +272,38 @@ func (r *Runner) makeRunDir(c *Command) (string, error) {
 			return "", fmt.Errorf("replay: per-run directory: %w", err)
 		}
 	}
+	for name, write := range c.Streams {
+		if _, dup := c.Files[name]; dup || !plain(name) {
+			removeAll(dir)
+			return "", fmt.Errorf("replay: Command.Streams: %q is not a plain file name, or is in Files too", name)
+		}
+		if err := writeStream(filepath.Join(dir, name), write); err != nil {
+			removeAll(dir)
+			return "", fmt.Errorf("replay: per-run directory: %s: %w", name, err)
+		}
+	}
 	return dir, nil
 }
+
+// writeStream creates the file path and has write fill it.
+func writeStream(path string, write func(io.Writer) error) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	err = write(w)
+	if err == nil {
+		err = w.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// hasFiles reports whether c asks for files in its per-run directory.
+func (c *Command) hasFiles() bool { return len(c.Files) > 0 || len(c.Streams) > 0 }
 
 // removeAll removes dir and everything in it, also what a child made
 // unwritable (a directory chmod 0 cannot be emptied until it is chmod'ed
@@ -309,7 +353,7 @@ func (r *Runner) Run(ctx context.Context, c Command) (res Result) {
 		return res
 	}
 	var dir string
-	if c.TempDir || len(c.Files) > 0 {
+	if c.TempDir || c.hasFiles() {
 		var err error
 		if dir, err = r.makeRunDir(&c); err != nil {
 			res.Err = err
@@ -395,4 +439,27 @@ func (r *Runner) command(c *Command, dir string) *exec.Cmd {
 	}
 	cmd.Env = MergeEnv(r.environ(), runDir, c.Env)
 	return cmd
+}
+
+// allFiles returns c.Files with c.Streams written out in memory, for a
+// launcher that sends the files along with the command.
+func (c *Command) allFiles() (map[string][]byte, error) {
+	if len(c.Streams) == 0 {
+		return c.Files, nil
+	}
+	out := maps.Clone(c.Files)
+	if out == nil {
+		out = make(map[string][]byte, len(c.Streams))
+	}
+	for name, write := range c.Streams {
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("replay: Command.Streams: %q is in Files too", name)
+		}
+		var buf bytes.Buffer
+		if err := write(&buf); err != nil {
+			return nil, fmt.Errorf("replay: %s: %w", name, err)
+		}
+		out[name] = buf.Bytes()
+	}
+	return out, nil
 }

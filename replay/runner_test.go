@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -234,5 +235,39 @@ func TestRunnerTrue(t *testing.T) {
 	res = r.Run(context.Background(), Command{Path: "false"})
 	if res.Err != nil || res.ExitCode != 1 {
 		t.Fatalf("false: %s", describe(res))
+	}
+}
+
+// Streams are written into the run's directory before the child starts; a
+// writer's error, a bad name or a name also in Files fails the run before
+// it starts, and leaves nothing behind.
+func TestRunnerStreams(t *testing.T) {
+	r, root := faultRunner(t, testLong)
+	write := func(s string) func(io.Writer) error {
+		return func(w io.Writer) error {
+			_, err := io.WriteString(w, s)
+			return err
+		}
+	}
+	res := r.Run(context.Background(), Command{Path: "sh", Args: []string{"-c", `cat "$REDUCE_RUN_DIR/c.bin" "$REDUCE_RUN_DIR/d"`},
+		Files: map[string][]byte{"d": []byte(" and a file")}, Streams: map[string]func(io.Writer) error{"c.bin": write("streamed")}})
+	if res.Err != nil || res.ExitCode != 0 || string(res.Stdout) != "streamed and a file" {
+		t.Errorf("want the streamed file read: %s", describe(res))
+	}
+	for name, c := range map[string]Command{
+		"error": {Path: "/bin/true", Streams: map[string]func(io.Writer) error{"c": func(io.Writer) error { return errors.New("no candidate") }}},
+		"name":  {Path: "/bin/true", Streams: map[string]func(io.Writer) error{"a/b": write("x")}},
+		"twice": {Path: "/bin/true", Files: map[string][]byte{"c": nil}, Streams: map[string]func(io.Writer) error{"c": write("x")}},
+	} {
+		res := r.Run(context.Background(), c)
+		if res.Err == nil || res.Started {
+			t.Errorf("%s: want an error before the start: %s", name, describe(res))
+		}
+	}
+	assertEmpty(t, root)
+	// A launcher that sends files along gets them written out.
+	files, err := (&Command{Files: map[string][]byte{"d": []byte("f")}, Streams: map[string]func(io.Writer) error{"c": write("s")}}).allFiles()
+	if err != nil || string(files["c"]) != "s" || string(files["d"]) != "f" {
+		t.Errorf("allFiles: %q, %v", files, err)
 	}
 }

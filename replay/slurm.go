@@ -517,20 +517,27 @@ func (s *slurm) command(c Command, name string) (Command, error) {
 		// The Runner makes the per-run directory in the shared one
 		// (TempRoot), replaces {rundir}, and runs srun in it when c asks:
 		// the step's working directory is srun's.
-		w.Stdin, w.Files, w.TempDir, w.Dir = c.Stdin, c.Files, c.TempDir, c.Dir
+		w.Stdin, w.Files, w.Streams, w.TempDir, w.Dir = c.Stdin, c.Files, c.Streams, c.TempDir, c.Dir
 		args = append(args, "0", "", "0", "--", c.Path)
 		w.Args = append(args, c.Args...)
 		return w, nil
 	}
-	if len(c.Files) > 0 && c.Stdin != nil {
+	if c.hasFiles() && c.Stdin != nil {
 		return Command{}, errors.New("replay: slurm launcher: a command with both Files and Stdin needs --shared-dir")
 	}
+	// The files travel on srun's standard input: the one place a streamed
+	// file is held in memory whole (DESIGN: copied only where a file must
+	// travel).
+	files, err := c.allFiles()
+	if err != nil {
+		return Command{}, err
+	}
 	mk := "0"
-	if c.TempDir || len(c.Files) > 0 {
+	if c.TempDir || len(files) > 0 {
 		mk = "1"
 	}
-	names := make([]string, 0, len(c.Files))
-	for n := range c.Files {
+	names := make([]string, 0, len(files))
+	for n := range files {
 		if n == "" || n == "." || n == ".." || strings.ContainsRune(n, '/') {
 			return Command{}, fmt.Errorf("replay: Command.Files: %q is not a plain file name", n)
 		}
@@ -540,8 +547,8 @@ func (s *slurm) command(c Command, name string) (Command, error) {
 	args = append(args, mk, c.Dir, strconv.Itoa(len(names)))
 	var stdin []byte
 	for _, n := range names {
-		args = append(args, n, strconv.Itoa(len(c.Files[n])))
-		stdin = append(stdin, c.Files[n]...)
+		args = append(args, n, strconv.Itoa(len(files[n])))
+		stdin = append(stdin, files[n]...)
 	}
 	if len(names) == 0 {
 		stdin = c.Stdin

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -325,7 +326,7 @@ func (t *torchBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, 
 		return Verdict{Backend: KindTorch, Device: t.device}, err
 	}
 	if t.noZyg {
-		module, files := t.module, map[string][]byte{"candidate.bin": data}
+		module, files := t.module, map[string][]byte{}
 		if t.pool.remote() {
 			// The node does not see this machine's files: the worker
 			// and the module it imports travel with the candidate.
@@ -334,7 +335,8 @@ func (t *torchBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, 
 		}
 		args := []string{module, "replay", RunDirArg + "/candidate.bin", "--device", t.device}
 		args = append(append(args, t.entryArgs()...), t.memoryArgs()...)
-		res := t.pool.Run(ctx, Command{Path: t.python, Args: args, Env: t.env, Files: files})
+		res := t.pool.Run(ctx, Command{Path: t.python, Args: args, Env: t.env, Files: files,
+			Streams: map[string]func(io.Writer) error{"candidate.bin": data}})
 		return verdictOf(ctx, KindTorch, t.device, res, start)
 	}
 	return t.replayZygote(ctx, data, start)

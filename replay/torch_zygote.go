@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -430,7 +431,7 @@ func (t *torchBackend) newID() string {
 	return strconv.FormatUint(t.nextID, 10)
 }
 
-func (t *torchBackend) replayZygote(ctx context.Context, data []byte, start time.Time) (Verdict, error) {
+func (t *torchBackend) replayZygote(ctx context.Context, data func(io.Writer) error, start time.Time) (Verdict, error) {
 	slot, err := t.pool.take(ctx)
 	if err != nil {
 		v := Verdict{Backend: t.verdictKind(), Device: t.device, Zygote: true,
@@ -479,7 +480,7 @@ func (k zygoteChild) reap() (exitStatus, error) {
 // zygoteOnce runs the candidate in a child of the zygote in slot. retry
 // reports that the zygote died with the candidate's outcome unknown; the
 // verdict is then the infra one to give if the retry dies too.
-func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data []byte, start time.Time) (v Verdict, retry bool, err error) {
+func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data func(io.Writer) error, start time.Time) (v Verdict, retry bool, err error) {
 	v = Verdict{Backend: t.verdictKind(), Device: t.device, Zygote: true}
 	t.zmu.Lock()
 	z, err := t.zygoteLocked()
@@ -488,7 +489,7 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data []byte, st
 		v.Signature = signature.Signature{Family: signature.FamilyInfra, Expression: "torch zygote not started"}
 		return v, false, err
 	}
-	dir, err := t.runner.makeRunDir(&Command{Files: map[string][]byte{t.candidateFile(): data}})
+	dir, err := t.runner.makeRunDir(&Command{Streams: map[string]func(io.Writer) error{t.candidateFile(): data}})
 	if err != nil {
 		v.Signature = signature.Signature{Family: signature.FamilyInfra, Expression: "no run directory"}
 		return v, false, err

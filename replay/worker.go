@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"sort"
@@ -22,9 +23,10 @@ import (
 )
 
 // Worker is the go backend's worker, `reduce __worker --device cpu|cuda
-// [--abort] [--device-memory BYTES]`: it reads one batch file (the native
-// format) from stdin, runs the batch's built-in op in the mode the device
-// names, and returns the process's exit status. args are the arguments
+// [--abort] [--device-memory BYTES] [FILE]`: it reads one batch file (the
+// native format), FILE with fixtures.Read (which maps a large one rather
+// than copy it) or else stdin, runs the batch's built-in op in the mode the
+// device names, and returns the process's exit status. args are the arguments
 // after the program name; a leading WorkerCommand is skipped. env reads the
 // environment (os.Getenv).
 //
@@ -72,14 +74,19 @@ func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(s
 	if err := fs.Parse(args); err != nil {
 		return harness("%v", err)
 	}
-	if fs.NArg() > 0 {
-		return harness("unexpected arguments %q (the batch is read from stdin)", fs.Args())
+	if fs.NArg() > 1 {
+		return harness("unexpected arguments %q (one batch file, or none to read it from stdin)", fs.Args())
 	}
 	mode, err := kernels.ParseMode(*device)
 	if err != nil {
 		return harness("--device: %v", err)
 	}
-	b, err := fixtures.Decode(bufio.NewReaderSize(stdin, 1<<20), "<stdin>")
+	var b *fixtures.Batch
+	if fs.NArg() == 1 {
+		b, err = fixtures.Read(fs.Arg(0), fixtures.WithMaxSize(math.MaxInt64))
+	} else {
+		b, err = fixtures.Decode(bufio.NewReaderSize(stdin, 1<<20), "<stdin>")
+	}
 	if err != nil {
 		return harness("%v", err)
 	}

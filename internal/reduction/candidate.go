@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -322,6 +323,7 @@ func (e *edit) changes(fn func(u int, v value, isNeutral bool)) {
 // selected (dtype, per-sample shape and layout kept), then the edit
 // applied to copies of the tensors it touches.
 func (c *candidate) build(orig *fixtures.Batch) (*fixtures.Batch, error) {
+	reclaim(orig)
 	if c.narrow != nil {
 		b, err := c.base.build(orig)
 		if err != nil {
@@ -365,6 +367,27 @@ func (c *candidate) build(orig *fixtures.Batch) (*fixtures.Batch, error) {
 		}
 	})
 	return &out, nil
+}
+
+// reclaimAbove is the recorded storage from which building a candidate
+// first collects the garbage.
+const reclaimAbove = 64 << 20
+
+// reclaim collects the garbage before a candidate of a large batch is
+// built. A candidate's storage is garbage once it was replayed, but the
+// collector runs only when an allocation crosses its goal, and a candidate
+// is one allocation as large as the live heap: without this the last
+// candidate and the next one are both resident, twice the memory. The
+// collection is cheap (the storage holds no pointers to scan) and rare
+// next to a replay's process.
+func reclaim(orig *fixtures.Batch) {
+	var n int
+	for _, e := range orig.Tensors {
+		n += len(e.Data)
+	}
+	if n >= reclaimAbove {
+		runtime.GC()
+	}
 }
 
 // rowsOf are the positions of a shrink candidate's units.
