@@ -7,7 +7,9 @@
 2. one full-batch replay at 256 MiB (65,536 x 1,024 float32 logits, cross_entropy) with the go
    backend and with the torch backend, against a bare torch script that loads the same file and
    runs the op;
-3. the whole job's replays against log2 n for one bad target among n = 256, 4,096, 100,000.
+3. the whole job's replays against log2 n for one bad target among n = 256, 4,096, 100,000;
+4. the peak resident set of reduce and of its largest replay against the batch's storage, at
+   256 MiB (and 1 GiB with --gib).
 
 Run with the Python that has torch (Debian's, /usr/bin/python3), from the repository root, after
 `make build`:  scripts/bench-peers.py [--skip-large]
@@ -171,6 +173,55 @@ def large(tmp):
         print("%-34s %9.2f %12.2f" % (name, t, t / t_bare))
 
 
+def _vm_hwm(pid):
+    """The peak resident set of pid in bytes (VmHWM), 0 when it is gone."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _children(pid):
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def peak_memory(cmd, cwd):
+    """(peak RSS of the process, peak RSS of its largest descendant), polled every 10 ms."""
+    p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    own, child = 0, 0
+    while p.poll() is None:
+        own = max(own, _vm_hwm(p.pid))
+        todo = _children(p.pid)
+        while todo:
+            c = todo.pop()
+            child = max(child, _vm_hwm(c))
+            todo.extend(_children(c))
+        time.sleep(0.01)
+    return own, child
+
+
+def memory(tmp, sizes):
+    print("\n4. peak resident set of reduce and of its largest replay (go backend), against the batch's storage")
+    print("%-9s %12s %8s %14s %8s %8s" % ("batch", "reduce MiB", "ratio", "replay MiB", "ratio", "sum"))
+    for rows in sizes:
+        path = os.path.join(tmp, "ce%dm.bin" % (rows // 256))
+        if not os.path.exists(path):
+            batch(tmp, rows, width=1024, name=os.path.basename(path))
+        storage = rows * 1024 * 4 + rows * 8
+        own, child = peak_memory([REDUCE, "--batch", path, "--backend", "go", "--out", os.path.join(tmp, "mem-%d" % rows), "-q"], tmp)
+        mib = 1 << 20
+        print("%-9s %12.0f %8.2f %14.0f %8.2f %8.2f" % ("%d MiB" % (storage // mib), own / mib, own / storage,
+                                                        child / mib, child / storage, (own + child) / storage))
+
+
 def bound(tmp):
     print("\n3. the whole job's replays against log2 n, one bad target among n (go backend)")
     print("%-8s %8s %12s %10s" % ("n", "replays", "ceil(log2 n)", "bound +8"))
@@ -182,7 +233,8 @@ def bound(tmp):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--skip-large", action="store_true", help="leave out the 256 MiB replay")
+    ap.add_argument("--skip-large", action="store_true", help="leave out the 256 MiB replay and the memory")
+    ap.add_argument("--gib", action="store_true", help="measure the memory at 1 GiB too (minutes)")
     o = ap.parse_args()
     if not os.path.exists(REDUCE):
         raise SystemExit("no %s: run `make build` first" % REDUCE)
@@ -193,6 +245,7 @@ def main():
         peers(tmp, warm, cold)
         if not o.skip_large:
             large(tmp)
+            memory(tmp, [65536] + ([262144] if o.gib else []))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
