@@ -186,11 +186,19 @@ def _vm_hwm(pid):
 
 
 def _children(pid):
+    """pid's children, started by any of its threads."""
+    out = []
     try:
-        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-            return [int(x) for x in f.read().split()]
+        tasks = os.listdir("/proc/%d/task" % pid)
     except OSError:
-        return []
+        return out
+    for tid in tasks:
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, tid)) as f:
+                out.extend(int(x) for x in f.read().split())
+        except OSError:
+            pass
+    return out
 
 
 def peak_memory(cmd, cwd):
