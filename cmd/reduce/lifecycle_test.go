@@ -91,7 +91,7 @@ func TestRegressionLifeStep(t *testing.T) {
 	res, out := pytestOutcomes(t, proj, dir)
 	assert.Equal(t, "XFAIL", res["test_minimal_batch"], out)
 	assert.Equal(t, "PASSED", res["test_passing_batch[boundary.bin]"], out)
-	assert.NotContains(t, res, "FAILED", out)
+	assert.NotEmpty(t, res, "no test outcome read from pytest's output:\n%s", out)
 	for name, o := range res {
 		assert.NotEqual(t, "FAILED", o, "%s\n%s", name, out)
 	}

@@ -5,7 +5,6 @@ package main
 
 import (
 	"os"
-	"runtime/debug"
 
 	"reduce/replay"
 )
@@ -15,13 +14,6 @@ func main() {
 	// candidate; the worker never goes through the CLI.
 	if len(os.Args) > 1 && os.Args[1] == replay.WorkerCommand {
 		os.Exit(replay.Worker(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv))
-	}
-	// The reducer's heap is mostly candidates' storage, each garbage once
-	// replayed and free of pointers to scan: collecting it at 25% growth
-	// rather than Go's 100% costs little and keeps about a candidate's size
-	// less resident (GOGC, when set, wins).
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(25)
 	}
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }

@@ -19,20 +19,7 @@ type tryValue func(ctx context.Context, v value, trial int) (shrink.Outcome, err
 
 // all asks every trial of the value, as askTrials does.
 func (try tryValue) all(ctx context.Context, v value, trials int) (shrink.Outcome, error) {
-	out := shrink.Pass
-	for t := 0; t < trials; t++ {
-		o, err := try(ctx, v, t)
-		if err != nil {
-			return shrink.Unresolved, err
-		}
-		if o == shrink.Fail {
-			return shrink.Fail, nil
-		}
-		if o == shrink.Unresolved {
-			out = shrink.Unresolved
-		}
-	}
-	return out, nil
+	return allTrials(trials, func(t int) (shrink.Outcome, error) { return try(ctx, v, t) })
 }
 
 // bounds is what a boundary search found for one element: the nearest

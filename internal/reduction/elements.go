@@ -118,17 +118,13 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 		idx[bd] = orig(idx[bd])
 		return Element{row: un.index[bd], Element: regress.Element{Tensor: e.Name, Index: idx, MinimalIndex: un.index}}
 	}
-	try := func(set map[int]value) tryValue {
-		return func(ctx context.Context, v value, trial int) (shrink.Outcome, error) {
-			return r.ask(ctx, keeping(keep, set), trial)
-		}
-	}
+	with := func(set map[int]value) *candidate { return keeping(keep, set) }
 	ask := func(ctx context.Context, set map[int]value) (shrink.Outcome, error) {
-		return r.askTrials(ctx, keeping(keep, set))
+		return r.askTrials(ctx, with(set))
 	}
 
 	// A relation first: its elements have no boundary of their own.
-	rel, broken, err := r.relation(ctx, sp, keep, elem, ask)
+	rel, broken, err := r.relation(ctx, sp, elem, keep, with)
 	if err != nil || ctx.Err() != nil {
 		out.partial = ctx.Err() != nil
 		return out, err
@@ -153,7 +149,7 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 		fe := elem(u)
 		un := sp.units[u]
 		one := func(ctx context.Context, v value, trial int) (shrink.Outcome, error) {
-			return try(map[int]value{u: v})(ctx, v, trial)
+			return r.ask(ctx, with(map[int]value{u: v}), trial)
 		}
 		var b bounds
 		if un.float {

@@ -355,9 +355,14 @@ func (r *run) ask(ctx context.Context, c *candidate, trial int) (shrink.Outcome,
 // otherwise. The single questions of the diagnoses (a probe, a neighbour)
 // are asked this way, so that a flaky failure is never taken for a pass.
 func (r *run) askTrials(ctx context.Context, c *candidate) (shrink.Outcome, error) {
+	return allTrials(r.o.Trials, func(t int) (shrink.Outcome, error) { return r.ask(ctx, c, t) })
+}
+
+// allTrials asks trials 0 to n-1 and combines them as askTrials says.
+func allTrials(n int, ask func(trial int) (shrink.Outcome, error)) (shrink.Outcome, error) {
 	out := shrink.Pass
-	for t := 0; t < r.o.Trials; t++ {
-		o, err := r.ask(ctx, c, t)
+	for t := 0; t < n; t++ {
+		o, err := ask(t)
 		if err != nil {
 			return shrink.Unresolved, err
 		}

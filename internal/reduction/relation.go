@@ -27,8 +27,8 @@ type relationFound struct {
 // batch passes, and setting all of them to one such value fails. It
 // returns the relation and the batch that breaks it (the first unit at a
 // fresh value: replayed, passed), or nil when there is none.
-func (r *run) relation(ctx context.Context, sp *unitSpace, keep []int, elem func(int) Element,
-	ask func(context.Context, map[int]value) (shrink.Outcome, error)) (*relationFound, map[int]value, error) {
+func (r *run) relation(ctx context.Context, sp *unitSpace, elem func(int) Element, keep []int,
+	with func(map[int]value) *candidate) (*relationFound, map[int]value, error) {
 	group := equalGroup(sp, keep)
 	if group == nil {
 		return nil, nil, nil
@@ -38,19 +38,7 @@ func (r *run) relation(ctx context.Context, sp *unitSpace, keep []int, elem func
 	if !ok {
 		return nil, nil, nil
 	}
-	r.setPhase(PhaseRelation, len(group))
-	for _, u := range group {
-		o, err := ask(ctx, map[int]value{u: fresh[0]})
-		if err != nil || o != shrink.Pass {
-			return nil, nil, err
-		}
-	}
-	all := map[int]value{}
-	for _, u := range group {
-		all[u] = fresh[1]
-	}
-	o, err := ask(ctx, all)
-	if err != nil || o != shrink.Fail {
+	if holds, err := equality(ctx, r, group, fresh[0], fresh[1], with); err != nil || !holds {
 		return nil, nil, err
 	}
 	var names []string
@@ -207,28 +195,9 @@ func (r *run) valueRelation(ctx context.Context, f *Finding, base *candidate) er
 		with := func(set map[int]json.RawMessage) *candidate {
 			return &candidate{base: base, values: &valueEdit{path: path, set: set}, size: len(f.Indices)}
 		}
-		r.setPhase(PhaseRelation, len(group))
-		holds := true
-		for _, k := range group {
-			o, err := r.askTrials(ctx, with(map[int]json.RawMessage{k: fresh[0]}))
-			if err != nil {
-				return err
-			}
-			if holds = o == shrink.Pass; !holds {
-				break
-			}
-		}
-		all := map[int]json.RawMessage{}
-		for _, k := range group {
-			all[k] = fresh[1]
-		}
-		if !holds {
-			continue
-		}
-		if o, err := r.askTrials(ctx, with(all)); err != nil || o != shrink.Fail {
-			if err != nil {
-				return err
-			}
+		if holds, err := equality(ctx, r, group, fresh[0], fresh[1], with); err != nil {
+			return err
+		} else if !holds {
 			continue
 		}
 		rel := &regress.Relation{Kind: "equal"}
@@ -287,4 +256,24 @@ func freshJSON(values []json.RawMessage, n int) []json.RawMessage {
 		return nil
 	}
 	return out
+}
+
+// equality replays the test of a relation of equality between the
+// members of group (positions that one edit sets): each one alone set to
+// fresh0, a value found nowhere in the batch, must pass, and all of them
+// set to fresh1, another such value, must fail. with builds the candidate
+// of an edit. It stops at the first answer that rules the relation out.
+func equality[V any](ctx context.Context, r *run, group []int, fresh0, fresh1 V, with func(map[int]V) *candidate) (bool, error) {
+	r.setPhase(PhaseRelation, len(group))
+	for _, k := range group {
+		if o, err := r.askTrials(ctx, with(map[int]V{k: fresh0})); err != nil || o != shrink.Pass {
+			return false, err
+		}
+	}
+	all := map[int]V{}
+	for _, k := range group {
+		all[k] = fresh1
+	}
+	o, err := r.askTrials(ctx, with(all))
+	return err == nil && o == shrink.Fail, err
 }

@@ -77,6 +77,9 @@ __all__ = [
     "check_exception",
     "check_outputs",
     "failure_matches",
+    "failure_class",
+    "check_same_failure",
+    "DifferentFailure",
     "summarize",
     "check_result",
     "run_in_child",
@@ -1815,6 +1818,41 @@ def _failure_mismatch(e, name, message=None, pattern=None):
         if not re.search(pattern, text):
             return "message %r does not match %r" % (text, pattern)
     return None
+
+
+class DifferentFailure(BaseException):
+    """For the regression tests reduce generates: the minimal batch failed otherwise than recorded.
+    A real failure, never an expected one: a BaseException, so that no xfail's raises= (not even
+    Exception) takes it for the recorded failure."""
+
+
+def failure_class(name):
+    """For the regression tests reduce generates: the class of the recorded failure, the xfail's
+    raises=: the class `name` names (a builtin's name or a dotted path), ChildFailure when name is
+    None (a crash of a child process). ImportError when the class cannot be imported."""
+    if name is None:
+        return ChildFailure
+    cls = _exception_class(name)
+    if cls is None:
+        raise ImportError("cannot import the recorded exception class %s (is its module on sys.path?)" % name)
+    return cls
+
+
+def check_same_failure(e, name, message=None, pattern=None):
+    """For the regression tests reduce generates: raise DifferentFailure (from e) unless exception
+    e is the recorded failure: of the class `name` (None: a ChildFailure, a crash), with `message`
+    exactly (failure_matches' rule), else with a text that matches `pattern` (a regular expression,
+    searched in the exception's name, message and a child process's stderr together)."""
+    text = "%s %s\n%s" % (getattr(e, "name", ""), e, getattr(e, "child_stderr", "") or "")
+    if name is None:
+        why = None if isinstance(e, ChildFailure) else "raised %s, not a crash of the child" % type(e).__name__
+    else:
+        why = _failure_mismatch(e, name, message)
+    if why is None and message is None and pattern is not None and not re.search(pattern, text, re.S):
+        why = "its text does not match %r" % pattern
+    if why is not None:
+        raise DifferentFailure("the minimal batch fails otherwise than recorded (%s): %s: %s"
+                               % (why, type(e).__name__, text.strip())) from e
 
 
 _SUMMARY_KEYS = frozenset(["path", "dtype", "shape", "finite"])

@@ -595,3 +595,33 @@ def test_limit_device_memory_moved():
     import reduce_replay
 
     assert reduce_replay.limit_device_memory is rb.limit_device_memory
+
+
+# --- failure_class, check_same_failure: the generated tests' judgement of the minimal batch ---
+
+
+def test_failure_class():
+    assert rb.failure_class("IndexError") is IndexError
+    assert rb.failure_class("torch.cuda.OutOfMemoryError") is torch.cuda.OutOfMemoryError
+    assert rb.failure_class(None) is rb.ChildFailure
+    with pytest.raises(ImportError, match="no_such_module.Error"):
+        rb.failure_class("no_such_module.Error")
+
+
+def test_check_same_failure():
+    rb.check_same_failure(IndexError("Target 4 is out of bounds."), "IndexError", "Target 4 is out of bounds.")
+    rb.check_same_failure(ValueError("duplicate key 1041 in the batch"), "ValueError", None, "duplicate.*?key.*?the.*?batch")
+    for e, args in [
+        (IndexError("Target 5 is out of range."), ("IndexError", "Target 4 is out of bounds.")),  # another message
+        (RuntimeError("Target 4 is out of bounds."), ("IndexError", "Target 4 is out of bounds.")),  # another class
+        (ValueError("x out of [0, 1]"), ("ValueError", None, "duplicate.*?key")),  # another text
+        (IndexError("boom"), (None,)),  # not a crash of the child
+    ]:
+        with pytest.raises(rb.DifferentFailure) as info:
+            rb.check_same_failure(e, *args)
+        assert info.value.__cause__ is e
+    # A DifferentFailure is no Exception: an xfail's raises=Exception cannot take it for the recorded one.
+    assert not issubclass(rb.DifferentFailure, Exception)
+    # A child's crash: its name and stderr are part of the text the pattern is searched in.
+    crash = rb.ChildFailure("signal SIGSEGV", "", "Fatal Python error: Segmentation fault\n")
+    rb.check_same_failure(crash, None, None, "SIGSEGV")
