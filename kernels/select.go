@@ -76,50 +76,67 @@ func (t *Tensor) Select(dim int, indices []int64) (*Tensor, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
-	d, err := t.normDim(dim)
+	u, elems, err := t.SelectLayout(dim, indices, t.StorageElems())
 	if err != nil {
 		return nil, err
+	}
+	es := int64(t.DType.Size())
+	d, _ := t.normDim(dim)
+	u.Data = make([]byte, elems*es)
+	copy(u.Data, t.Data[:min(t.Offset, t.StorageElems())*es])
+	if ext := u.Extent(); ext > 0 {
+		newCopyPlan(u.Shape, u.Strides, t.Strides, d, indices, int(es)).exec(u.Data, t.Data, t.Offset, t.Offset)
+	}
+	return u, nil
+}
+
+// SelectLayout is Select without the data, for a t whose storage holds
+// storage elements (t.Data is not read and may be nil): the tensor Select
+// would return, with Data nil, and the number of storage elements it would
+// have. Its first min(t.Offset, storage) elements are a copy of t's, the
+// elements its view reaches are t's selected ones, and every other element
+// is zero. A candidate described to a replay's process (fixtures.View) is
+// laid out with it, so that the process builds the tensor Select builds.
+func (t *Tensor) SelectLayout(dim int, indices []int64, storage int64) (*Tensor, int64, error) {
+	if err := t.validateIn(storage); err != nil {
+		return nil, 0, err
+	}
+	d, err := t.normDim(dim)
+	if err != nil {
+		return nil, 0, err
 	}
 	size := t.Shape[d]
 	for k, i := range indices {
 		if i < 0 || i >= size {
-			return nil, fmt.Errorf("%w: index %d (position %d) for dim %d of size %d", ErrIndex, i, k, d, size)
+			return nil, 0, fmt.Errorf("%w: index %d (position %d) for dim %d of size %d", ErrIndex, i, k, d, size)
 		}
 	}
 	m := int64(len(indices))
 	strides, err := t.restride(d, m)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	shape := append([]int64(nil), t.Shape...)
 	shape[d] = m
 	if _, err := checkedNumel(shape); err != nil {
-		return nil, err // torch: "Storage size calculation overflowed"
+		return nil, 0, err // torch: "Storage size calculation overflowed"
 	}
 	u := &Tensor{DType: t.DType, Shape: shape, Strides: strides, Offset: t.Offset}
 	ext, err := extent(shape, strides)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	es := int64(t.DType.Size())
-	prefix := min(t.Offset, t.StorageElems())
-	elems := prefix
+	elems := min(t.Offset, storage)
 	if ext > 0 {
 		var ok bool
 		if elems, ok = addOK(t.Offset, ext); !ok {
-			return nil, fmt.Errorf("%w: offset %d + extent %d", ErrOverflow, t.Offset, ext)
+			return nil, 0, fmt.Errorf("%w: offset %d + extent %d", ErrOverflow, t.Offset, ext)
 		}
 	}
-	nbytes, ok := mulOK(elems, es)
-	if !ok || nbytes > math.MaxInt {
-		return nil, fmt.Errorf("%w: %d elements of %s", ErrOverflow, elems, t.DType)
+	if nbytes, ok := mulOK(elems, int64(t.DType.Size())); !ok || nbytes > math.MaxInt {
+		return nil, 0, fmt.Errorf("%w: %d elements of %s", ErrOverflow, elems, t.DType)
 	}
-	u.Data = make([]byte, nbytes)
-	copy(u.Data, t.Data[:prefix*es])
-	if ext > 0 {
-		newCopyPlan(shape, strides, t.Strides, d, indices, int(es)).exec(u.Data, t.Data, t.Offset, t.Offset)
-	}
-	return u, nil
+	return u, elems, nil
 }
 
 // restride computes the strides Select gives t's layout with size m along

@@ -170,6 +170,15 @@ func (t *Tensor) Validate() error {
 	if !t.DType.Valid() {
 		return fmt.Errorf("%w: %d", ErrDType, t.DType)
 	}
+	return t.validateIn(t.StorageElems())
+}
+
+// validateIn is Validate for a storage of have elements, whatever Data
+// holds (a layout without its data: SelectLayout).
+func (t *Tensor) validateIn(have int64) error {
+	if !t.DType.Valid() {
+		return fmt.Errorf("%w: %d", ErrDType, t.DType)
+	}
 	if _, err := checkedNumel(t.Shape); err != nil {
 		return err
 	}
@@ -195,7 +204,7 @@ func (t *Tensor) Validate() error {
 	if !ok {
 		return fmt.Errorf("%w: offset %d + extent %d", ErrOverflow, t.Offset, ext)
 	}
-	if have := t.StorageElems(); end > have {
+	if end > have {
 		return fmt.Errorf("%w: needs %d elements of %s (offset %d + extent %d), storage has %d (%d bytes)",
 			ErrStorage, end, t.DType, t.Offset, ext, have, len(t.Data))
 	}

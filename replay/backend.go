@@ -226,6 +226,18 @@ type Backend interface {
 	Close() error
 }
 
+// Viewer is a Backend whose processes build a candidate themselves from
+// the recorded file and the candidate's description (fixtures.View): the
+// go worker applies the view to the mapped file, the torch worker builds
+// the plan's tensors from it; no candidate is written to a file. Views
+// reports whether this one does (not on Slurm, whose nodes may not see the
+// file); where it does not, Replay takes the candidate built.
+type Viewer interface {
+	Backend
+	Views() bool
+	ReplayView(ctx context.Context, src *fixtures.Source, v *fixtures.View) (Verdict, error)
+}
+
 // Settings are what a backend's answers depend on, every default filled
 // in (the interpreter found, the device resolved, the timeout's default):
 // two backends with equal Settings answer a candidate alike. A reduction's

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -81,6 +82,35 @@ func (g *goBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, err
 	res := g.pool.Run(ctx, Command{Path: g.exe, Args: args, Env: g.env,
 		Streams: map[string]func(io.Writer) error{"candidate.bin": data}})
 	return verdictOf(ctx, KindGo, g.device, res, start)
+}
+
+// Views: the worker applies a view to the mapped file wherever it can
+// read it: not on Slurm, whose node may not see it.
+func (g *goBackend) Views() bool { return !g.pool.remote() }
+
+// ReplayView runs `reduce __worker --device D --view`, with the source's
+// path and the view on its standard input: the worker maps the file and
+// applies the view (fixtures.Batch.Apply), so that the candidate costs a
+// copy of the rows it keeps, in the worker, and no file.
+func (g *goBackend) ReplayView(ctx context.Context, src *fixtures.Source, v *fixtures.View) (Verdict, error) {
+	if g.closed.Load() {
+		return Verdict{Backend: KindGo, Device: g.device}, ErrClosed
+	}
+	start := time.Now()
+	in, err := json.Marshal(viewRequest{Source: src.Path, View: v})
+	if err != nil {
+		return Verdict{Backend: KindGo, Device: g.device}, fmt.Errorf("replay: go backend: view: %w", err)
+	}
+	args := append(g.args[:len(g.args):len(g.args)], "--view")
+	res := g.pool.Run(ctx, Command{Path: g.exe, Args: args, Env: g.env, Stdin: in, TempDir: true})
+	return verdictOf(ctx, KindGo, g.device, res, start)
+}
+
+// viewRequest is what the go worker reads on its standard input with
+// --view.
+type viewRequest struct {
+	Source string         `json:"source"`
+	View   *fixtures.View `json:"view"`
 }
 
 func (g *goBackend) Close() error {

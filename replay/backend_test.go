@@ -23,9 +23,36 @@ import (
 // Worker the same way).
 const goWorkerEnv = "REPLAY_GO_WORKER"
 
+// runDirLogEnv, when set, names a file the worker appends the names in
+// its run directory to before it runs (TestViewsWriteNoCandidateFile).
+const runDirLogEnv = "REPLAY_RUN_DIR_LOG"
+
 func init() {
 	if os.Getenv(goWorkerEnv) == "1" {
+		if log := os.Getenv(runDirLogEnv); log != "" {
+			logRunDir(log, os.Getenv(RunDirEnv))
+		}
 		os.Exit(Worker(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv))
+	}
+}
+
+// logRunDir appends one line to log: the names in dir, sorted, or
+// "no run directory".
+func logRunDir(log, dir string) {
+	line := "no run directory"
+	if dir != "" {
+		entries, _ := os.ReadDir(dir)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		sort.Strings(names)
+		line = "[" + strings.Join(names, " ") + "]"
+	}
+	f, err := os.OpenFile(log, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err == nil {
+		fmt.Fprintln(f, line)
+		f.Close()
 	}
 }
 

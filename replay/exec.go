@@ -234,7 +234,7 @@ func (e *execBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, e
 		return Verdict{Backend: KindExec, Device: e.device}, fmt.Errorf("replay: --replay-format %s: %w", e.format, err)
 	}
 	if e.warm != nil {
-		v, err := e.warm.replayZygote(ctx, data, start)
+		v, err := e.warm.replayZygote(ctx, zygoteInput{data: data}, start)
 		v.Device, v.Launcher = e.device, LauncherLocal
 		return v, err
 	}

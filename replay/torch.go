@@ -315,10 +315,7 @@ func (t *torchBackend) memoryArgs() []string {
 
 func (t *torchBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, error) {
 	start := time.Now()
-	t.zmu.Lock()
-	closed := t.closed
-	t.zmu.Unlock()
-	if closed {
+	if t.isClosed() {
 		return Verdict{Backend: KindTorch, Device: t.device}, ErrClosed
 	}
 	data, err := encodeBatch(b, fixtures.FormatBin)
@@ -339,7 +336,43 @@ func (t *torchBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, 
 			Streams: map[string]func(io.Writer) error{"candidate.bin": data}})
 		return verdictOf(ctx, KindTorch, t.device, res, start)
 	}
-	return t.replayZygote(ctx, data, start)
+	return t.replayZygote(ctx, zygoteInput{data: data}, start)
+}
+
+// Views: the worker builds a plan's candidate wherever it can read the
+// file: not on Slurm, whose node may not see it, nor for the exec
+// backend's command, which reads a file of its own.
+func (t *torchBackend) Views() bool { return !t.pool.remote() && t.program == nil }
+
+// ReplayView replays the candidate v describes, built by the worker from
+// the source's file (reduce_batch.load_view of fixtures.Batch.Plan): the
+// zygote's child gets the plan in its request, a cold worker on its
+// standard input. No candidate file is written.
+func (t *torchBackend) ReplayView(ctx context.Context, src *fixtures.Source, v *fixtures.View) (Verdict, error) {
+	start := time.Now()
+	if t.isClosed() {
+		return Verdict{Backend: KindTorch, Device: t.device}, ErrClosed
+	}
+	plan, err := src.Batch.Plan(v, src.Path)
+	if err == nil {
+		var raw []byte
+		if raw, err = json.Marshal(plan); err == nil {
+			if t.noZyg {
+				args := []string{t.module, "replay", "-", "--device", t.device}
+				args = append(append(args, t.entryArgs()...), t.memoryArgs()...)
+				res := t.pool.Run(ctx, Command{Path: t.python, Args: args, Env: t.env, Stdin: raw, TempDir: true})
+				return verdictOf(ctx, KindTorch, t.device, res, start)
+			}
+			return t.replayZygote(ctx, zygoteInput{plan: raw}, start)
+		}
+	}
+	return Verdict{Backend: KindTorch, Device: t.device}, fmt.Errorf("replay: torch backend: plan: %w", err)
+}
+
+func (t *torchBackend) isClosed() bool {
+	t.zmu.Lock()
+	defer t.zmu.Unlock()
+	return t.closed
 }
 
 // Close stops the zygote (its children are killed) and removes the

@@ -431,7 +431,14 @@ func (t *torchBackend) newID() string {
 	return strconv.FormatUint(t.nextID, 10)
 }
 
-func (t *torchBackend) replayZygote(ctx context.Context, data func(io.Writer) error, start time.Time) (Verdict, error) {
+// zygoteInput is the candidate of one zygote request: a file the
+// candidate is written into (data), or a plan the child builds it from.
+type zygoteInput struct {
+	data func(io.Writer) error
+	plan json.RawMessage
+}
+
+func (t *torchBackend) replayZygote(ctx context.Context, data zygoteInput, start time.Time) (Verdict, error) {
 	slot, err := t.pool.take(ctx)
 	if err != nil {
 		v := Verdict{Backend: t.verdictKind(), Device: t.device, Zygote: true,
@@ -480,7 +487,7 @@ func (k zygoteChild) reap() (exitStatus, error) {
 // zygoteOnce runs the candidate in a child of the zygote in slot. retry
 // reports that the zygote died with the candidate's outcome unknown; the
 // verdict is then the infra one to give if the retry dies too.
-func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data func(io.Writer) error, start time.Time) (v Verdict, retry bool, err error) {
+func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data zygoteInput, start time.Time) (v Verdict, retry bool, err error) {
 	v = Verdict{Backend: t.verdictKind(), Device: t.device, Zygote: true}
 	t.zmu.Lock()
 	z, err := t.zygoteLocked()
@@ -489,7 +496,11 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data func(io.Wr
 		v.Signature = signature.Signature{Family: signature.FamilyInfra, Expression: "torch zygote not started"}
 		return v, false, err
 	}
-	dir, err := t.runner.makeRunDir(&Command{Streams: map[string]func(io.Writer) error{t.candidateFile(): data}})
+	files := &Command{TempDir: true}
+	if data.plan == nil {
+		files.Streams = map[string]func(io.Writer) error{t.candidateFile(): data.data}
+	}
+	dir, err := t.runner.makeRunDir(files)
 	if err != nil {
 		v.Signature = signature.Signature{Family: signature.FamilyInfra, Expression: "no run directory"}
 		return v, false, err
@@ -552,8 +563,13 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data func(io.Wr
 	id := t.newID()
 	call := z.register(id)
 	sent := time.Now()
-	if err := z.send(map[string]any{"id": id, "slot": slot, "path": filepath.Join(dir, t.candidateFile()),
-		"stdout": paths[0], "stderr": paths[1], "run_dir": dir}); err != nil {
+	req := map[string]any{"id": id, "slot": slot, "stdout": paths[0], "stderr": paths[1], "run_dir": dir}
+	if data.plan != nil {
+		req["plan"] = data.plan
+	} else {
+		req["path"] = filepath.Join(dir, t.candidateFile())
+	}
+	if err := z.send(req); err != nil {
 		<-z.dead // a write fails only when the zygote is gone
 	}
 	var pid int

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bufio"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"hash/crc32"
@@ -71,6 +72,7 @@ func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(s
 	device := fs.String("device", "cpu", "cpu (CPU semantics) or cuda (CUDA emulation)")
 	abort := fs.Bool("abort", false, "after a device-side failure, die by SIGABRT as a broken CUDA context does at exit")
 	deviceMemory := fs.Int64("device-memory", 0, "bytes the op may allocate, emulating a device of that size (0: no limit)")
+	view := fs.Bool("view", false, "read {\"source\": FILE, \"view\": VIEW} on stdin and replay the view of FILE (fixtures.View)")
 	if err := fs.Parse(args); err != nil {
 		return harness("%v", err)
 	}
@@ -82,9 +84,15 @@ func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(s
 		return harness("--device: %v", err)
 	}
 	var b *fixtures.Batch
-	if fs.NArg() == 1 {
+	switch {
+	case *view:
+		if fs.NArg() != 0 {
+			return harness("--view reads its candidate on stdin: unexpected arguments %q", fs.Args())
+		}
+		b, err = readView(stdin)
+	case fs.NArg() == 1:
 		b, err = fixtures.Read(fs.Arg(0), fixtures.WithMaxSize(math.MaxInt64))
-	} else {
+	default:
 		b, err = fixtures.Decode(bufio.NewReaderSize(stdin, 1<<20), "<stdin>")
 	}
 	if err != nil {
@@ -131,6 +139,25 @@ func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(s
 		dieBySignal(syscall.SIGABRT)
 	}
 	return 1
+}
+
+// readView builds the candidate a viewRequest on r describes from the
+// mapped source (fixtures.ReadSource, fixtures.Batch.Apply).
+func readView(r io.Reader) (*fixtures.Batch, error) {
+	var req viewRequest
+	d := json.NewDecoder(r)
+	d.DisallowUnknownFields()
+	if err := d.Decode(&req); err != nil {
+		return nil, fmt.Errorf("--view: the request on stdin: %w", err)
+	}
+	if req.Source == "" || req.View == nil {
+		return nil, fmt.Errorf("--view: the request on stdin names no source or no view")
+	}
+	src, err := fixtures.ReadSource(req.Source)
+	if err != nil {
+		return nil, err
+	}
+	return src.Apply(req.View)
 }
 
 // Where the emulated training step's frames say the error surfaced. A

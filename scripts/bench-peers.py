@@ -12,7 +12,10 @@
    256 MiB (and 1 GiB with --gib).
 
 Run with the Python that has torch (Debian's, /usr/bin/python3), from the repository root, after
-`make build`:  scripts/bench-peers.py [--skip-large]
+`make build`:  scripts/bench-peers.py [--skip-large] [--gib] [--against OLD_BINARY]
+
+--against measures an earlier build (say `git worktree add /tmp/old REV && cd /tmp/old && go build
+-o /tmp/reduce-old ./cmd/reduce`) beside this one in sections 2 and 4.
 
 picire runs from a virtual environment of its own under ~/.cache/reduce (made on first use with
 pip, on top of this Python's packages, so that its test processes import the same torch).
@@ -35,6 +38,8 @@ import reduce_batch  # noqa: E402
 import torch  # noqa: E402
 
 REDUCE = os.path.join(ROOT, "bin", "reduce")
+# The binaries sections 2 and 4 measure, each with its label: this one, and --against.
+BINARIES = [("", REDUCE)]
 PICIRE = "picire==21.8"
 PICIRE_DEPS = ["inators==2.1.1"]
 
@@ -167,10 +172,11 @@ def large(tmp):
     t_bare, _ = timed([sys.executable, "-c", bare, path])
     print("%-34s %9s %12s" % ("run", "seconds", "ratio"))
     print("%-34s %9.2f %12s" % ("bare torch: load and run the op", t_bare, "1"))
-    for name, args in (("reduce replay --backend go", ["--backend", "go"]),
-                       ("reduce replay --backend torch", ["--backend", "torch", "--python", sys.executable])):
-        t, p = timed([REDUCE, "replay", path] + args)
-        print("%-34s %9.2f %12.2f" % (name, t, t / t_bare))
+    for label, binary in BINARIES:
+        for name, args in (("reduce replay --backend go", ["--backend", "go"]),
+                           ("reduce replay --backend torch", ["--backend", "torch", "--python", sys.executable])):
+            t, p = timed([binary, "replay", path] + args)
+            print("%-34s %9.2f %12.2f" % (label + name, t, t / t_bare))
 
 
 def _vm_hwm(pid):
@@ -217,17 +223,22 @@ def peak_memory(cmd, cwd):
 
 
 def memory(tmp, sizes):
-    print("\n4. peak resident set of reduce and of its largest replay (go backend), against the batch's storage")
-    print("%-9s %12s %8s %14s %8s %8s" % ("batch", "reduce MiB", "ratio", "replay MiB", "ratio", "sum"))
+    print("\n4. peak resident set of reduce and of its largest replay, against the batch's storage")
+    print("%-9s %-22s %12s %8s %14s %8s %8s" % ("batch", "backend", "reduce MiB", "ratio", "replay MiB", "ratio", "sum"))
     for rows in sizes:
         path = os.path.join(tmp, "ce%dm.bin" % (rows // 256))
         if not os.path.exists(path):
             batch(tmp, rows, width=1024, name=os.path.basename(path))
         storage = rows * 1024 * 4 + rows * 8
-        own, child = peak_memory([REDUCE, "--batch", path, "--backend", "go", "--out", os.path.join(tmp, "mem-%d" % rows), "-q"], tmp)
-        mib = 1 << 20
-        print("%-9s %12.0f %8.2f %14.0f %8.2f %8.2f" % ("%d MiB" % (storage // mib), own / mib, own / storage,
-                                                        child / mib, child / storage, (own + child) / storage))
+        for label, binary in BINARIES:
+            for backend in ("go", "torch"):
+                out = os.path.join(tmp, "mem-%d-%s-%d" % (rows, backend, len(label)))
+                own, child = peak_memory([binary, "--batch", path, "--backend", backend, "--python", sys.executable,
+                                          "--out", out, "-q"], tmp)
+                mib = 1 << 20
+                print("%-9s %-22s %12.0f %8.2f %14.0f %8.2f %8.2f" % (
+                    "%d MiB" % (storage // mib), label + backend, own / mib, own / storage,
+                    child / mib, child / storage, (own + child) / storage))
 
 
 def bound(tmp):
@@ -243,7 +254,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--skip-large", action="store_true", help="leave out the 256 MiB replay and the memory")
     ap.add_argument("--gib", action="store_true", help="measure the memory at 1 GiB too (minutes)")
+    ap.add_argument("--against", metavar="BIN", help="an earlier reduce binary (built from an older commit) "
+                    "measured beside this one in sections 2 and 4")
     o = ap.parse_args()
+    if o.against:
+        BINARIES.append(("earlier: ", os.path.abspath(o.against)))
     if not os.path.exists(REDUCE):
         raise SystemExit("no %s: run `make build` first" % REDUCE)
     warm, cold = warm_flags()

@@ -319,54 +319,56 @@ func (e *edit) changes(fn func(u int, v value, isNeutral bool)) {
 	}
 }
 
-// build makes the candidate's batch from the recorded one: the rows
-// selected (dtype, per-sample shape and layout kept), then the edit
-// applied to copies of the tensors it touches.
+// build makes the candidate's batch from the recorded one: its view
+// applied (fixtures.Batch.Apply: the rows selected, dtype, per-sample
+// shape and layout kept, then the edit on copies of the tensors it
+// touches, the dims cut, the values set), as the go worker applies it to
+// the mapped file.
 func (c *candidate) build(orig *fixtures.Batch) (*fixtures.Batch, error) {
 	reclaim(orig)
-	if c.narrow != nil {
-		b, err := c.base.build(orig)
-		if err != nil {
-			return nil, err
-		}
-		return c.narrow.apply(b)
+	v, err := c.view()
+	if err != nil {
+		return nil, err
 	}
-	if c.values != nil {
-		b, err := c.base.build(orig)
+	return orig.Apply(v)
+}
+
+// view is the candidate's description as a replay's process takes it
+// (fixtures.View): the rows, the elements an edit changes with their
+// bytes, the narrowing, the values set.
+func (c *candidate) view() (*fixtures.View, error) {
+	if c.narrow != nil || c.values != nil {
+		base, err := c.base.view()
 		if err != nil {
 			return nil, err
 		}
-		out := *b
-		out.Structure = b.Structure.WithSampleValues(c.values.path, c.values.set)
-		return &out, nil
+		v := *base
+		if c.narrow != nil {
+			if v.Narrow != nil {
+				return nil, fmt.Errorf("candidate %s: a narrowing of a narrowing", c.key(0))
+			}
+			v.Narrow = &fixtures.Narrowing{Tensors: c.narrow.tensors, Dims: c.narrow.dims, Size: c.narrow.size}
+		}
+		if c.values != nil {
+			if v.Values != nil {
+				return nil, fmt.Errorf("candidate %s: values set twice", c.key(0))
+			}
+			v.Values = &fixtures.SampleValues{Path: c.values.path, Set: c.values.set}
+		}
+		return &v, nil
 	}
 	if c.edit == nil {
-		if c.rows == nil {
-			return orig, nil
-		}
-		return orig.Select(c.rows)
+		return &fixtures.View{Rows: c.rows}, nil
 	}
 	sp := c.edit.space
-	out := *sp.sub
-	out.Tensors = slices.Clone(sp.sub.Tensors)
-	clones := map[int]*kernels.Tensor{}
-	c.edit.changes(func(u int, v value, _ bool) {
+	v := &fixtures.View{Rows: sp.rows}
+	c.edit.changes(func(u int, x value, _ bool) {
 		un := sp.units[u]
-		t := clones[un.tensor]
-		if t == nil {
-			t = sp.sub.Tensors[un.tensor].Tensor.Clone()
-			clones[un.tensor] = t
-			e := *sp.sub.Tensors[un.tensor]
-			e.Tensor = t
-			out.Tensors[un.tensor] = &e
-		}
-		if un.float {
-			t.StoreFloat(un.storage, v.f)
-		} else {
-			t.StoreInt(un.storage, v.i)
-		}
+		dt := sp.sub.Tensors[un.tensor].DType
+		v.Set = append(v.Set, fixtures.ElementSet{Tensor: un.tensor, Index: un.index,
+			Bits: fixtures.ElementBits(dt, un.float, x.i, x.f)})
 	})
-	return &out, nil
+	return v, nil
 }
 
 // reclaimAbove is the recorded storage from which building a candidate
@@ -415,33 +417,4 @@ func repeat(v int64, n int) []int64 {
 		out[i] = v
 	}
 	return out
-}
-
-// apply returns b with the narrowing's dims cut, each tensor by
-// kernels.Tensor.Select (dtype and layout kept); the other tensors are
-// shared.
-func (n *narrowing) apply(b *fixtures.Batch) (*fixtures.Batch, error) {
-	out := *b
-	out.Tensors = slices.Clone(b.Tensors)
-	keep := make([]int64, n.size)
-	for i := range keep {
-		keep[i] = int64(i)
-	}
-	for k, ti := range n.tensors {
-		e := *b.Tensors[ti]
-		t, err := e.Tensor.Select(n.dims[k], keep)
-		if err != nil {
-			return nil, fmt.Errorf("narrow %s dim %d to %d: %w", e.Name, n.dims[k], n.size, err)
-		}
-		e.Tensor = t
-		if e.Pad != nil && e.Pad.Dim == n.dims[k] {
-			p := &fixtures.Pad{Dim: e.Pad.Dim, Lengths: slices.Clone(e.Pad.Lengths)}
-			for i, l := range p.Lengths {
-				p.Lengths[i] = min(l, n.size)
-			}
-			e.Pad = p
-		}
-		out.Tensors[ti] = &e
-	}
-	return &out, nil
 }

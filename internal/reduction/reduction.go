@@ -175,9 +175,13 @@ type Element struct {
 // run is one reduction: the batch, the backend, the failure kept, and
 // what was observed along the way.
 type run struct {
-	o        Options
-	batch    *fixtures.Batch
-	be       replay.Backend
+	o     Options
+	batch *fixtures.Batch
+	be    replay.Backend
+	// viewer replays candidates as views of source, when be builds them
+	// itself (replay.Viewer); nil, and each candidate is built here.
+	viewer   replay.Viewer
+	source   *fixtures.Source
 	srcHash  string
 	want     signature.Signature
 	recorded *signature.Signature
@@ -219,6 +223,14 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 	if b.Error != nil {
 		s := signature.Recorded(b.Error.Text)
 		r.recorded, r.want = &s, s
+	}
+	if v, ok := be.(replay.Viewer); ok && v.Views() {
+		src, err := fixtures.NewSource(o.Source, b, "")
+		if err != nil {
+			return nil, errorf(ErrUsage, "read batch %s: %v", o.Source, err)
+		}
+		defer src.Close()
+		r.viewer, r.source = v, src
 	}
 	jpath := journalPath(o.Out, srcHash)
 	head := journalHeader{Source: srcHash, Settings: be.Settings(), Trials: o.Trials, Match: o.Match, Want: r.want}
@@ -407,11 +419,7 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, er
 			Outcome: a.outcome, Signature: s, Resumed: true})
 		return a, nil
 	}
-	b, err := c.build(r.batch)
-	if err != nil {
-		return answered{}, err
-	}
-	verdict, err := r.be.Replay(ctx, b)
+	verdict, err := r.replay(ctx, c)
 	if ctx.Err() != nil {
 		return answered{}, ctx.Err()
 	}
@@ -430,6 +438,23 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, er
 	}
 	r.emit(ev)
 	return a, nil
+}
+
+// replay replays candidate c: as its view, where the backend's processes
+// build it from the source themselves, else built here and handed over.
+func (r *run) replay(ctx context.Context, c *candidate) (replay.Verdict, error) {
+	if r.viewer != nil {
+		v, err := c.view()
+		if err != nil {
+			return replay.Verdict{}, err
+		}
+		return r.viewer.ReplayView(ctx, r.source, v)
+	}
+	b, err := c.build(r.batch)
+	if err != nil {
+		return replay.Verdict{}, err
+	}
+	return r.be.Replay(ctx, b)
 }
 
 // count updates the current phase's count and returns the phase; mu is

@@ -1468,6 +1468,15 @@ class _Reader(object):
                 self.fail("file", "%d trailing bytes after the last payload" % (size - ends[0]))
             self.fail("file", "truncated: %d bytes, want %d" % (size, ends[0]))
 
+    def checked(self, f):
+        """(manifest, P) of the open file f, its header, manifest and payloads' places checked."""
+        size = os.fstat(f.fileno()).st_size
+        mbytes = self.header(f, size)
+        m = self.manifest(mbytes)
+        p = _align(HEADER_SIZE + len(mbytes))
+        self.layout(m, len(mbytes), p, size)
+        return m, p
+
     def payload(self, f, e, p):
         where = "tensor %r" % e["name"]
         pl = e["payload"]
@@ -1522,11 +1531,7 @@ def read_raw(path, max_size=DEFAULT_MAX_SIZE):
     """Read and validate a batch file without torch: (manifest, [storage bytes per tensor])."""
     r = _Reader(os.fspath(path), max_size)
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        mbytes = r.header(f, size)
-        m = r.manifest(mbytes)
-        p = _align(HEADER_SIZE + len(mbytes))
-        r.layout(m, len(mbytes), p, size)
+        m, p = r.checked(f)
         storages = [r.payload(f, e, p) for e in m["tensors"]]
     return m, storages
 
@@ -1550,6 +1555,97 @@ def load(path, device="cpu", *, max_size=DEFAULT_MAX_SIZE):
         st = st.to(device)
         tensors[e["name"]] = torch.as_strided(st, e["shape"], e["strides"], e["offset"])
     return Batch(os.fspath(path), m, tensors)
+
+
+def _map_source(path):
+    """(manifest, [1-D storage tensor per tensor]) of a batch file whose payloads are all
+    uncompressed, the storages over a private copy-on-write mapping of the file: nothing is read
+    until a tensor is, and a step that writes into its batch never reaches the file. The header,
+    the manifest and the payloads' places are checked as load() checks them; the payloads'
+    checksums were checked by reduce, which made the plan."""
+    import mmap
+
+    torch = _torch()
+    r = _Reader(os.fspath(path), _INT64_MAX)
+    with open(path, "rb") as f:
+        m, p = r.checked(f)
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    storages = []
+    for e in m["tensors"]:
+        dt = getattr(torch, e["dtype"])
+        n = e["storage_elements"]
+        if e["payload"]["compression"] != "none":
+            r.fail("tensor %r" % e["name"], "payload: compressed; a plan's source is uncompressed")
+        if n == 0:
+            storages.append(torch.empty(0, dtype=dt))
+        else:
+            storages.append(torch.frombuffer(mm, dtype=dt, count=n, offset=p + e["payload"]["offset"]))
+    return m, storages
+
+
+def _copy_into(storage, dst, src):
+    """dst.copy_(src), where dst is a view of storage (a 1-D tensor): a dim dst stores once
+    (stride 0, an expanded dim) is copied once, and a dst whose elements share storage in other
+    ways (a window view) is written through its storage indices, which copy_ refuses."""
+    torch = _torch()
+    for d in range(dst.dim()):
+        if dst.stride(d) == 0 and dst.size(d) > 1:
+            dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
+    try:
+        dst.copy_(src)
+    except RuntimeError:
+        where = torch.as_strided(torch.arange(storage.numel()), dst.shape, dst.stride(), dst.storage_offset())
+        storage[where.reshape(-1)] = src.reshape(-1)
+
+
+def load_view(plan, device="cpu"):
+    """The candidate batch a reduce plan describes (fixtures.Plan: {source, manifest, tensors}),
+    built from the recorded file it names: a tensor the candidate keeps whole is the mapped
+    storage itself; another gets a storage of its own laid out as the manifest says (the
+    storage's prefix copied, the kept samples' elements copied run by run, the elements set
+    written bit for bit), so that it is the tensor reduce would have written to a candidate
+    file, without the file. Returns a Batch."""
+    import base64
+
+    torch = _torch()
+    if sys.byteorder != "little":
+        raise BatchFileError("%s: a plan is built on a little-endian host only" % plan["source"])
+    src_m, src = _map_source(plan["source"])
+    m = plan["manifest"]
+    if isinstance(m, (str, bytes)):
+        m = json.loads(m)
+    device = torch.device(device)
+    tensors = {}
+    for e, tp, se, s in zip(m["tensors"], plan["tensors"], src_m["tensors"], src):
+        dt = getattr(torch, e["dtype"])
+        if tp.get("whole"):
+            st = s
+        elif tp.get("copy"):
+            st = s.clone()
+        else:
+            st = torch.zeros(e["storage_elements"], dtype=dt)
+            prefix = tp.get("prefix", 0)
+            if prefix:
+                st[:prefix] = s[:prefix]
+            dst = torch.as_strided(st, e["shape"], e["strides"], e["offset"])
+            view = torch.as_strided(s, se["shape"], se["strides"], se["offset"])
+            bd, runs = e.get("batch_dim"), tp.get("runs")
+            for d, n in enumerate(e["shape"]):
+                if runs is None or d != bd:
+                    view = view.narrow(d, 0, n)
+            if runs is None:
+                _copy_into(st, dst, view)
+            else:
+                for at, frm, n in runs:
+                    _copy_into(st, dst.narrow(bd, at, n), view.narrow(bd, frm, n))
+        sets = tp.get("set") or ()
+        if sets:
+            dst = torch.as_strided(st, e["shape"], e["strides"], e["offset"])
+            for x in sets:
+                dst[tuple(x["index"])] = torch.frombuffer(bytearray(base64.b64decode(x["bits"])), dtype=dt)[0]
+        st = st.to(device)
+        tensors[e["name"]] = torch.as_strided(st, e["shape"], e["strides"], e["offset"])
+    return Batch(plan["source"], m, tensors)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2524,19 +2620,21 @@ def run_step(batch):
 
 
 def _load_candidate(path, device, entry, step=None):
-    """(the batch loaded on device, a function of the Batch that runs it) for replay(): the --entry
+    """(the batch loaded on device (from a file's path, or a plan: load_view), a function of the Batch that runs it) for replay(): the --entry
     function (called with the Batch), else the step (`step`, or the one the file records) called
     as _call_step does, else None for the batch's op. HarnessError when the batch cannot run: the
     entry or step does not resolve, the file does not load, or it records no op, no step and no
     entry is given."""
-    path = os.path.abspath(path)
+    plan = path if isinstance(path, dict) else None
+    if plan is None:
+        path = os.path.abspath(path)
     fn = resolve_entry(entry) if entry else None
     if fn is None and step is not None:
         sfn = resolve_step(step, chdir=True)
         fn = lambda b: _call_step(sfn, b)  # noqa: E731
     try:
-        batch = load(path, device=device)
-    except (OSError, BatchFileError) as e:
+        batch = load(path, device=device) if plan is None else load_view(plan, device=device)
+    except (OSError, BatchFileError, KeyError, TypeError) as e:
         raise HarnessError("cannot load the candidate: %s" % e)
     if fn is None and batch.step and not batch.op:
         sfn = resolve_step(batch.step, chdir=True)

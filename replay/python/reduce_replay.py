@@ -82,7 +82,7 @@ def _summary(out):
 
 
 def replay(path, device="cpu", entry=None, device_memory=0, step=None):
-    """Run one candidate: reduce_batch.replay, with reduce's --seed (REDUCE_SEED) and
+    """Run one candidate (a file's path, or a plan for reduce_batch.load_view): reduce_batch.replay, with reduce's --seed (REDUCE_SEED) and
     --device-memory (limit_device_memory, set once the batch is loaded) around the step, and a
     summary line of the output on stdout. A failure of the candidate is the exception the op
     raises; reduce_batch.HarnessError when it cannot run."""
@@ -129,7 +129,8 @@ def _check_device(device):
 
 
 def _cmd_replay(args):
-    """replay FILE [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION] [--device-memory BYTES]: run one candidate batch."""
+    """replay FILE|- [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION] [--device-memory BYTES]: run one candidate
+    batch; - reads a plan (reduce_batch.load_view) on stdin instead of a file."""
     import argparse
 
     p = argparse.ArgumentParser(prog="reduce_replay.py replay")
@@ -150,11 +151,24 @@ def _cmd_replay(args):
         return HARNESS_EXIT
     try:
         _check_device(o.device)
-        replay(o.file, o.device, o.entry, o.device_memory, o.step)
+        what = o.file
+        if what == "-":
+            try:
+                what = json.load(sys.stdin)
+            except ValueError as e:
+                raise rb.HarnessError("the plan on stdin: %s" % e)
+        replay(what, o.device, o.entry, o.device_memory, o.step)
     except rb.HarnessError as e:
         sys.stderr.write("reduce_batch: harness: %s\n" % e)
         return HARNESS_EXIT
     return 0  # any other exception propagates: Python prints its traceback and exits 1
+
+
+def _write_all(fd, data):
+    """os.write until every byte of data is in fd (a pipe takes a large request in parts)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _exit_code(e):
@@ -507,7 +521,7 @@ class _Zygote(object):
             return HARNESS_EXIT
         if self.program is not None:
             return _run_program(self.program, req.get("run_dir") or os.path.dirname(req["path"]))
-        return _run_candidate(req["path"], self.device, self.entry, self.device_memory, self.step)
+        return _run_candidate(req.get("plan") or req["path"], self.device, self.entry, self.device_memory, self.step)
 
     def init_device(self):
         torch = rb._torch()
@@ -570,7 +584,9 @@ class _Zygote(object):
             req = json.loads(line.decode())
             rid = req["id"]
             slot = int(req.get("slot", 0))
-            for key in ("path", "stdout", "stderr"):
+            if not isinstance(req.get("plan"), (dict, type(None))):
+                raise ValueError("plan: want an object")
+            for key in ("stdout", "stderr") + (() if req.get("plan") else ("path",)):
                 if not isinstance(req.get(key), str):
                     raise ValueError("%s: want a string" % key)
             if not 0 <= slot < self.slots:
@@ -585,7 +601,7 @@ class _Zygote(object):
                 if c is None:
                     c = self.fork(slot)
                     del self.idle[slot]
-                os.write(c.req_w, payload)  # a small write into an empty pipe: never blocks
+                _write_all(c.req_w, payload)  # the idle child is reading it
             except OSError as e:
                 err = e
                 if c is not None and c.req_w is not None:
