@@ -102,14 +102,15 @@ def picire_python():
 
 
 def batch(dirname, n, width=4, name=None):
-    """A cross_entropy batch of n samples with one bad target (4 of 4 classes, at 2n/3)."""
+    """A cross_entropy batch of n samples with one bad target (the class `width`, one past the
+    last, at 2n/3)."""
     g = torch.Generator().manual_seed(n)
     x = torch.randn(n, width, generator=g)
     t = torch.randint(0, min(width, 4), (n,), generator=g)
-    t[n * 2 // 3] = 4
+    t[n * 2 // 3] = width
     path = os.path.join(dirname, name or "ce%d.bin" % n)
     reduce_batch.save(path, {"input": x, "target": t}, op="cross_entropy",
-                      error="IndexError: Target 4 is out of bounds.")
+                      error="IndexError: Target %d is out of bounds." % width)
     return path
 
 
@@ -208,7 +209,8 @@ def _children(pid):
 
 
 def peak_memory(cmd, cwd):
-    """(peak RSS of the process, peak RSS of its largest descendant), polled every 10 ms."""
+    """(peak RSS of the process, peak RSS of its largest descendant, exit status), polled every
+    10 ms."""
     p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     own, child = 0, 0
     while p.poll() is None:
@@ -219,7 +221,7 @@ def peak_memory(cmd, cwd):
             child = max(child, _vm_hwm(c))
             todo.extend(_children(c))
         time.sleep(0.01)
-    return own, child
+    return own, child, p.returncode
 
 
 def memory(tmp, sizes):
@@ -233,8 +235,10 @@ def memory(tmp, sizes):
         for label, binary in BINARIES:
             for backend in ("go", "torch"):
                 out = os.path.join(tmp, "mem-%d-%s-%d" % (rows, backend, len(label)))
-                own, child = peak_memory([binary, "--batch", path, "--backend", backend, "--python", sys.executable,
-                                          "--out", out, "-q"], tmp)
+                own, child, code = peak_memory([binary, "--batch", path, "--backend", backend, "--python",
+                                                sys.executable, "--out", out, "-q"], tmp)
+                if code != 0:
+                    raise SystemExit("reduce --batch %s --backend %s failed (%d)" % (path, backend, code))
                 mib = 1 << 20
                 print("%-9s %-22s %12.0f %8.2f %14.0f %8.2f %8.2f" % (
                     "%d MiB" % (storage // mib), label + backend, own / mib, own / storage,
