@@ -230,11 +230,15 @@ type Backend interface {
 // the recorded file and the candidate's description (fixtures.View): the
 // go worker applies the view to the mapped file, the torch worker builds
 // the plan's tensors from it; no candidate is written to a file. Views
-// reports whether this one does (not on Slurm, whose nodes may not see the
-// file); where it does not, Replay takes the candidate built.
+// reports whether this one does (not for Slurm without --shared-dir,
+// whose nodes may not see the file); where it does not, Replay takes the
+// candidate built. SourceDir is where the source must lie for the
+// processes to read it: "" anywhere (local replays), the shared directory
+// on Slurm (fixtures.NewSource copies it there once).
 type Viewer interface {
 	Backend
 	Views() bool
+	SourceDir() string
 	ReplayView(ctx context.Context, src *fixtures.Source, v *fixtures.View) (Verdict, error)
 }
 

@@ -85,8 +85,11 @@ func (g *goBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, err
 }
 
 // Views: the worker applies a view to the mapped file wherever it can
-// read it: not on Slurm, whose node may not see it.
+// read it: not on Slurm without --shared-dir, whose node may not see it.
 func (g *goBackend) Views() bool { return !g.pool.remote() }
+
+// SourceDir: see Viewer.
+func (g *goBackend) SourceDir() string { return g.pool.sourceDir() }
 
 // ReplayView runs `reduce __worker --device D --view`, with the source's
 // path and the view on its standard input: the worker maps the file and

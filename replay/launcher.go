@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"reduce/fixtures"
 )
 
 // Launchers, the values of Options.Launcher (the --launcher flag).
@@ -154,6 +156,27 @@ type launched struct {
 
 func (b *launched) Launcher() Launcher { return b.l }
 
+// Views, SourceDir and ReplayView are the backend's, when it is a Viewer.
+func (b *launched) Views() bool {
+	v, ok := b.Backend.(Viewer)
+	return ok && v.Views()
+}
+
+func (b *launched) SourceDir() string {
+	if v, ok := b.Backend.(Viewer); ok {
+		return v.SourceDir()
+	}
+	return ""
+}
+
+func (b *launched) ReplayView(ctx context.Context, src *fixtures.Source, view *fixtures.View) (Verdict, error) {
+	v, ok := b.Backend.(Viewer)
+	if !ok || !v.Views() {
+		return Verdict{Backend: b.Kind()}, fmt.Errorf("replay: the %s backend on this launcher takes candidates built, not views", b.Kind())
+	}
+	return v.ReplayView(ctx, src, view)
+}
+
 // Close closes the backend first (no new replays), then the launcher
 // (cancels what is still in flight and waits until it is gone).
 func (b *launched) Close() error {
@@ -166,6 +189,15 @@ func (b *launched) Close() error {
 func (p *Pool) remote() bool {
 	s, ok := p.Launcher.(*slurm)
 	return ok && s.sharedDir == ""
+}
+
+// sourceDir is where a view's source must lie for the pool's processes to
+// read it: the shared directory on Slurm, "" (anywhere) locally.
+func (p *Pool) sourceDir() string {
+	if s, ok := p.Launcher.(*slurm); ok {
+		return s.sharedDir
+	}
+	return ""
 }
 
 // sortedKeys returns m's keys in order.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"reduce/fixtures"
 	"reduce/internal/signature"
 	"reduce/internal/testenv"
 
@@ -237,6 +238,39 @@ func TestSlurmBackends(t *testing.T) {
 		python := torchPython(t)
 		o := Options{Kind: KindTorch, Python: python, NoZygote: true, Timeout: 2 * time.Minute}
 		check(t, o, o)
+	})
+	// With --shared-dir the go and torch workers build views of a source
+	// copied once into the shared directory: the same verdicts as local
+	// views, and no view without it.
+	views := func(t *testing.T, o Options) {
+		shared := t.TempDir()
+		path := filepath.Join(t.TempDir(), "batch.bin")
+		require.NoError(t, fixtures.Write(path, batch, fixtures.WithCompression(fixtures.CompressionNone)))
+		lb := newBackend(t, o).(Viewer)
+		r := o
+		r.SharedDir = shared
+		rb := newBackend(t, slurmOptions(r)).(Viewer)
+		require.True(t, rb.Views())
+		require.Equal(t, shared, rb.SourceDir())
+		src, err := fixtures.NewSource(path, batch, rb.SourceDir())
+		require.NoError(t, err)
+		defer src.Close()
+		require.True(t, strings.HasPrefix(src.Path, shared), "the source %s is copied into the shared directory", src.Path)
+		for _, rows := range [][]int64{{2, 0}, {0, 1}} {
+			v := &fixtures.View{Rows: rows}
+			want, err := lb.ReplayView(context.Background(), src, v)
+			require.NoError(t, err)
+			got, err := rb.ReplayView(context.Background(), src, v)
+			require.NoError(t, err)
+			assert.Equal(t, want.Signature, got.Signature, "%v: slurm stderr:\n%s\nlog:\n%s", rows, got.Result.Stderr, got.Result.Launch.Log)
+			assert.Equal(t, LauncherSlurm, got.Launcher)
+		}
+		nb := newBackend(t, slurmOptions(o)).(Viewer)
+		assert.False(t, nb.Views(), "no views on Slurm without --shared-dir")
+	}
+	t.Run("go-views-shared-dir", func(t *testing.T) { views(t, goOptions(t, "cuda")) })
+	t.Run("torch-views-shared-dir", func(t *testing.T) {
+		views(t, Options{Kind: KindTorch, Python: torchPython(t), NoZygote: true, Timeout: 2 * time.Minute})
 	})
 }
 

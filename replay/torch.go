@@ -340,9 +340,12 @@ func (t *torchBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, 
 }
 
 // Views: the worker builds a plan's candidate wherever it can read the
-// file: not on Slurm, whose node may not see it, nor for the exec
+// file: not on Slurm without --shared-dir, whose node may not see it, nor for the exec
 // backend's command, which reads a file of its own.
 func (t *torchBackend) Views() bool { return !t.pool.remote() && t.program == nil }
+
+// SourceDir: see Viewer.
+func (t *torchBackend) SourceDir() string { return t.pool.sourceDir() }
 
 // ReplayView replays the candidate v describes, built by the worker from
 // the source's file (reduce_batch.load_view of fixtures.Batch.Plan): the

@@ -225,7 +225,7 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 		r.recorded, r.want = &s, s
 	}
 	if v, ok := be.(replay.Viewer); ok && v.Views() {
-		src, err := fixtures.NewSource(o.Source, b, "")
+		src, err := fixtures.NewSource(o.Source, b, v.SourceDir())
 		if err != nil {
 			return nil, errorf(ErrUsage, "read batch %s: %v", o.Source, err)
 		}

@@ -1558,7 +1558,8 @@ def load(path, device="cpu", *, max_size=DEFAULT_MAX_SIZE):
 
 
 def _map_source(path):
-    """(manifest, [1-D storage tensor per tensor]) of a batch file whose payloads are all
+    """(manifest, [1-D storage tensor per tensor], [each storage's first byte in the file]) of a
+    batch file whose payloads are all
     uncompressed, the storages over a private copy-on-write mapping of the file: nothing is read
     until a tensor is, and a step that writes into its batch never reaches the file. The header,
     the manifest and the payloads' places are checked as load() checks them; the payloads'
@@ -1570,8 +1571,9 @@ def _map_source(path):
     with open(path, "rb") as f:
         m, p = r.checked(f)
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-    storages = []
+    storages, payloads = [], []
     for e in m["tensors"]:
+        payloads.append(p + e["payload"]["offset"])
         dt = getattr(torch, e["dtype"])
         n = e["storage_elements"]
         if e["payload"]["compression"] != "none":
@@ -1580,7 +1582,27 @@ def _map_source(path):
             storages.append(torch.empty(0, dtype=dt))
         else:
             storages.append(torch.frombuffer(mm, dtype=dt, count=n, offset=p + e["payload"]["offset"]))
-    return m, storages
+    return m, storages, payloads
+
+
+def _read_runs(path, at, e, tp, dt):
+    """The storage of a plan's tensor whose samples are dense blocks along its batch axis, read
+    from the file at path (the recorded storage starts at byte `at`) straight into place: its
+    prefix, then each run of kept samples; the rest stays zero."""
+    torch = _torch()
+    st = torch.zeros(e["storage_elements"], dtype=dt)
+    raw = memoryview(st.view(torch.uint8).numpy()) if st.numel() else memoryview(b"")
+    es, off = st.element_size(), e["offset"]
+    stride = e["strides"][e["batch_dim"]]
+    spans = [(0, 0, tp.get("prefix", 0))]
+    spans += [(off + k * stride, off + i * stride, n * stride) for k, i, n in tp["runs"]]
+    with open(path, "rb") as f:
+        for to, frm, n in spans:
+            if n:
+                f.seek(at + frm * es)
+                if f.readinto(raw[to * es:(to + n) * es]) != n * es:
+                    raise BatchFileError("%s: truncated while reading a candidate's samples" % path)
+    return st
 
 
 def _copy_into(storage, dst, src):
@@ -1610,18 +1632,20 @@ def load_view(plan, device="cpu"):
     torch = _torch()
     if sys.byteorder != "little":
         raise BatchFileError("%s: a plan is built on a little-endian host only" % plan["source"])
-    src_m, src = _map_source(plan["source"])
+    src_m, src, payloads = _map_source(plan["source"])
     m = plan["manifest"]
     if isinstance(m, (str, bytes)):
         m = json.loads(m)
     device = torch.device(device)
     tensors = {}
-    for e, tp, se, s in zip(m["tensors"], plan["tensors"], src_m["tensors"], src):
+    for e, tp, se, s, at in zip(m["tensors"], plan["tensors"], src_m["tensors"], src, payloads):
         dt = getattr(torch, e["dtype"])
         if tp.get("whole"):
             st = s
         elif tp.get("copy"):
             st = s.clone()
+        elif tp.get("read"):
+            st = _read_runs(plan["source"], at, e, tp, dt)
         else:
             st = torch.zeros(e["storage_elements"], dtype=dt)
             prefix = tp.get("prefix", 0)
