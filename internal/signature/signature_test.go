@@ -167,6 +167,11 @@ func TestParseCorpusCoverage(t *testing.T) {
 		"cpu_batch_size", "cpu_multi_target", "cpu_dtype", "cpu_nll_target_4", "cpu_nll_target_7",
 		"cpu_nan_loss_check", "cpu_nan_value_error", "cpu_nan_assert", "cpu_nan_runtime_inf", "cpu_nan_user_class",
 		"cpu_clip_grad_nonfinite", "cpu_lightning_finite_loss", "cpu_grad_scaler_no_inf_checks",
+		// Issue 14: the forms of other eras, partial and interleaved texts,
+		// library errors.
+		"thnn_nll_cpu", "thcunn_bce", "th_index_select_cpu", "thc_nll_spatial_file_only", "thc_index_file_only",
+		"cuda_gather_interleaved", "cuda_gather_interleaved_fragment", "thc_oom", "cublas_sgemm_execution_failed",
+		"thc_cublas_execution_failed", "cudnn_execution_failed", "cuda_error_invalid_config", "thc_error_invalid_config",
 	} {
 		if cases[name] == nil {
 			t.Errorf("corpus file %s.txt is missing", name)
