@@ -76,6 +76,7 @@ func TestScript(t *testing.T) {
 			"exits":  cmdExits,
 			"nodups": cmdNoDups,
 			"dropop": cmdDropOp,
+			"record": cmdRecord,
 		},
 	})
 }
@@ -90,6 +91,19 @@ func cmdDropOp(ts *testscript.TestScript, neg bool, args []string) {
 	b, err := fixtures.Read(ts.MkAbs(args[0]))
 	ts.Check(err)
 	b.Op, b.Attrs = "", nil
+	ts.Check(fixtures.Write(ts.MkAbs(args[1]), b))
+}
+
+// cmdRecord is the script command `record IN OUT TEXT`: it writes the
+// batch IN with TEXT as its recorded failure, as the recorder keeps an
+// exception's text.
+func cmdRecord(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: record IN OUT TEXT")
+	}
+	b, err := fixtures.Read(ts.MkAbs(args[0]))
+	ts.Check(err)
+	b.Error = &fixtures.Failure{Text: args[2]}
 	ts.Check(fixtures.Write(ts.MkAbs(args[1]), b))
 }
 

@@ -149,6 +149,7 @@ type summary struct {
 	Fixture       string                                   `json:"fixture"`
 	Fixtures      []string                                 `json:"fixtures"`
 	Signature     signature.Signature                      `json:"signature"`
+	SignatureNote string                                   `json:"signature_note,omitempty"`
 	Mode          reduction.Mode                           `json:"mode"`
 	ModeReason    string                                   `json:"mode_reason"`
 	Culprits      []regress.Culprit                        `json:"culprits"`
@@ -166,7 +167,7 @@ type summary struct {
 }
 
 func newSummary(res *reduction.Result) summary {
-	s := summary{Event: "summary", Fixture: res.Fixtures[0], Fixtures: res.Fixtures, Signature: res.Want, Mode: res.Mode,
+	s := summary{Event: "summary", Fixture: res.Fixtures[0], Fixtures: res.Fixtures, Signature: res.Want, SignatureNote: res.WantNote, Mode: res.Mode,
 		ModeReason: res.ModeReason, Culprits: []regress.Culprit{}, Size: res.Size, Replays: res.Replays, Resumed: res.Resumed,
 		Phases: res.Phases, OtherFailures: res.OtherFailures, Launcher: res.Launch, Seconds: res.Seconds, Partial: res.Partial}
 	for i, f := range res.Findings {
@@ -182,6 +183,9 @@ func newSummary(res *reduction.Result) summary {
 // last line.
 func printSummary(w interface{ Write([]byte) (int, error) }, res *reduction.Result) {
 	fmt.Fprintf(w, "signature: %s\n", res.Want)
+	if res.WantNote != "" {
+		fmt.Fprintf(w, "  (%s)\n", res.WantNote)
+	}
 	fmt.Fprintf(w, "mode: %s (%s)\n", res.Mode, res.ModeReason)
 	if res.Size != nil {
 		fmt.Fprintf(w, "size: %d samples fail, %d pass\n", res.Size.SmallestFailing, res.Size.LargestPassing)

@@ -14,7 +14,12 @@ import (
 // confirm replays the original Options.Confirm times, as trials 0, 1, ...
 // of the candidate that keeps every sample: it must fail, the same way, in
 // a fresh process. Without a recorded failure, the first failure seen is
-// the one kept.
+// the one kept. A recording that names no assert (the recorder keeps the
+// exception's text, "CUDA error: device-side assert triggered", and the
+// assert line went to the process's output) or only the file that raised
+// it is refined by the first replay whose assert it allows
+// (signature.Refines): that assert is the one kept, and r.wantNote says
+// so.
 func (r *run) confirm(ctx context.Context) error {
 	n := r.o.Confirm
 	r.setPhase(PhaseConfirm, int(r.batch.Samples))
@@ -47,18 +52,27 @@ func (r *run) confirm(ctx context.Context) error {
 			// kept (answer matched it against none).
 			r.want = sig
 			fails++
+		case r.recorded != nil && fails == 0 && r.want == *r.recorded && signature.Refines(sig, r.want):
+			r.setWantNote(fmt.Sprintf("the recording %s: the first replay's assert is kept: %s", r.recorded.Partial(), sig))
+			r.logf("confirm: %s", r.wantNote)
+			r.want = sig
+			fails++
 		default:
 			r.other(sig)
 		}
 	}
 	r.logf("confirm: %d of %d replays reproduce %s", fails, n, r.want)
+	if p := r.want.Partial(); p != "" && fails > 0 && r.wantNote == "" {
+		r.setWantNote(fmt.Sprintf("the failure %s, and neither do its replays: it reproduces only replays that name none either (an assert of a known kind is another failure, since this one might be any)", p))
+		r.logf("confirm: %s", r.wantNote)
+	}
 	if fails > 0 && fails < n && r.o.Trials == 1 {
 		r.logf("confirm: the failure is flaky; --trials %d replays each candidate that often and counts it failing if any trial fails", 2*n/fails+1)
 	}
 	if j := r.jobs(); j < r.o.Jobs {
 		r.logf("-j %d: a replay takes %s, too little for speculation to pay: the searches replay one candidate at a time", r.o.Jobs, r.confirmTook.Round(time.Millisecond))
 	}
-	r.emit(&Confirmed{Event: "confirm", Replays: n, Reproduced: fails, Signature: r.want})
+	r.emit(&Confirmed{Event: "confirm", Replays: n, Reproduced: fails, Signature: r.want, Note: r.wantNote})
 	if fails > 0 {
 		return nil
 	}
@@ -82,6 +96,10 @@ func (r *run) confirm(ctx context.Context) error {
 	if r.recorded == nil {
 		return errorf(ErrNoRepro, "%s records no failure and none of %d replays failed: %s (try --trials, another --backend or --device)",
 			r.o.Source, n, what)
+	}
+	if p := r.want.Partial(); p != "" {
+		// Partial information is no wildcard: say what it allows.
+		what += "; the recording " + p + ", so only a device assert it allows reproduces it"
 	}
 	return errorf(ErrNoRepro, "%s does not reproduce: wanted %s, %s (try --match family, --trials, another --backend or --device)",
 		r.o.Source, r.want, what)
@@ -111,4 +129,12 @@ func allSame(s []signature.Signature) bool {
 		}
 	}
 	return true
+}
+
+// setWantNote records why r.want is what it is, for the log, the Confirmed
+// event and the result.
+func (r *run) setWantNote(note string) {
+	r.mu.Lock()
+	r.wantNote = note
+	r.mu.Unlock()
 }

@@ -79,12 +79,16 @@ type Replayed struct {
 }
 
 // Confirmed ends the confirmation: Reproduced of Replays replays failed as
-// Signature.
+// Signature. Note says why Signature is not the recorded one (the
+// recording named no assert: the first replay's is kept), or what a
+// Signature that names no assert matches; empty when there is nothing to
+// say.
 type Confirmed struct {
 	Event      string              `json:"event"` // "confirm"
 	Replays    int                 `json:"replays"`
 	Reproduced int                 `json:"reproduced"`
 	Signature  signature.Signature `json:"signature"`
+	Note       string              `json:"note,omitempty"`
 }
 
 // CulpritFound is a culprit set of samples (positions in the original

@@ -106,6 +106,10 @@ type Result struct {
 	// when the batch recorded none.
 	Want     signature.Signature
 	Recorded *signature.Signature
+	// WantNote says why Want differs from Recorded (the recording named no
+	// assert and the first replay's was kept), or what a Want that names
+	// no assert matches; "" when there is nothing to say.
+	WantNote string
 	// Mode is how the samples were reduced and ModeReason why.
 	Mode       Mode
 	ModeReason string
@@ -185,6 +189,9 @@ type run struct {
 	srcHash  string
 	want     signature.Signature
 	recorded *signature.Signature
+	// wantNote says why want is not the recorded signature, or what it
+	// matches when it names no assert; "" when there is nothing to say.
+	wantNote string
 	start    time.Time
 	journal  *journal
 
@@ -293,7 +300,7 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 func (r *run) result(found []Finding, dirs []string, partial bool) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := &Result{Want: r.want, Recorded: r.recorded, Mode: r.mode, ModeReason: r.modeReason, Size: r.size,
+	res := &Result{Want: r.want, Recorded: r.recorded, WantNote: r.wantNote, Mode: r.mode, ModeReason: r.modeReason, Size: r.size,
 		Findings: found, Fixtures: dirs, Phases: maps.Clone(r.phases), OtherFailures: r.otherFailures(),
 		Launch: replay.Provenance(r.be), Seconds: time.Since(r.start).Seconds(), Partial: partial}
 	for _, pc := range r.phases {

@@ -2,12 +2,18 @@
 // a replay's stderr and exit status into a Signature (family, backend,
 // kernel, expression, exception class) with the volatile parts normalized
 // away, matches two signatures at a level (strict, family, any), and maps
-// the forms one check takes on different builds to a shared class.
+// the forms one check takes on different builds (THC, THCUNN, THNN, ATen
+// 1.x and 2.x, HIP, Inductor, the CPU) to a shared class, so that at
+// strict one check is one failure whatever build printed it (Reproduces).
+// A text that names less (only the file that reported an assert, or
+// nothing) is partial information, never a wildcard; Refines says when a
+// replay's assert may stand for such a recording.
 //
 // It owns the failure families (Family, a closed set) and every fact about
 // the texts PyTorch prints for them (../shared/reference/pytorch-failures.md
 // collects their sources). The corpus in testdata/stderr holds real outputs,
-// each with its expected signature.
+// each with its expected signature; testdata/builds, where present, real
+// pasted texts grouped by bug (TestBuildsCorpus).
 //
 // It is a leaf: it imports nothing of this project and does no I/O, so the
 // replay backends, the reduction and the regression writer all use the one

@@ -42,8 +42,42 @@ type excHit struct {
 }
 
 var (
-	cudaAssertRe  = regexp.MustCompile("(\\S+?):(\\d+): (?:(.*?): )?block: \\[[\\d, ]*\\], thread: \\[[\\d, ]*\\] Assertion `(.*)` failed")
-	hipAssertRe   = regexp.MustCompile("(\\S+?):(\\d+): (?:(.*?): )?Device-side assertion `(.*)' failed")
+	cudaAssertRe = regexp.MustCompile("(\\S+?):(\\d+): (?:(.*?): )?block: \\[[\\d, ]*\\], thread: \\[[\\d, ]*\\] Assertion `(.*?)` failed")
+	hipAssertRe  = regexp.MustCompile("(\\S+?):(\\d+): (?:(.*?): )?Device-side assertion `(.*?)' failed")
+	// assertHeadRe is the start of a CUDA assert line, "<path>:<line>:
+	// <kernel>: block: [", wherever it is in a line (threads printing at
+	// once cut and mix their lines).
+	assertHeadRe = regexp.MustCompile(`(\S+?):(\d+): (?:(.*?): )?block: \[`)
+	// idTailRe is the end of a block or thread id list that starts a
+	// line, the rest of an assert line cut by another thread's output.
+	idTailRe = regexp.MustCompile(`^[\d,: ]*\] ?$`)
+	// garbageTailRe is another thread's block or thread id, path or kernel
+	// glued to the end of an expression ("...\"index out of bounds\",0,0",
+	// "...,0/pytorch/.../ScatterGatherKernel.cu", "...,0: block: [0"): no
+	// expression ends with a comma and a number.
+	garbageTailRe = regexp.MustCompile(`(?:,\d+)+(?:[:/ ].*)?$`)
+	// inductorMsgRe is the message of Inductor's generated bounds assert.
+	inductorMsgRe = regexp.MustCompile(`^index out of bounds: \d+ <= tmp\d+ < `)
+	// deviceFileRe finds a device source file in a fragment.
+	deviceFileRe = regexp.MustCompile(`[\w.~+@$/\\-]*[\w-]\.(?:cuh?|hip)\b`)
+	// Where THC and c10 say an error was raised: "cuda runtime error (59)
+	// : device-side assert triggered at <file>:<line>" (THC,
+	// aten/src/THC/THCGeneral.cpp's __THCudaCheck, <= 1.4), "THCudaCheck
+	// FAIL file=<file> line=<line> error=59 : ..." (the same, as a warning),
+	// "Exception raised from <fn> at <file>:<line>" (c10::Error, 1.6+).
+	raisedAtRe     = regexp.MustCompile(`(?:device-side assert triggered at |THCudaCheck FAIL file=|Exception raised from \S+ at )(\S+?\.(?:cuh?|hip))\b`)
+	cublasStatusRe = regexp.MustCompile(`\b(?:CU|HIP)BLAS_STATUS_[A-Z_]+|\brocblas_status_[a-z_]+`)
+	cudnnStatusRe  = regexp.MustCompile(`\bCUDNN_STATUS_[A-Z_]+|\bmiopenStatus[A-Za-z]+`)
+	// thcErrorRe is THC's form of a CUDA runtime error (THCGeneral.cpp's
+	// __THCudaCheck, <= 1.4): "cuda runtime error (9) : invalid
+	// configuration argument at /pytorch/aten/src/THC/...cu:NN".
+	thcErrorRe = regexp.MustCompile(`cuda runtime error \((\d+)\) : (.*?)(?: at \S+)?$`)
+	// atenErrorRe is ATen's (c10/cuda/CUDAException.h, 1.x and 2.x): "CUDA
+	// error: invalid configuration argument"; HIP builds say "HIP error:".
+	atenErrorRe = regexp.MustCompile(`\b(?:CUDA|HIP) error: (.*?)\s*$`)
+	// thcCublasRe is THC's cuBLAS error (THCGeneral.cpp's __THCublasCheck,
+	// <= 1.4): "cublas runtime error : <message> at <file>:<line>".
+	thcCublasRe   = regexp.MustCompile(`cublas runtime error : (.*?)(?: at \S+)?$`)
 	hostAssertRe  = regexp.MustCompile("(\\S+?):(\\d+): (?:(.*?): )?Assertion `(.*)' failed")
 	excLineRe     = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?:: ?(.*))?$`)
 	bareExcRe     = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?:Error|Exception)): (.*\S.*)$`)
@@ -108,6 +142,8 @@ func analyze(stderr []byte) analysis {
 		abortWhat    string
 		abortPending bool
 		markerLine   string
+		head         *assertHit // a cut assert line's start, "<path>:<line>: <kernel>: block: [..."
+		raisedAt     string     // a device file that THC or c10 says raised the error
 		hasTriton    bool
 		hasHIP       bool
 		hasCUDA      bool
@@ -132,17 +168,24 @@ func analyze(stderr []byte) analysis {
 		}
 		if !hasCUDA && (strings.Contains(l, "CUDA error") || strings.Contains(l, "cuda runtime error") || strings.Contains(l, "CUDA out of memory") ||
 			strings.Contains(l, "CUDA kernel errors") || strings.Contains(l, "CUDA_LAUNCH_BLOCKING") || strings.Contains(l, "wrapper_CUDA") ||
-			strings.Contains(l, "THCudaCheck") || strings.Contains(l, "cudaError") ||
+			strings.Contains(l, "THCudaCheck") || strings.Contains(l, "cudaError") || strings.Contains(l, "cuDNN error") ||
+			strings.Contains(l, "CUBLAS_STATUS_") || strings.Contains(l, "CUDNN_STATUS_") || strings.Contains(l, "cublas runtime error") ||
 			((strings.Contains(l, ".cu") || strings.Contains(l, "cuda:")) && cudaFileRe.MatchString(l))) {
 			hasCUDA = true
 		}
 
+		if raisedAt == "" && (strings.Contains(l, " at ") || strings.Contains(l, "file=")) {
+			if m := raisedAtRe.FindStringSubmatch(l); m != nil && knownFile(m[1]) {
+				raisedAt = m[1]
+			}
+		}
+
 		// Device asserts: the first one wins.
 		if strings.Contains(l, "ssertion `") {
-			if first != nil && (strings.Contains(l, "block: [") || strings.Contains(l, "Device-side assertion `")) {
+			if first != nil && (strings.Contains(l, "block: [") || strings.Contains(l, "thread: [") || strings.Contains(l, "Device-side assertion `")) {
 				continue // the spam of the other failing threads
 			}
-			if h := matchAssert(l); h != nil {
+			if h := matchAssert(l, head); h != nil {
 				if first == nil {
 					first = h
 				}
@@ -152,6 +195,14 @@ func analyze(stderr []byte) analysis {
 				if m := hostAssertRe.FindStringSubmatch(l); m != nil {
 					hostAssert = &assertHit{path: m[1], kernel: cleanKernel(m[3]), expr: normalizeExpression(m[4])}
 				}
+			}
+		}
+
+		if first == nil && head == nil && strings.Contains(l, "block: [") {
+			// The start of an assert line whose rest another thread's
+			// output cut off.
+			if m := assertHeadRe.FindStringSubmatch(l); m != nil {
+				head = &assertHit{path: m[1], kernel: cleanKernel(m[3])}
 			}
 		}
 
@@ -258,8 +309,16 @@ func analyze(stderr []byte) analysis {
 		}
 	}
 
+	if first == nil && head != nil {
+		// Only the start of an assert line survived: the kernel and its
+		// file, not the expression.
+		first = head
+	}
 	if first != nil {
 		s := Signature{Family: FamilyDeviceAssert, Kernel: first.kernel, Expression: first.expr}
+		if s.Expression == "" {
+			s.File = baseName(first.path)
+		}
 		switch {
 		case hasTriton || isTritonAssert(first):
 			s.Backend = BackendTriton
@@ -331,6 +390,11 @@ func analyze(stderr []byte) analysis {
 	if a.sig.Backend == "" {
 		a.sig.Backend = a.backend
 	}
+	if a.sig.Family == FamilyDeviceAssert && raisedAt != "" {
+		// No assert line: the file THC or c10 names says which asserts it
+		// can be (Classes).
+		a.sig.File = baseName(raisedAt)
+	}
 	switch a.sig.Family {
 	case FamilyHostCheck, FamilyNaNAnomaly, FamilyDeviceMismatch:
 		if a.sig.Backend == "" {
@@ -342,15 +406,88 @@ func analyze(stderr []byte) analysis {
 
 func isIdentStart(c byte) bool { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') }
 
-func matchAssert(l string) *assertHit {
-	if m := cudaAssertRe.FindStringSubmatch(l); m != nil {
+// matchAssert reads a device assert line, or what is left of one that
+// threads printing at once cut and mixed (recoverAssert); head is the
+// start of an assert line cut off earlier, or nil.
+func matchAssert(l string, head *assertHit) *assertHit {
+	if m := cudaAssertRe.FindStringSubmatch(l); m != nil && !garbled(m[3]) && !garbledPath(m[1]) {
 		return &assertHit{path: m[1], kernel: cleanKernel(m[3]), expr: normalizeExpression(m[4]),
 			hip: strings.Contains(m[1], ".hip") || strings.Contains(m[1], "/hip/")}
 	}
-	if m := hipAssertRe.FindStringSubmatch(l); m != nil {
+	if m := hipAssertRe.FindStringSubmatch(l); m != nil && !garbled(m[3]) {
 		return &assertHit{path: m[1], kernel: cleanKernel(m[3]), expr: normalizeExpression(m[4]), hip: true}
 	}
-	return nil
+	return recoverAssert(l, head)
+}
+
+// garbled reports whether a kernel taken from an assert line holds pieces
+// of another thread's line.
+func garbled(kernel string) bool {
+	return strings.Contains(kernel, "block: [") || strings.Contains(kernel, "thread: [") ||
+		strings.Contains(kernel, "Assertion") || strings.Contains(kernel, ".cu:") || strings.Contains(kernel, ".hip:")
+}
+
+// garbledPath reports whether a path taken from an assert line starts with
+// another thread's block or thread id (",0,0/pytorch/...").
+func garbledPath(path string) bool {
+	return strings.ContainsAny(path, "[]") || strings.HasPrefix(path, ",")
+}
+
+// recoverAssert reassembles a CUDA assert line that concurrent threads cut
+// and mixed, such as
+//
+//	/pytorch/.../ScatterGatherKernel.cu:312: operator(): block: [3,0,0/pytorch/.../ScatterGatherKernel.cu:312: operator(): block: [3,0,0], thread: [60,0,0] Assertion `...` failed.
+//	,0,0], thread: [60,0:115,0] Assertion `...` failed.
+//
+// The expression is the text between "Assertion `" and the first "`
+// failed" after it; the kernel and file are those of the last intact
+// "<path>:<line>: <kernel>: block: [" before it, else of head (the start of
+// the line, printed earlier), else the file is any device source file the
+// fragment names. A fragment is a device assert only if it shows a block or
+// thread id or a device file before the expression.
+func recoverAssert(l string, head *assertHit) *assertHit {
+	i := strings.Index(l, "Assertion `")
+	if i < 0 {
+		return nil
+	}
+	rest := l[i+len("Assertion `"):]
+	end := strings.Index(rest, "` failed")
+	if end < 0 {
+		return nil
+	}
+	pre := l[:i]
+	file := deviceFileRe.FindString(pre)
+	if !strings.Contains(pre, "thread: [") && !strings.Contains(pre, "block: [") && file == "" && !idTailRe.MatchString(pre) {
+		return nil
+	}
+	h := &assertHit{expr: normalizeExpression(garbageTailRe.ReplaceAllString(rest[:end], ""))}
+	if ms := assertHeadRe.FindAllStringSubmatchIndex(pre, -1); len(ms) > 0 {
+		m := ms[len(ms)-1]
+		h.path = pre[m[2]:m[3]]
+		if m[6] >= 0 && !garbled(pre[m[6]:m[7]]) {
+			h.kernel = cleanKernel(pre[m[6]:m[7]])
+		}
+	} else if head != nil {
+		h.path, h.kernel = head.path, head.kernel
+	}
+	if h.path == "" || !deviceFileRe.MatchString(h.path) {
+		if file != "" {
+			h.path = file
+		}
+	}
+	if f := deviceFileRe.FindString(h.path); f != "" {
+		h.path = f // a path glued to another thread's block id
+	}
+	h.hip = strings.Contains(h.path, ".hip") || strings.Contains(h.path, "/hip/")
+	return h
+}
+
+// baseName is a path's last element.
+func baseName(path string) string {
+	if i := strings.LastIndexAny(path, `/\`); i >= 0 {
+		return path[i+1:]
+	}
+	return path
 }
 
 func isTritonAssert(h *assertHit) bool {
@@ -371,6 +508,7 @@ var markers = []string{
 	"out of memory", "DefaultCPUAllocator", "std::bad_alloc", "returned nan values",
 	"Expected all tensors to be on the same device", "can't open file", "device-side assert",
 	"illegal memory access", "unspecified launch failure", "misaligned address",
+	"CUBLAS_STATUS_", "CUDNN_STATUS_", "cublas runtime error", "cuDNN error", "index out of bounds: ",
 }
 
 func hasMarker(l string) bool {
@@ -398,12 +536,28 @@ var infraMessages = []string{
 	"CUDA driver initialization failed", "can't open file",
 }
 
+// deviceOOMMessages are the texts of a device allocator that ran out:
+// "CUDA out of memory. Tried to allocate ..." (c10/cuda/CUDACachingAllocator.cpp,
+// 1.x and 2.x), "HIP out of memory" (its hipified copy), THC's "cuda
+// runtime error (2) : out of memory at .../THCCachingAllocator.cpp" or
+// ".../THCGeneral.cpp" (aten/src/THC/THCGeneral.cpp's __THCudaCheck,
+// <= 1.4; "THCudaCheck FAIL ... error=2 : out of memory" as a warning),
+// "CUDA error: out of memory" (a cudaMalloc outside the caching
+// allocator). cuBLAS's and cuDNN's ALLOC_FAILED are their own families'
+// (cublas_error, cudnn_error): cublasCreate fails so when the context or
+// driver is broken as often as when memory is short.
 var deviceOOMMessages = []string{
 	"CUDA out of memory", "HIP out of memory", "CUDA error: out of memory", "HIP error: out of memory",
-	"CUBLAS_STATUS_ALLOC_FAILED", "HIPBLAS_STATUS_ALLOC_FAILED", "MPS backend out of memory", "XPU out of memory",
+	"runtime error (2) : out of memory", "error=2 : out of memory", "cudaErrorMemoryAllocation", "hipErrorOutOfMemory",
+	"MPS backend out of memory", "XPU out of memory",
 }
 
-var hostOOMMessages = []string{"DefaultCPUAllocator: can't allocate memory", "std::bad_alloc", "can't allocate memory"}
+// hostOOMMessages are the CPU allocator's: "DefaultCPUAllocator: can't
+// allocate memory: you tried to allocate N bytes" (c10/core/impl/alloc_cpu.cpp,
+// 1.x and 2.x), "DefaultCPUAllocator: not enough memory" (its Windows
+// form), std::bad_alloc.
+var hostOOMMessages = []string{"DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory",
+	"std::bad_alloc", "can't allocate memory"}
 
 // Canonical expressions of the families that have no expression of their own.
 const (
@@ -454,6 +608,19 @@ func classify(class, msg string) Signature {
 		return Signature{Family: FamilyMisaligned, Expression: exprMisaligned}
 	case has("unspecified launch failure", "cudaErrorLaunchFailure", "hipErrorLaunchFailure"):
 		return Signature{Family: FamilyLaunchFailure, Expression: exprLaunch}
+	case has("CUBLAS_STATUS_", "HIPBLAS_STATUS_", "rocblas_status_", "cublas runtime error"):
+		return Signature{Family: FamilyCUBLASError, Expression: cublasStatus(msg)}
+	case has("CUDNN_STATUS_", "cuDNN error", "miopenStatus"):
+		st := cudnnStatusRe.FindString(msg)
+		if st == "" {
+			st = normalizeMessage(msg)
+		}
+		return Signature{Family: FamilyCUDNNError, Expression: st}
+	case class == "" && inductorMsgRe.MatchString(msg):
+		// Inductor's Triton assert message on a line of its own (a log, an
+		// issue title): the device assert, as the CPU build raises it as
+		// an exception instead.
+		return Signature{Family: FamilyDeviceAssert, Backend: BackendTriton, Expression: normalizeExpression(msg)}
 	case has("Memory access fault by GPU"):
 		reason := ""
 		if m := memFaultRe.FindStringSubmatch(msg); m != nil {
@@ -474,6 +641,12 @@ func classify(class, msg string) Signature {
 		}
 		return s
 	}
+	if m := thcErrorRe.FindStringSubmatch(msg); m != nil {
+		return Signature{Family: FamilyCUDAError, Expression: normalizeMessage(m[2])}
+	}
+	if m := atenErrorRe.FindStringSubmatch(msg); m != nil && m[1] != "" {
+		return Signature{Family: FamilyCUDAError, Expression: normalizeMessage(m[1])}
+	}
 	if class == "" {
 		return Signature{Family: FamilyHostCheck, Expression: normalizeMessage(msg)}
 	}
@@ -485,6 +658,37 @@ func classify(class, msg string) Signature {
 		s.Family = FamilyNaNAnomaly
 	}
 	return s
+}
+
+// thcCublasStatuses map THC's cuBLAS error messages (aten/src/THC/THCGeneral.cpp,
+// __THCublasCheck, <= 1.4: "cublas runtime error : <message>") to the
+// status each stands for.
+var thcCublasStatuses = map[string]string{
+	"resource allocation failed":                         "CUBLAS_STATUS_ALLOC_FAILED",
+	"library not initialized":                            "CUBLAS_STATUS_NOT_INITIALIZED",
+	"an invalid numeric value was used as an argument":   "CUBLAS_STATUS_INVALID_VALUE",
+	"an absent device architectural feature is required": "CUBLAS_STATUS_ARCH_MISMATCH",
+	"an access to GPU memory space failed":               "CUBLAS_STATUS_MAPPING_ERROR",
+	"the GPU program failed to execute":                  "CUBLAS_STATUS_EXECUTION_FAILED",
+	"an internal operation failed":                       "CUBLAS_STATUS_INTERNAL_ERROR",
+}
+
+// cublasStatus is a cuBLAS error's status: the CUBLAS_STATUS_* (or
+// HIPBLAS_STATUS_*, rocblas_status_*) token the message names, without the
+// call that follows it ("when calling `cublasSgemm( handle, opa, ...)`",
+// c10 CUDA_CHECK / TORCH_CUDABLAS_CHECK, 1.x and 2.x); for THC's text, the
+// status its message stands for.
+func cublasStatus(msg string) string {
+	if st := cublasStatusRe.FindString(msg); st != "" {
+		return st
+	}
+	if m := thcCublasRe.FindStringSubmatch(msg); m != nil {
+		if st, ok := thcCublasStatuses[strings.TrimSpace(m[1])]; ok {
+			return st
+		}
+		return "cublas runtime error: " + normalizeMessage(m[1])
+	}
+	return normalizeMessage(msg)
 }
 
 // anomalyText is what autograd's anomaly mode says of the backward

@@ -29,6 +29,13 @@ import (
 //     source expression for device asserts, "<ExceptionClass>: <message with
 //     every integer replaced by N>" for host exceptions, a canonical text for
 //     the CUDA error families, "killed by SIGSEGV" for signals.
+//   - File is set only for a device assert whose text does not show the
+//     assert itself but names the source file that reported it (THC's
+//     "cuda runtime error (59) : device-side assert triggered at
+//     .../SpatialClassNLLCriterion.cu:111", an assert line cut before its
+//     expression): the file's base name, when the file is one that raises
+//     asserts (Classes maps it to the asserts it can raise). Partial
+//     information, never a wildcard.
 //   - Exception is the exception class as printed (RuntimeError,
 //     torch.AcceleratorError, torch.cuda.OutOfMemoryError, c10::Error) or the
 //     signal name for signal families. Informational: not compared, since
@@ -40,6 +47,7 @@ type Signature struct {
 	Backend    string `json:"backend,omitempty"`
 	Kernel     string `json:"kernel,omitempty"`
 	Expression string `json:"expression,omitempty"`
+	File       string `json:"file,omitempty"`
 	Exception  string `json:"exception,omitempty"`
 }
 
@@ -51,7 +59,9 @@ type Family string
 const (
 	// FamilyDeviceAssert: a kernel assert fired on the device
 	// (CUDA_KERNEL_ASSERT, HIP "Device-side assertion", Triton/Inductor
-	// bounds asserts, THC "cuda runtime error (59)").
+	// bounds asserts, THC "cuda runtime error (59)"). With no assert line
+	// in the text it is a device assert of unknown kind (Expression and
+	// File empty), or of its file's kinds (File set).
 	FamilyDeviceAssert Family = "device_assert"
 	// FamilyIllegalAddress: CUDA error 700, "an illegal memory access was
 	// encountered".
@@ -65,9 +75,33 @@ const (
 	// node-N ... Reason: ..." (the process then aborts).
 	FamilyROCmMemFault Family = "rocm_memfault"
 	// FamilyOOM: device ("CUDA out of memory", torch.cuda.OutOfMemoryError,
-	// torch.OutOfMemoryError) or host (DefaultCPUAllocator, std::bad_alloc,
-	// MemoryError) allocation failure; Expression tells the two apart.
+	// torch.OutOfMemoryError, THC's "cuda runtime error (2) : out of
+	// memory", "HIP out of memory") or host (DefaultCPUAllocator,
+	// std::bad_alloc, MemoryError) allocation failure; Expression tells the
+	// two apart, for information: at strict an OOM reproduces any OOM.
 	FamilyOOM Family = "oom"
+	// FamilyCUBLASError: cuBLAS (or hipBLAS) returned a status other than
+	// success: "CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling
+	// `cublasSgemm( handle, ...)`", THC's "cublas runtime error : the GPU
+	// program failed to execute". Expression is the status
+	// (CUBLAS_STATUS_EXECUTION_FAILED); the call is dropped.
+	// CUBLAS_STATUS_ALLOC_FAILED is one too, not oom: cublasCreate fails
+	// so when the context or driver is broken as often as when memory is
+	// short.
+	FamilyCUBLASError Family = "cublas_error"
+	// FamilyCUDNNError: cuDNN returned a status other than success:
+	// "cuDNN error: CUDNN_STATUS_EXECUTION_FAILED". Expression is the
+	// status (CUDNN_STATUS_ALLOC_FAILED included).
+	FamilyCUDNNError Family = "cudnn_error"
+	// FamilyCUDAError: a CUDA (or HIP) runtime error that no other family
+	// claims: THC's "cuda runtime error (N) : <message>" and "CUDA error:
+	// <message>" for codes other than the device assert (59, 710), out of
+	// memory (2), illegal address (77, 700), launch failure (4, 719),
+	// misaligned address (74, 716) and the infra ones (no device, no kernel
+	// image, driver too old). Expression is the message ("invalid
+	// configuration argument"), without the code (which changed between
+	// CUDA versions) and the file.
+	FamilyCUDAError Family = "cuda_error"
 	// FamilyHostCheck: an exception raised on the host: shape, dtype and
 	// bounds checks of CPU kernels (see Parse for why CPU bounds errors are
 	// here and not under device_assert), and every exception that no other
@@ -133,6 +167,9 @@ var families = []struct {
 	{FamilyMisaligned, true, ClassMisalignedAccess},
 	{FamilyROCmMemFault, true, ClassMemoryFault},
 	{FamilyOOM, false, ""},
+	{FamilyCUBLASError, false, ""},
+	{FamilyCUDNNError, false, ""},
+	{FamilyCUDAError, true, ""},
 	{FamilyHostCheck, false, ""},
 	{FamilyNaNAnomaly, false, ""},
 	{FamilyDeviceMismatch, false, ClassDeviceMismatch},
@@ -175,6 +212,9 @@ func (s Signature) String() string {
 	if s.Expression != "" {
 		b.WriteString(" " + s.Expression)
 	}
+	if s.File != "" {
+		b.WriteString(" at " + s.File)
+	}
 	if s.Exception != "" {
 		b.WriteString(" [" + s.Exception + "]")
 	}
@@ -186,19 +226,12 @@ func (s Signature) String() string {
 type MatchLevel string
 
 const (
-	// MatchStrict (the default): same family, same kernel and same
-	// expression. A kernel left empty on either side (an MSVC build prints
-	// no function name; a CPU exception may show no torch frame; old Triton
-	// prints "unknown") matches any kernel; an empty expression in the
-	// recorded signature matches any expression (the recording said only
-	// "device-side assert triggered"), but an empty expression in the
-	// candidate does not match a recorded one. Kernel names are compared
-	// after folding known aliases (THC-era names onto ATen ones,
-	// indexSelectSmallIndex onto indexSelectLargeIndex: which of the two
-	// runs depends on the number of indices, so removing samples can switch
-	// it).
+	// MatchStrict (the default): the same failure. For Reproduces, the
+	// same known check (Class) whatever the build printed it, else (see
+	// Reproduces) the same family, kernel, expression and file (Matches).
 	MatchStrict MatchLevel = "strict"
-	// MatchFamily: same family.
+	// MatchFamily: same family, or what strict accepts (a CPU exception
+	// for a device assert of the same class).
 	MatchFamily MatchLevel = "family"
 	// MatchAny: the candidate is Failing (any family except pass, timeout
 	// and infra), whatever the recorded failure was.
@@ -229,11 +262,23 @@ func ParseMatchLevel(s string) (MatchLevel, error) {
 	return "", fmt.Errorf("%w %q: valid levels are strict (the default), family and any", ErrMatchLevel, s)
 }
 
-// Matches reports whether s, a replay's signature, reproduces want, the
-// recorded one, at level. When want itself is not Failing (a recorded
-// timeout, pass or infra) every level asks for the same family, so that a
-// recorded hang is reduced to candidates that hang. An unknown level is
-// treated as MatchStrict.
+// Matches reports whether s, a replay's signature, agrees with want, the
+// recorded one, at level, by their texts alone. When want itself is not
+// Failing (a recorded timeout, pass or infra) every level asks for the same
+// family, so that a recorded hang is reduced to candidates that hang. An
+// unknown level is treated as MatchStrict.
+//
+// At MatchStrict: same family, same expression, same file, and same kernel.
+// A kernel left empty on either side (an MSVC build prints no function
+// name; a CPU exception may show no torch frame; old Triton prints
+// "unknown") matches any kernel; kernel names are compared after folding
+// known aliases (THC-era names onto ATen ones, indexSelectSmallIndex onto
+// indexSelectLargeIndex: which of the two runs depends on the number of
+// indices, so removing samples can switch it). An empty expression is no
+// wildcard: a device assert that names no assert (only "device-side assert
+// triggered") matches only another that names none; see Reproduces for the
+// classes, and Refines for what the reduction keeps when the recording
+// names no assert.
 //
 // The backend and the exception class are never compared: the same assert
 // from a CUDA and a HIP build, or raised as RuntimeError before 2.8 and as
@@ -248,13 +293,10 @@ func (s Signature) Matches(want Signature, level MatchLevel) bool {
 	case MatchFamily:
 		return s.Family == want.Family
 	}
-	if s.Family != want.Family {
+	if s.Family != want.Family || s.Expression != want.Expression || fileStem(s.File) != fileStem(want.File) {
 		return false
 	}
-	if s.Kernel != "" && want.Kernel != "" && canonicalKernel(s.Kernel) != canonicalKernel(want.Kernel) {
-		return false
-	}
-	return want.Expression == "" || s.Expression == want.Expression
+	return s.Kernel == "" || want.Kernel == "" || canonicalKernel(s.Kernel) == canonicalKernel(want.Kernel)
 }
 
 // kernelAliases folds kernel names that stand for one check. THC-era
@@ -410,6 +452,21 @@ func deviceSide(family Family) bool {
 //     Expressions keep their numbers (they are source text, and a bound like
 //     the 32000 of "0 <= tmp4 < 32000" is a shared dimension that does not
 //     change when samples are removed) but generated tmpN names become tmp.
+//     Lines that threads printing at once cut and mixed are reassembled:
+//     the expression is read between "Assertion `" and the first "`
+//     failed", another thread's ids or path glued to its end are dropped,
+//     and the kernel and file come from the last intact "<path>:<line>:
+//     <kernel>: block: [" of the line or from a cut line's start printed
+//     before it (",0,0], thread: [60,0:115,0] Assertion `...` failed." is
+//     gather's assert). A cut start alone gives kernel and File, no
+//     expression.
+//   - With no assert line, a device assert names the file that reported it
+//     when THC or c10 says where ("cuda runtime error (59) :
+//     device-side assert triggered at .../SpatialClassNLLCriterion.cu:111",
+//     "THCudaCheck FAIL file=...", "Exception raised from ... at
+//     .../ScatterGatherKernel.cu") and that file raises asserts (Classes);
+//     a file that only noticed an asynchronous error (THCTensorMath.cu,
+//     CUDAException.cpp) names nothing, and the assert is of unknown kind.
 //   - Otherwise the exception of the LAST Python traceback (a launcher's
 //     wrapper, torchrun's ChildFailedError or torch.multiprocessing's
 //     ProcessExitedException / ProcessRaisedException, is passed over for
@@ -419,9 +476,17 @@ func deviceSide(family Family) bool {
 //     host_check from the other, the traceback first); with neither, the
 //     last bare "SomethingError: message" line is. A message is classified
 //     by its class and first line: device-side assert triggered /
-//     cuda runtime error (59) / Triton Error → device_assert; CUDA/HIP
-//     errors 700, 719, 716 → illegal_address, launch_failure, misaligned;
-//     out of memory texts and classes → oom; "returned nan values" →
+//     cuda runtime error (59) / Triton Error / Inductor's "index out of
+//     bounds: 0 <= tmpN < ..." on a line of its own → device_assert;
+//     CUDA/HIP errors 700 (THC's 77), 719 (4), 716 → illegal_address,
+//     launch_failure, misaligned; out of memory texts and classes (THC's
+//     "cuda runtime error (2) : out of memory", CUDA's and HIP's "out of
+//     memory", torch.cuda.OutOfMemoryError, torch.OutOfMemoryError, the
+//     CPU allocator's) → oom; CUBLAS_STATUS_* (and THC's "cublas runtime
+//     error : <message>", read as its status) → cublas_error; cuDNN's
+//     CUDNN_STATUS_* → cudnn_error; any other "cuda runtime error (N) :
+//     <message>" or "CUDA error: <message>" → cuda_error, after the infra
+//     ones below; "returned nan values" →
 //     nan_anomaly; "Expected all tensors to be on the same device" →
 //     device_mismatch; ModuleNotFoundError, ImportError, SyntaxError,
 //     KeyboardInterrupt, "no CUDA GPUs are available", "no kernel image is
@@ -461,6 +526,12 @@ func deviceSide(family Family) bool {
 // otherwise the same, do not. Kernel is the torch.nn.functional (or
 // torch.functional) function of the innermost traceback frame when that
 // frame is one, else "".
+//
+// CPU exceptions of earlier eras are host checks too, and Class maps them
+// onto the same classes: THNN's "Assertion `cur_target >= 0 && cur_target
+// < n_classes' failed.  at .../ClassNLLCriterion.c:93" (<= 1.4), TH's
+// "index out of range: Tried to access index 10 out of table with 9 rows.
+// at .../THTensorEvenMoreMath.cpp:418", "Invalid index in gather".
 //
 // Backend: triton when the text shows Triton or Inductor (Triton Error,
 // torchinductor_ paths, triton_ kernels, "unknown:0: unknown:" asserts); hip
@@ -527,20 +598,98 @@ func Parse(stderr []byte, exit ExitInfo) Signature {
 }
 
 // Reproduces reports whether a replay's signature got reproduces want, the
-// failure kept, at level: Matches, and at MatchStrict also a failure of
-// the same class (Class) printed by another kind of device. A torch CPU
-// replay of a batch recorded on a GPU cannot print the same text, but its
-// exception and the device assert name one check (nll_loss.target_bounds).
-// It is the one rule every replay is judged by.
+// failure kept, at level. It is the one rule every replay is judged by.
+//
+// At MatchStrict it compares what the two failures are, not how a build
+// printed them:
+//
+//   - Both name a known check (Class): the same class (oom.device and
+//     oom.host are one: an OOM reproduces an OOM whatever allocator ran
+//     out), whatever the build, device or era printed them: a THNN CPU
+//     assert, a THCUNN, ATen, HIP or Inductor device assert and a 2.x CPU
+//     IndexError of nll_loss are one failure; two different classes never
+//     match. Two host messages of one class that name different halves of
+//     the check (one_hot's "non-negative" and "smaller than num_classes"
+//     on the CPU, where CUDA has one assert for both) are different
+//     failures.
+//   - One names a known check and the other only the file that reported
+//     it (File, see Classes): the check must be one that file raises.
+//   - Otherwise (a device assert of unknown kind, an exception no rule
+//     knows, the signals): Matches, by the texts. A device assert of
+//     unknown kind thus reproduces only another of unknown kind; it never
+//     matches a named assert, since it might be any of them.
+//
+// At MatchFamily: the same family, or what strict accepts. At MatchAny:
+// Matches.
 func Reproduces(got, want Signature, level MatchLevel) bool {
-	if got.Matches(want, level) {
+	if !Failing(want) || level == MatchAny {
+		return got.Matches(want, level)
+	}
+	if level == MatchFamily && got.Family == want.Family {
 		return true
 	}
-	if level == MatchStrict && got.Backend != want.Backend && Failing(got) {
-		gc, wc := got.Class(), want.Class()
-		return gc != "" && gc == wc
+	if !Failing(got) {
+		return false
 	}
-	return false
+	gc, wc := got.Classes(), want.Classes()
+	switch {
+	case len(gc) == 1 && len(wc) == 1 && got.Class() != "" && want.Class() != "":
+		return sameClass(gc[0], wc[0]) && !otherSide(got, want)
+	case got.Class() != "" && len(wc) > 0:
+		return anyClassIn(gc, wc)
+	case want.Class() != "" && len(gc) > 0:
+		return anyClassIn(wc, gc)
+	case len(gc) > 0 && len(wc) > 0:
+		// Two texts that name only files: the same asserts possible.
+		return sameSet(gc, wc)
+	case len(gc) > 0 || len(wc) > 0:
+		return false // a known check or a file against an unknown kind
+	}
+	return got.Matches(want, MatchStrict)
+}
+
+// Refines reports whether got, a replay's signature, says more about the
+// failure recorded as recorded than recorded itself does, so that the
+// reduction should keep got as the failure it matches candidates against:
+// recorded is a device assert that names no assert (the recorder keeps the
+// exception's text, "CUDA error: device-side assert triggered", while the
+// assert line went to the process's output), or only the file that
+// reported it; and got is a device assert that names its check, of one of
+// that file's classes when recorded names a file (or names the file, when
+// recorded names nothing).
+func Refines(got, recorded Signature) bool {
+	if recorded.Family != FamilyDeviceAssert || got.Family != FamilyDeviceAssert || recorded.Expression != "" {
+		return false
+	}
+	if got.Expression == "" && (got.File == "" || recorded.File != "") {
+		return false // no more than the recording says
+	}
+	if recorded.File == "" {
+		return true
+	}
+	set := recorded.Classes()
+	if len(set) == 0 {
+		return got.File == recorded.File
+	}
+	return anyClassIn(got.Classes(), set)
+}
+
+// Partial says, for a device assert that does not name its check, what it
+// does name ("names no assert (only \"device-side assert triggered\")",
+// "names only the file SpatialClassNLLCriterion.cu (nll_loss.target_bounds)"),
+// and "" for any other signature. Reports put it after "the recording" or
+// "the failure".
+func (s Signature) Partial() string {
+	if s.Family != FamilyDeviceAssert || s.Expression != "" {
+		return ""
+	}
+	if s.File == "" {
+		return `names no assert (only "device-side assert triggered")`
+	}
+	if cs := s.Classes(); len(cs) > 0 {
+		return "names only the file " + s.File + " (" + strings.Join(cs, ", ") + ")"
+	}
+	return "names only the file " + s.File
 }
 
 // Recorded is the signature of a failure recorded as text (a batch file's
