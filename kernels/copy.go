@@ -41,11 +41,22 @@ type copyDim struct {
 // in the destination comes from index gidx[k] of the source. shape must not
 // be empty (numel > 0).
 func newCopyPlan(shape, dst, src []int64, gdim int, gidx []int64, es int) *copyPlan {
+	return newCopyPlanIn(shape, dst, src, gdim, gidx, es, nil)
+}
+
+// newCopyPlanIn is newCopyPlan keeping the gather's source offsets in buf
+// when it can hold them (a plan per block of indices then leaves no
+// garbage).
+func newCopyPlanIn(shape, dst, src []int64, gdim int, gidx []int64, es int, buf []int64) *copyPlan {
 	var dims []copyDim
 	for e, size := range shape {
 		c := copyDim{size: size, dst: dst[e], src: src[e]}
 		if e == gdim && src[e] != 0 {
-			c.gather = make([]int64, len(gidx))
+			c.gather = buf[:0]
+			if cap(buf) < len(gidx) {
+				c.gather = make([]int64, len(gidx))
+			}
+			c.gather = c.gather[:len(gidx)]
 			for k, i := range gidx {
 				c.gather[k] = i * src[e]
 			}

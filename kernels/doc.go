@@ -21,7 +21,10 @@
 // Speed: the ops and the copies run at memory speed on the common layouts
 // (fast.go: a dtype switch per run of elements, not per element; copyPlan
 // moves bytes; rows split across goroutines where each writes its own
-// output), and compute what the general element-by-element paths compute,
+// output; cross_entropy, nll_loss, contiguous binary_cross_entropy, gather
+// and index_select read the batch in place and build no buffer as large as
+// it: cross_entropy's log-softmax is computed a row at a time, classRows),
+// and compute what the general element-by-element paths compute,
 // in the same order, bit for bit: the general paths stay for the layouts
 // no fast path covers, and generalOnly forces them for the tests that
 // compare the two (fast_test.go).

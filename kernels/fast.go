@@ -119,6 +119,27 @@ func (t *Tensor) eachRun(fn func(e, n, stride int64)) {
 	rows.Each(func(_ []int64, e int64) { fn(e, n, stride) })
 }
 
+// rowMajorFloats sets dst[k] to t's element lo+k in row-major order.
+func (t *Tensor) rowMajorFloats(lo int64, dst []float64) {
+	nd := t.Dims()
+	if nd == 0 || t.IsContiguous() {
+		t.loadFloats(dst, t.Offset+lo, 1)
+		return
+	}
+	idx := make([]int64, nd)
+	unravelInto(idx, lo, t.Shape)
+	for len(dst) > 0 {
+		n := min(int64(len(dst)), t.Shape[nd-1]-idx[nd-1])
+		t.loadFloats(dst[:n], storageIndex(t, idx), t.Strides[nd-1])
+		dst = dst[n:]
+		idx[nd-1] += n
+		for d := nd - 1; d > 0 && idx[d] == t.Shape[d]; d-- {
+			idx[d] = 0
+			idx[d-1]++
+		}
+	}
+}
+
 // floatValues reads t's elements as float64 in row-major order.
 func floatValues(t *Tensor) []float64 { return values(t, t.loadFloats, t.LoadFloat) }
 

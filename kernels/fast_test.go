@@ -27,18 +27,27 @@ func TestFastPaths(t *testing.T) {
 		op, err := Lookup(c.Op)
 		require.NoError(t, err)
 		for _, mode := range []Mode{ModeCPU, ModeCUDA} {
-			fast, err := op.Run(mode, c.Tensors, c.GoAttrs)
-			require.NoError(t, err)
-			var general *Result
-			withGeneralOnly(func() { general, err = op.Run(mode, c.Tensors, c.GoAttrs) })
-			require.NoError(t, err)
-			msg := fmt.Sprintf("case %d (%s, mode %v): %s", c.ID, c.Op, mode, c.describe())
-			require.Equal(t, general.Outputs, fast.Outputs, msg)
-			require.Equal(t, general.Notes, fast.Notes, msg)
-			// Printed, as a device assert may hold a NaN value.
-			require.Equal(t, failureText(general.Failure), failureText(fast.Failure), msg)
+			checkFastPath(t, op, c, mode)
 		}
 	}
+}
+
+// checkFastPath runs case c through the fast paths and through the general
+// ones: outputs, notes and failures must be identical. It returns the fast
+// paths' result.
+func checkFastPath(t *testing.T, op *Op, c *opCase, mode Mode) *Result {
+	t.Helper()
+	fast, err := op.Run(mode, c.Tensors, c.GoAttrs)
+	require.NoError(t, err)
+	var general *Result
+	withGeneralOnly(func() { general, err = op.Run(mode, c.Tensors, c.GoAttrs) })
+	require.NoError(t, err)
+	msg := fmt.Sprintf("case %d (%s, mode %v): %s", c.ID, c.Op, mode, c.describe())
+	require.Equal(t, general.Outputs, fast.Outputs, msg)
+	require.Equal(t, general.Notes, fast.Notes, msg)
+	// Printed, as a device assert may hold a NaN value.
+	require.Equal(t, failureText(general.Failure), failureText(fast.Failure), msg)
+	return fast
 }
 
 // TestFastReads checks the run-wise readers against Each and

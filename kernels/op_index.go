@@ -203,7 +203,7 @@ func runEmbedding(c *call) (*Result, error) {
 		return fail(runtimeErr("Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got "+
 			legacyTypeName(input.DType, c.cuda)+" instead (while checking arguments for embedding)", frameEmbedding))
 	}
-	flat := contiguousView(input, []int64{input.Numel()})
+	flat := reshaped(input, []int64{input.Numel()})
 	out, f := indexSelect(c, weight, 0, flat, "input", input)
 	if f != nil {
 		return fail(withFrames(f, frameEmbedding))
@@ -248,7 +248,44 @@ func indexSelect(c *call, self *Tensor, dim int64, index *Tensor, name string, o
 	if self.Dims() > 0 {
 		shape[dim] = n
 	}
-	idx := intValues(index)
+	// On the CPU the index is read a block at a time, for the checks (each
+	// reports the first bad index, in order) and for the copy.
+	var idx []int64
+	if c.cuda || generalOnly {
+		idx = intValues(index)
+	}
+	parts := func(fn func(lo int64, part []int64) *Failure) *Failure {
+		if idx != nil {
+			return fn(0, idx)
+		}
+		buf := make([]int64, min(n, 1<<16))
+		stride := int64(0)
+		if index.Dims() == 1 {
+			stride = index.Strides[0]
+		}
+		for lo := int64(0); lo < n; lo += int64(len(buf)) {
+			part := buf[:min(int64(len(buf)), n-lo)]
+			index.loadInts(part, index.Offset+lo*stride, stride)
+			if f := fn(lo, part); f != nil {
+				return f
+			}
+		}
+		return nil
+	}
+	inRange := func(hi int64, bad func(v int64) *Failure) *Failure {
+		return parts(func(_ int64, part []int64) *Failure {
+			for _, v := range part {
+				if v < 0 || v >= hi {
+					return bad(v)
+				}
+			}
+			return nil
+		})
+	}
+	arrayRange := func(axis int64) *Failure {
+		return inRange(axis, func(v int64) *Failure { return indexArrayRangeErr(v, axis) })
+	}
+	outOfRange := func(int64) *Failure { return indexOutOfRange() }
 	axis := int64(1)
 	if self.Dims() > 0 {
 		axis = self.Shape[dim]
@@ -271,28 +308,20 @@ func indexSelect(c *call, self *Tensor, dim int64, index *Tensor, name string, o
 			if axis <= 0 {
 				return nil, runtimeErr("index_select(): self indexing axis dim should be positive")
 			}
-			if f := checkIndexArrayRange(idx, axis); f != nil {
+			if f := arrayRange(axis); f != nil {
 				return nil, f
 			}
 			return MustNew(self.DType, shape...), nil
 		}
 		if dim == 1 {
-			if f := checkIndexArrayRange(idx, axis); f != nil {
+			if f := arrayRange(axis); f != nil {
 				return nil, f
 			}
-		} else {
-			for _, v := range idx {
-				if v < 0 || v >= axis {
-					return nil, indexOutOfRange()
-				}
-			}
+		} else if f := inRange(axis, outOfRange); f != nil {
+			return nil, f
 		}
-	} else {
-		for _, v := range idx {
-			if v < 0 || v >= self.Numel() {
-				return nil, indexOutOfRange()
-			}
-		}
+	} else if f := inRange(self.Numel(), outOfRange); f != nil {
+		return nil, f
 	}
 	out := MustNew(self.DType, shape...)
 	if self.Dims() == 0 {
@@ -303,7 +332,17 @@ func indexSelect(c *call, self *Tensor, dim int64, index *Tensor, name string, o
 	}
 	if !generalOnly {
 		if out.Numel() > 0 {
-			newCopyPlan(shape, out.Strides, self.Strides, int(dim), idx, self.DType.Size()).exec(out.Data, self.Data, 0, self.Offset)
+			part := append([]int64(nil), shape...)
+			var offsets []int64 // reused by every block's plan
+			parts(func(lo int64, idx []int64) *Failure {
+				part[dim] = int64(len(idx))
+				if offsets == nil {
+					offsets = make([]int64, len(idx))
+				}
+				newCopyPlanIn(part, out.Strides, self.Strides, int(dim), idx, self.DType.Size(), offsets).
+					exec(out.Data, self.Data, lo*out.Strides[dim], self.Offset)
+				return nil
+			})
 		}
 		return out, nil
 	}
@@ -323,18 +362,13 @@ func indexOutOfRange() *Failure {
 	return hostErr(classIndexSelect, "IndexError", "index out of range in self")
 }
 
-// checkIndexArrayRange is index_select's check_indexarray_range. Its
-// failure is unclassed: it is index_select's range check, but signature
-// has no rule for this text, and Failure.Class says what signature says
-// (a gap TestOpClasses documents).
-func checkIndexArrayRange(idx []int64, axis int64) *Failure {
-	for _, v := range idx {
-		if v < 0 || v >= axis {
-			return runtimeErr("INDICES element is out of DATA bounds, id=" + strconv.FormatInt(v, 10) +
-				" axis_dim=" + strconv.FormatInt(axis, 10))
-		}
-	}
-	return nil
+// indexArrayRangeErr is the failure of index_select's
+// check_indexarray_range. It is unclassed: it is index_select's range
+// check, but signature has no rule for this text, and Failure.Class says
+// what signature says (a gap TestOpClasses documents).
+func indexArrayRangeErr(v, axis int64) *Failure {
+	return runtimeErr("INDICES element is out of DATA bounds, id=" + strconv.FormatInt(v, 10) +
+		" axis_dim=" + strconv.FormatInt(axis, 10))
 }
 
 // indexSelectCUDAAsserts emulates indexSelectSmallIndex/LargeIndex
@@ -442,6 +476,12 @@ func runGather(c *call) (*Result, error) {
 		return ok(out)
 	}
 	bound, _ := nonemptySize(self, dim)
+	fast := !generalOnly && self.Dims() > 0 && out.Dims() == self.Dims()
+	if fast && !c.cuda && indexInBounds(index, bound) {
+		// The index is read in place, a row at a time.
+		gatherRows(out, self, int(dim), index)
+		return ok(out)
+	}
 	vals := intValues(index)
 	if c.cuda {
 		// _scatter_gather_elementwise_kernel<128, 4> over the index's
@@ -464,8 +504,8 @@ func runGather(c *call) (*Result, error) {
 			}
 		}
 	}
-	if !generalOnly && self.Dims() > 0 && out.Dims() == self.Dims() {
-		gatherRows(out, self, int(dim), vals)
+	if fast {
+		gatherRows(out, self, int(dim), index)
 		return ok(out)
 	}
 	src := make([]int64, self.Dims())
@@ -481,6 +521,21 @@ func runGather(c *call) (*Result, error) {
 	return ok(out)
 }
 
+// indexInBounds reports whether every element of index lies in [0, hi),
+// reading it a run at a time.
+func indexInBounds(index *Tensor, hi int64) bool {
+	buf := make([]int64, min(index.Numel(), 4096))
+	in := true
+	index.eachRun(func(e, n, stride int64) {
+		for k := int64(0); k < n && in; k += int64(len(buf)) {
+			b := buf[:min(int64(len(buf)), n-k)]
+			index.loadInts(b, e+k*stride, stride)
+			in = inBounds(b, 0, hi)
+		}
+	})
+	return in
+}
+
 // inBounds reports whether every v of vals lies in [lo, hi).
 func inBounds(vals []int64, lo, hi int64) bool {
 	for _, v := range vals {
@@ -492,9 +547,9 @@ func inBounds(vals []int64, lo, hi int64) bool {
 }
 
 // gatherRows is gather's copy into the contiguous out (index's shape),
-// row by row of the last dim: out[..., j] = self[...] with index vals (in
-// row-major order) along dim.
-func gatherRows(out, self *Tensor, dim int, vals []int64) {
+// row by row of the last dim: out[..., j] = self[...] with index's value at
+// [..., j] along dim.
+func gatherRows(out, self *Tensor, dim int, index *Tensor) {
 	nd := out.Dims()
 	n := out.Shape[nd-1]
 	es := int64(self.DType.Size())
@@ -504,17 +559,19 @@ func gatherRows(out, self *Tensor, dim int, vals []int64) {
 	}
 	idx := make([]int64, nd)
 	rows := out.Numel() / max64(n, 1)
+	row := make([]int64, n)
 	for r := int64(0); r < rows; r++ {
 		p := r * n
 		unravelInto(idx, p, out.Shape)
-		base := self.Offset
+		base, ibase := self.Offset, index.Offset
 		for d := 0; d < nd-1; d++ {
 			if d != dim {
 				base += idx[d] * self.Strides[d]
 			}
+			ibase += idx[d] * index.Strides[d]
 		}
 		dst := out.Data[p*es : (p+n)*es]
-		row := vals[p : p+n]
+		index.loadInts(row, ibase, index.Strides[nd-1])
 		switch es {
 		case 4:
 			for j, v := range row {

@@ -145,7 +145,7 @@ func runNLLLoss(c *call) (*Result, error) {
 	if f != nil {
 		return fail(f)
 	}
-	out, notes, f := nllLossND(c, c.tensor("input"), c.tensor("target"), c.tensor("weight"), red, c.int("ignore_index"))
+	out, notes, f := nllLossND(c, inputRows(c.tensor("input")), c.tensor("target"), c.tensor("weight"), red, c.int("ignore_index"))
 	if f != nil {
 		return fail(withFrames(f, frameNLLLoss))
 	}
@@ -171,48 +171,99 @@ func crossEntropy(c *call, self, target, weight *Tensor, red int, ii int64, ls f
 		}
 		return crossEntropySmoothed(c, self, target, weight, red, ii, ls)
 	}
-	classDim := int64(1)
-	if self.Dims() == 1 {
-		classDim = 0
-	}
-	lsm, f := logSoftmax(c, self, classDim)
+	lsm, f := logSoftmaxFor(c, self)
 	if f != nil {
 		return nil, nil, f
 	}
 	return nllLossND(c, lsm, target, weight, red, ii)
 }
 
-// logSoftmax is at::log_softmax(self, dim, self.scalar_type()): a new
-// contiguous tensor of self's dtype.
-func logSoftmax(c *call, self *Tensor, dim int64) (*Tensor, *Failure) {
-	d, f := wrapDim(dim, self.Dims())
+// classDimOf is cross_entropy's class dim: 0 for a 1-D input, else 1.
+func classDimOf(self *Tensor) int64 {
+	if self.Dims() == 1 {
+		return 0
+	}
+	return 1
+}
+
+// logSoftmaxFor is log_softmax over cross_entropy's class dim, as
+// nll_loss reads it: computed a row at a time on the fast path, built whole
+// on the general one.
+func logSoftmaxFor(c *call, self *Tensor) (classRows, *Failure) {
+	if generalOnly {
+		lsm, f := logSoftmax(c, self, classDimOf(self))
+		if f != nil {
+			return classRows{}, f
+		}
+		return inputRows(lsm), nil
+	}
+	d, f := logSoftmaxCheck(c, self, classDimOf(self))
 	if f != nil {
-		return nil, f
+		return classRows{}, f
+	}
+	return logSoftmaxRows(self, d), nil
+}
+
+// logSoftmaxCheck is at::log_softmax's checks: the class dim wrapped, or
+// the failure of a dtype without a kernel (none for an empty self, which
+// the kernels return before dispatching on).
+func logSoftmaxCheck(c *call, self *Tensor, dim int64) (int64, *Failure) {
+	d, f := wrapDim(dim, self.Dims())
+	if f != nil || self.Numel() == 0 {
+		return d, f
 	}
 	last := self.Dims() == 0 || d == int64(self.Dims()-1)
-	if self.Numel() == 0 {
-		// The kernels return before dispatching on the dtype.
-		return MustNew(self.DType, self.Shape...), nil
-	}
 	switch self.DType {
 	case Float32, Float64, BFloat16:
 	case Float16:
 		if !c.cuda {
 			if last {
-				return nil, notImplemented("log_softmax_lastdim_kernel_impl", self.DType)
+				return 0, notImplemented("log_softmax_lastdim_kernel_impl", self.DType)
 			}
-			return nil, notImplemented("softmax_kernel_impl", self.DType)
+			return 0, notImplemented("softmax_kernel_impl", self.DType)
 		}
 	default:
 		if c.cuda {
 			// cuda/SoftMax.cu dispatches under this name (not checked
 			// against a GPU build).
-			return nil, notImplemented("host_softmax", self.DType)
+			return 0, notImplemented("host_softmax", self.DType)
 		}
 		if last {
-			return nil, notImplemented("log_softmax_lastdim_kernel_impl", self.DType)
+			return 0, notImplemented("log_softmax_lastdim_kernel_impl", self.DType)
 		}
-		return nil, notImplemented("softmax_kernel_impl", self.DType)
+		return 0, notImplemented("softmax_kernel_impl", self.DType)
+	}
+	return d, nil
+}
+
+// rowLogSumExp is log_softmax's statistics of one row: its max (NaN when
+// the row holds one) and the log of Σ exp(v - max). The row's log-softmax
+// is then v - max - lse, in that order.
+func rowLogSumExp(vals []float64) (m, lse float64) {
+	m = math.Inf(-1)
+	for _, v := range vals {
+		if v > m || math.IsNaN(v) {
+			m = v
+		}
+	}
+	s := 0.0
+	for _, v := range vals {
+		s += math.Exp(v - m)
+	}
+	return m, math.Log(s)
+}
+
+// logSoftmax is at::log_softmax(self, dim, self.scalar_type()): a new
+// contiguous tensor of self's dtype. cross_entropy's fast paths never
+// build it (classRows and probLossRows compute its rows one at a time);
+// its general path here is their reference.
+func logSoftmax(c *call, self *Tensor, dim int64) (*Tensor, *Failure) {
+	d, f := logSoftmaxCheck(c, self, dim)
+	if f != nil {
+		return nil, f
+	}
+	if self.Numel() == 0 {
+		return MustNew(self.DType, self.Shape...), nil
 	}
 	out := MustNew(self.DType, self.Shape...)
 	shape := self.Shape
@@ -233,24 +284,14 @@ func logSoftmax(c *call, self *Tensor, dim int64) (*Tensor, *Failure) {
 	if !generalOnly {
 		// Row by row: the same sums in the same order, one dtype switch a
 		// row; rows are independent, so they run in parallel.
-		parallel(outer*inner, max(1, 1<<16/max(size, 1)), func(lo, hi int64) {
+		parallel(outer*inner, rowGrain(size), func(lo, hi int64) {
 			idx := make([]int64, len(shape))
 			vals := make([]float64, size)
 			for r := lo; r < hi; r++ {
 				o, in := r/inner, r%inner
 				unravelInto(idx, o*size*inner+in, shape)
 				src.loadFloats(vals, storageIndex(src, idx), src.Strides[d])
-				m := math.Inf(-1)
-				for _, v := range vals {
-					if v > m || math.IsNaN(v) {
-						m = v
-					}
-				}
-				s := 0.0
-				for _, v := range vals {
-					s += math.Exp(v - m)
-				}
-				ls := math.Log(s)
+				m, ls := rowLogSumExp(vals)
 				for k, v := range vals {
 					vals[k] = v - m - ls
 				}
@@ -291,8 +332,136 @@ func logSoftmax(c *call, self *Tensor, dim int64) (*Tensor, *Failure) {
 	return out, nil
 }
 
+// rowGrain is the fewest rows of size elements worth a goroutine.
+func rowGrain(size int64) int64 { return max(1, 1<<16/max(size, 1)) }
+
+// classRows is nll_loss's input as its kernels read it: the value at
+// position p (the row-major index over the dims other than the class dim,
+// which nll_loss_nd's 4-D view of an N-D input keeps) and class t. Tensor
+// is the input as nll_loss's checks see it (shape and dtype; its storage is
+// never read); the values come from src, read in place. With lsm set they
+// are log_softmax(src) over classDim, computed a row at a time as
+// logSoftmax computes them, then rounded to the dtype as its store rounds
+// them: cross_entropy never builds the N×C log-softmax.
+type classRows struct {
+	*Tensor
+	src      *Tensor
+	classDim int
+	lsm      bool
+	// onRow, when set, is given each log-softmax row that at computes
+	// (position p; the row is reused afterwards).
+	onRow func(p int64, row []float64)
+}
+
+// inputRows is nll_loss's own input, read in place.
+func inputRows(t *Tensor) classRows {
+	return classRows{Tensor: t, src: t, classDim: int(classDimOf(t))}
+}
+
+// logSoftmaxRows is log_softmax(self, d) (d wrapped, the checks of
+// logSoftmaxCheck passed), computed row by row as nll_loss reads it.
+func logSoftmaxRows(self *Tensor, d int64) classRows {
+	shape := append([]int64(nil), self.Shape...)
+	head := &Tensor{DType: self.DType, Shape: shape, Strides: ContiguousStrides(shape)}
+	return classRows{Tensor: head, src: self, classDim: int(d), lsm: true}
+}
+
+// view is the same values seen through the header shape (nll_loss_nd's
+// 4-D view).
+func (r classRows) view(shape []int64) classRows {
+	r.Tensor = &Tensor{DType: r.DType, Shape: shape, Strides: ContiguousStrides(shape)}
+	return r
+}
+
+// posBase is the storage element of t at position p (the row-major index
+// over the dims other than classDim), class 0.
+func posBase(t *Tensor, classDim int, p int64) int64 {
+	e := t.Offset
+	for d := t.Dims() - 1; d >= 0; d-- {
+		if d == classDim {
+			continue
+		}
+		n := t.Shape[d]
+		e += (p % n) * t.Strides[d]
+		p /= n
+	}
+	return e
+}
+
+func (r classRows) base(p int64) int64 { return posBase(r.src, r.classDim, p) }
+
+// row sets vals (one per class) to the values at position p.
+func (r classRows) row(p int64, vals []float64) {
+	r.src.loadFloats(vals, r.base(p), r.src.Strides[r.classDim])
+	if r.lsm {
+		m, ls := rowLogSumExp(vals)
+		for k, v := range vals {
+			vals[k] = roundTo(r.DType, v-m-ls)
+		}
+	}
+}
+
+// at sets vals[i] to the value at position lo+i and class tg[i] for every
+// i with tg[i] >= 0 (a class in range); log-softmax rows are computed in
+// parallel, each into its own vals[i].
+func (r classRows) at(lo int64, tg []int64, vals []float64) {
+	cs := r.src.Strides[r.classDim]
+	if !r.lsm {
+		for i, t := range tg {
+			if t >= 0 {
+				vals[i] = r.src.LoadFloat(r.base(lo+int64(i)) + t*cs)
+			}
+		}
+		return
+	}
+	size := r.src.Shape[r.classDim]
+	parallel(int64(len(tg)), rowGrain(size), func(a, b int64) {
+		row := make([]float64, size)
+		for i := a; i < b; i++ {
+			if t := tg[i]; t >= 0 {
+				r.row(lo+i, row)
+				vals[i] = row[t]
+				if r.onRow != nil {
+					r.onRow(lo+i, row)
+				}
+			}
+		}
+	})
+}
+
+// each is the loop of nll_loss's kernels over positions 0..n-1, in order,
+// a chunk at a time: target(p) is position p's target; keep(p, t) says
+// whether the input is read there (false for an ignored target) or fails,
+// which ends the loop; visit(p, t, v) then gets the value at (p, t).
+func (r classRows) each(n int64, target func(p int64) int64, keep func(p, t int64) (bool, *Failure), visit func(p, t int64, v float64)) *Failure {
+	const chunk = 1 << 14
+	tg := make([]int64, min(n, chunk))
+	vals := make([]float64, len(tg))
+	for lo := int64(0); lo < n; lo += chunk {
+		k := min(chunk, n-lo)
+		for i := int64(0); i < k; i++ {
+			t := target(lo + i)
+			use, f := keep(lo+i, t)
+			if f != nil {
+				return f
+			}
+			if !use {
+				t = -1
+			}
+			tg[i] = t
+		}
+		r.at(lo, tg[:k], vals[:k])
+		for i, t := range tg[:k] {
+			if t >= 0 {
+				visit(lo+int64(i), t, vals[i])
+			}
+		}
+	}
+	return nil
+}
+
 // nllLossND is at::native::nll_loss_nd.
-func nllLossND(c *call, self, target, weight *Tensor, red int, ii int64) (*Tensor, []string, *Failure) {
+func nllLossND(c *call, self classRows, target, weight *Tensor, red int, ii int64) (*Tensor, []string, *Failure) {
 	if self.Dims() < 1 {
 		return nil, nil, valueErr("Expected 1 or more dimensions (got " + strconv.Itoa(self.Dims()) + ")")
 	}
@@ -321,13 +490,15 @@ func nllLossND(c *call, self, target, weight *Tensor, red int, ii int64) (*Tenso
 	if !sameShape(tgtRest, self.Shape[2:]) {
 		return nil, nil, runtimeErr("Expected target size " + fmtSizes(outSize) + ", got " + fmtSizes(target.Shape))
 	}
-	in4 := contiguousView(self, []int64{n, ch, 0, 0})
+	// The input is read in place: its positions keep their order in the
+	// 4-D view.
+	in4 := self.view([]int64{n, ch, 0, 0})
 	if self.Numel() > 0 {
-		in4 = contiguousView(self, []int64{n, ch, 1, self.Numel() / (n * ch)})
+		in4 = self.view([]int64{n, ch, 1, self.Numel() / (n * ch)})
 	}
-	t3 := contiguousView(target, []int64{n, 0, 0})
+	t3 := reshaped(target, []int64{n, 0, 0})
 	if target.Numel() > 0 {
-		t3 = contiguousView(target, []int64{n, 1, target.Numel() / n})
+		t3 = reshaped(target, []int64{n, 1, target.Numel() / n})
 	}
 	out, notes, f := nllLoss2d(c, in4, t3, weight, red, ii)
 	if f != nil {
@@ -337,6 +508,16 @@ func nllLossND(c *call, self, target, weight *Tensor, red int, ii int64) (*Tenso
 		out = &Tensor{DType: out.DType, Shape: outSize, Strides: ContiguousStrides(outSize), Data: out.Data}
 	}
 	return out, notes, nil
+}
+
+// reshaped is t.contiguous().view(shape), sharing t's storage when t is
+// contiguous.
+func reshaped(t *Tensor, shape []int64) *Tensor {
+	if !t.IsContiguous() {
+		return contiguousView(t, shape)
+	}
+	shape = append([]int64(nil), shape...)
+	return &Tensor{DType: t.DType, Shape: shape, Strides: ContiguousStrides(shape), Offset: t.Offset, Data: t.Data}
 }
 
 // contiguousView is t.contiguous().view(shape).
@@ -453,7 +634,7 @@ func scalarOut(dt DType, v float64) *Tensor {
 }
 
 // nllLoss is nll_loss_forward for 1-D and 2-D inputs.
-func nllLoss(c *call, self, target, weight *Tensor, red int, ii int64) (*Tensor, *Failure) {
+func nllLoss(c *call, self classRows, target, weight *Tensor, red int, ii int64) (*Tensor, *Failure) {
 	// TORCH_META_FUNC(nll_loss_forward)
 	if target.Dims() > 1 {
 		return nil, hostErr(classNLLTargetDim, "RuntimeError", "0D or 1D target tensor expected, multi-target not supported")
@@ -509,7 +690,7 @@ func nllLoss(c *call, self, target, weight *Tensor, red int, ii int64) (*Tensor,
 		if target.DType != Uint8 && target.DType != Int64 {
 			return nil, notImplemented(kernel+"_index", target.DType)
 		}
-		if f := nllCUDAAsserts(self, target, red, ii, nClasses); f != nil {
+		if f := nllCUDAAsserts(self.Tensor, target, red, ii, nClasses); f != nil {
 			return nil, f
 		}
 	} else {
@@ -528,12 +709,6 @@ func nllLoss(c *call, self, target, weight *Tensor, red int, ii int64) (*Tensor,
 		}
 		return weight.LoadFloat(weight.Offset + t*weight.Strides[0])
 	}
-	inAt := func(b, t int64) float64 {
-		if twoD {
-			return self.LoadFloat(self.Offset + b*self.Strides[0] + t*self.Strides[1])
-		}
-		return self.LoadFloat(self.Offset + t*self.Strides[0])
-	}
 	tgtAt := func(b int64) int64 {
 		if target.Dims() == 0 {
 			return targetValue(target, target.Offset)
@@ -545,15 +720,10 @@ func nllLoss(c *call, self, target, weight *Tensor, red int, ii int64) (*Tensor,
 			return nil, expectedScalarType(tgtT, target.DType)
 		}
 		out := MustNew(dt, batch)
-		for i := int64(0); i < batch; i++ {
-			t := tgtAt(i)
-			if ignored(t, ii) {
-				continue
-			}
-			if t < 0 || t >= nClasses {
-				return nil, targetOutOfBounds(t, tgtT == Uint8)
-			}
-			out.StoreFloat(i, roundTo(dt, -inAt(i, t)*wAt(t)))
+		f := self.each(batch, tgtAt, classCheck(ii, nClasses, func(t int64) *Failure { return targetOutOfBounds(t, tgtT == Uint8) }, nil),
+			func(i, t int64, v float64) { out.StoreFloat(i, roundTo(dt, -v*wAt(t))) })
+		if f != nil {
+			return nil, f
 		}
 		return out, nil
 	}
@@ -566,22 +736,47 @@ func nllLoss(c *call, self, target, weight *Tensor, red int, ii int64) (*Tensor,
 	if target.DType != tgtT {
 		return nil, expectedScalarType(tgtT, target.DType)
 	}
-	cs := newCascade(dt, batch)
+	return nllReduce(self, batch, tgtAt, weight != nil, wAt, red, ii, nClasses)
+}
+
+// classCheck is the kernels' test of a target: not read when it is
+// ignore_index; out of [0, nClasses) it fails with oob, or, where a kernel
+// has no bounds check (undef set), is passed to undef and not read.
+func classCheck(ii, nClasses int64, oob func(t int64) *Failure, undef func(p int64)) func(p, t int64) (bool, *Failure) {
+	return func(p, t int64) (bool, *Failure) {
+		switch {
+		case ignored(t, ii):
+			return false, nil
+		case t >= 0 && t < nClasses:
+			return true, nil
+		case undef != nil:
+			undef(p)
+			return false, nil
+		}
+		return false, oob(t)
+	}
+}
+
+// nllReduce is the reduction of nll_loss's kernels over n positions: the
+// cascade sum of -x·w in position order, divided for the mean by the sum
+// of the weights or by the count of targets not ignored.
+func nllReduce(x classRows, n int64, target func(p int64) int64, weighted bool, wAt func(t int64) float64, red int, ii, nClasses int64) (*Tensor, *Failure) {
+	dt := x.DType
+	cs := newCascade(dt, n)
 	ignoredN := int64(0)
-	for b := int64(0); b < batch; b++ {
-		t := tgtAt(b)
+	keep := classCheck(ii, nClasses, func(t int64) *Failure { return targetOutOfBounds(t, false) }, nil)
+	f := x.each(n, target, func(p, t int64) (bool, *Failure) {
 		if ignored(t, ii) {
 			ignoredN++
-			continue
 		}
-		if t < 0 || t >= nClasses {
-			return nil, targetOutOfBounds(t, false)
-		}
-		cs.add(b, inAt(b, t), wAt(t), weight != nil)
+		return keep(p, t)
+	}, func(p, t int64, v float64) { cs.add(p, v, wAt(t), weighted) })
+	if f != nil {
+		return nil, f
 	}
 	loss, tw := cs.total()
-	if weight == nil {
-		tw = roundTo(dt, float64(batch-ignoredN))
+	if !weighted {
+		tw = roundTo(dt, float64(n-ignoredN))
 	}
 	if red == reductionMean {
 		loss = roundTo(dt, loss/tw)
@@ -626,7 +821,7 @@ func nllCUDAAsserts(self, target *Tensor, red int, ii, nClasses int64) *Failure 
 
 // nllLoss2d is nll_loss2d_forward for 4-D inputs (CPU: LossNLL2d.cpp; CUDA:
 // cuda/NLLLoss2d.cu).
-func nllLoss2d(c *call, input, target, weight *Tensor, red int, ii int64) (*Tensor, []string, *Failure) {
+func nllLoss2d(c *call, input classRows, target, weight *Tensor, red int, ii int64) (*Tensor, []string, *Failure) {
 	if c.cuda {
 		if target.Dims() != 3 {
 			return nil, nil, runtimeErr("only batches of spatial targets supported (3D tensors) but got targets of size: : " + fmtSizes(target.Shape))
@@ -706,10 +901,8 @@ func nllLoss2d(c *call, input, target, weight *Tensor, red int, ii int64) (*Tens
 		}
 		return wc[t]
 	}
-	inAt := func(b, t, h, w int64) float64 {
-		return input.LoadFloat(input.Offset + b*input.Strides[0] + t*input.Strides[1] + h*input.Strides[2] + w*input.Strides[3])
-	}
-	tgtAt := func(b, h, w int64) int64 {
+	tgtAt := func(p int64) int64 {
+		b, h, w := p/(H*W), p/W%H, p%W
 		return target.LoadInt(target.Offset + b*target.Strides[0] + h*target.Strides[1] + w*target.Strides[2])
 	}
 	if red == reductionNone {
@@ -718,28 +911,20 @@ func nllLoss2d(c *call, input, target, weight *Tensor, red int, ii int64) (*Tens
 		}
 		out := MustNew(dt, N, H, W)
 		undefined := 0
-		i := int64(0)
-		for b := int64(0); b < N; b++ {
-			for h := int64(0); h < H; h++ {
-				for w := int64(0); w < W; w++ {
-					t := tgtAt(b, h, w)
-					switch {
-					case ignored(t, ii):
-					case t < 0 || t >= C:
-						if !c.cuda {
-							return nil, nil, targetOutOfBounds(t, false)
-						}
-						// 1.13's nll_loss2d_forward_no_reduce_kernel has no
-						// bounds check (pytorch/pytorch#49882): it reads
-						// outside the input.
-						out.StoreFloat(i, math.NaN())
-						undefined++
-					default:
-						out.StoreFloat(i, roundTo(dt, -inAt(b, t, h, w)*wAt(t)))
-					}
-					i++
-				}
+		oob := func(t int64) *Failure { return targetOutOfBounds(t, false) }
+		var cudaOOB func(p int64)
+		if c.cuda {
+			// 1.13's nll_loss2d_forward_no_reduce_kernel has no bounds
+			// check (pytorch/pytorch#49882): it reads outside the input.
+			cudaOOB = func(p int64) {
+				out.StoreFloat(p, math.NaN())
+				undefined++
 			}
+		}
+		f := input.each(N*H*W, tgtAt, classCheck(ii, C, oob, cudaOOB),
+			func(p, t int64, v float64) { out.StoreFloat(p, roundTo(dt, -v*wAt(t))) })
+		if f != nil {
+			return nil, nil, f
 		}
 		if undefined > 0 {
 			notes = append(notes, strconv.Itoa(undefined)+" out-of-range targets with reduction='none' on a 4-D (or reshaped N-D) input: "+
@@ -757,32 +942,8 @@ func nllLoss2d(c *call, input, target, weight *Tensor, red int, ii int64) (*Tens
 	if target.DType != Int64 {
 		return nil, nil, expectedScalarType(Int64, target.DType)
 	}
-	cs := newCascade(dt, N*H*W)
-	ignoredN := int64(0)
-	lin := int64(0)
-	for b := int64(0); b < N; b++ {
-		for h := int64(0); h < H; h++ {
-			for w := int64(0); w < W; w++ {
-				t := tgtAt(b, h, w)
-				if ignored(t, ii) {
-					ignoredN++
-				} else if t < 0 || t >= C {
-					return nil, nil, targetOutOfBounds(t, false)
-				} else {
-					cs.add(lin, inAt(b, t, h, w), wAt(t), weight != nil)
-				}
-				lin++
-			}
-		}
-	}
-	loss, tw := cs.total()
-	if weight == nil {
-		tw = roundTo(dt, float64(N*H*W-ignoredN))
-	}
-	if red == reductionMean {
-		loss = roundTo(dt, loss/tw)
-	}
-	return scalarOut(dt, loss), notes, nil
+	out, f := nllReduce(input, N*H*W, tgtAt, weight != nil, wAt, red, ii, C)
+	return out, notes, f
 }
 
 // nll2dCUDAAsserts emulates nll_loss2d_forward_kernel's launch:
@@ -817,28 +978,50 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // crossEntropySmoothed is cross_entropy_loss_label_smoothing.
 func crossEntropySmoothed(c *call, self, target, weight *Tensor, red int, ii int64, ls float64) (*Tensor, []string, *Failure) {
-	classDim := int64(1)
-	if self.Dims() == 1 {
-		classDim = 0
-	}
-	input, f := logSoftmax(c, self, classDim)
+	classDim := classDimOf(self)
+	input, f := logSoftmaxFor(c, self)
 	if f != nil {
 		return nil, nil, f
+	}
+	dt := input.DType
+	// smooth_loss = -(input * weight).sum(class_dim) or -input.sum(class_dim):
+	// rowSum is one position's. The weight is read here, but a bad one
+	// fails only after nll_loss, as in torch.
+	var wv []float64
+	if weight != nil && weight.Dims() > 0 {
+		weight.Each(func(_ []int64, e int64) { wv = append(wv, weight.LoadFloat(e)) })
+	}
+	rowSum := func(row []float64) float64 {
+		s := 0.0
+		for k, v := range row {
+			if wv != nil {
+				v = roundTo(dt, v*wv[k])
+			}
+			s += v
+		}
+		return -roundTo(dt, s)
+	}
+	positions := numel(removeDim(input.Shape, classDim))
+	nClasses := input.Shape[classDim]
+	smooth := make([]float64, positions)
+	// The rows nll_loss computes (those of its targets in range, not
+	// ignored) give their sums on the way; the rest are computed below.
+	done := make([]bool, positions)
+	if input.lsm && (weight == nil || int64(len(wv)) == nClasses) {
+		input.onRow = func(p int64, row []float64) {
+			smooth[p], done[p] = rowSum(row), true
+		}
 	}
 	nll, notes, f := nllLossND(c, input, target, weight, red, ii)
 	if f != nil {
 		return nil, nil, f
 	}
-	dt := input.DType
-	nClasses := input.Shape[classDim]
 	// ignore_mask = target == ignore_index, compared in the target's dtype.
 	tvals := intValues(target)
 	iiT := ii
 	if target.DType == Uint8 {
 		iiT = int64(uint8(ii))
 	}
-	// smooth_loss = -(input * weight).sum(class_dim) or -input.sum(class_dim).
-	var wv []float64
 	if weight != nil {
 		// weight.view(shape with weight.size(0) at class_dim).
 		w0 := weight.Shape[0]
@@ -850,49 +1033,20 @@ func crossEntropySmoothed(c *call, self, target, weight *Tensor, red int, ii int
 		if weight.Numel() != w0 {
 			return nil, nil, runtimeErr("shape '" + fmtSizes(vshape) + "' is invalid for input of size " + strconv.FormatInt(weight.Numel(), 10))
 		}
-		weight.Each(func(_ []int64, e int64) { wv = append(wv, weight.LoadFloat(e)) })
 	}
-	positions := input.Numel() / max64(nClasses, 1)
-	if nClasses == 0 {
-		positions = numel(removeDim(input.Shape, classDim))
-	}
-	smooth := make([]float64, positions)
-	posShape := removeDim(input.Shape, classDim)
-	rmIn := ContiguousStrides(input.Shape)
-	pidx := make([]int64, len(posShape))
-	row := make([]float64, nClasses)
-	for p := int64(0); p < positions; p++ {
-		unravelInto(pidx, p, posShape)
-		base := int64(0)
-		for d, j := 0, 0; d < input.Dims(); d++ {
-			if int64(d) == classDim {
-				continue
+	// Rows in parallel: each writes its own smooth[p].
+	parallel(positions, rowGrain(nClasses), func(lo, hi int64) {
+		row := make([]float64, nClasses)
+		for p := lo; p < hi; p++ {
+			switch {
+			case tvals[p] == iiT:
+				smooth[p] = 0
+			case !done[p]:
+				input.row(p, row)
+				smooth[p] = rowSum(row)
 			}
-			base += pidx[j] * rmIn[d]
-			j++
 		}
-		s := 0.0
-		if !generalOnly {
-			input.loadFloats(row, base, rmIn[classDim])
-		}
-		for k := int64(0); k < nClasses; k++ {
-			var v float64
-			if generalOnly {
-				v = input.LoadFloat(base + k*rmIn[classDim])
-			} else {
-				v = row[k]
-			}
-			if wv != nil {
-				v = roundTo(dt, v*wv[k])
-			}
-			s += v
-		}
-		s = -roundTo(dt, s)
-		if tvals[p] == iiT {
-			s = 0
-		}
-		smooth[p] = s
-	}
+	})
 	var ret []float64
 	switch red {
 	case reductionMean:
@@ -992,7 +1146,7 @@ func crossEntropyProb(c *call, self, target, weight *Tensor, red int, ls float64
 		return nil, runtimeErr("cross_entropy: weight tensor should be defined either for all " + strconv.FormatInt(nClasses, 10) +
 			" classes or no classes but got weight tensor of shape: " + fmtSizes(weight.Shape))
 	}
-	input, f := logSoftmax(c, self, classDim)
+	input, f := logSoftmaxFor(c, self)
 	if f != nil {
 		return nil, f
 	}
@@ -1000,12 +1154,11 @@ func crossEntropyProb(c *call, self, target, weight *Tensor, red int, ls float64
 		return nil, runtimeErr("label_smoothing must be between 0.0 and 1.0. Got: " + fmtDouble(ls))
 	}
 	tdt := target.DType
-	tv := floatValues(target)
+	// The target's label smoothing: target * (1 - ls) + ls / n_classes.
+	smoothT := func(v float64) float64 { return v }
 	if ls > 0 {
 		a, b := opmathScalar(tdt, 1-ls), opmathScalar(tdt, ls/float64(nClasses))
-		for i, v := range tv {
-			tv[i] = roundTo(tdt, roundTo(tdt, v*a)+b)
-		}
+		smoothT = func(v float64) float64 { return roundTo(tdt, roundTo(tdt, v*a)+b) }
 	}
 	dt1 := promoteFloat(input.DType, tdt)
 	dt := dt1
@@ -1014,63 +1167,116 @@ func crossEntropyProb(c *call, self, target, weight *Tensor, red int, ls float64
 		dt = promoteFloat(dt1, weight.DType)
 		weight.Each(func(_ []int64, e int64) { wv = append(wv, weight.LoadFloat(e)) })
 	}
-	// prod = input * target (* weight_), in row-major order of input.
-	rm := ContiguousStrides(input.Shape)
-	prod := make([]float64, input.Numel())
-	if !generalOnly {
-		input.loadFloats(prod, 0, 1) // input is logSoftmax's: contiguous, offset 0
-	}
-	for i := range prod {
-		x := prod[i]
-		if generalOnly {
-			x = input.LoadFloat(int64(i))
-		}
-		v := roundTo(dt1, x*tv[i])
+	// prod's element: input * target (* weight_) at class k.
+	elem := func(x, t float64, k int64) float64 {
+		v := roundTo(dt1, x*smoothT(t))
 		if wv != nil {
-			k := int64(0)
-			if input.Dims() > 0 {
-				k = (int64(i) / rm[classDim]) % input.Shape[classDim]
-			}
 			v = roundTo(dt, v*wv[k])
 		}
-		prod[i] = v
+		return v
 	}
-	switch red {
-	case reductionMean, reductionSum:
+	if generalOnly {
+		return probLossGeneral(input.Tensor, target, int(classDim), dt, red, elem)
+	}
+	return probLossRows(input, target, dt, red, elem)
+}
+
+// probLossGeneral is cross_entropy's loss for probability targets over
+// the whole log-softmax lsm: prod = lsm * target (* weight) element by
+// element, then its sum in row-major order, or each position's sum over
+// the classes.
+func probLossGeneral(lsm, target *Tensor, classDim int, dt DType, red int, elem func(x, t float64, k int64) float64) (*Tensor, *Failure) {
+	rm := ContiguousStrides(lsm.Shape)
+	tv := floatValues(target)
+	prod := make([]float64, lsm.Numel())
+	for i := range prod {
+		k := (int64(i) / rm[classDim]) % lsm.Shape[classDim]
+		prod[i] = elem(lsm.LoadFloat(int64(i)), tv[i], k)
+	}
+	if red != reductionNone {
 		sum := 0.0
 		for _, v := range prod {
 			sum += v
 		}
-		sum = -roundTo(dt, sum)
-		if red == reductionMean {
-			if input.Numel() == 0 {
-				return scalarOut(dt, math.NaN()), nil
-			}
-			sum = roundTo(dt, sum/float64(input.Numel()/nClasses))
-		}
-		return scalarOut(dt, sum), nil
+		return probReduced(lsm, dt, red, sum), nil
 	}
-	posShape := removeDim(input.Shape, classDim)
-	out := MustNew(dt, posShape...)
-	np := numel(posShape)
-	pidx := make([]int64, len(posShape))
-	for p := int64(0); p < np; p++ {
-		unravelInto(pidx, p, posShape)
-		base := int64(0)
-		for d, j := 0, 0; d < input.Dims(); d++ {
-			if int64(d) == classDim {
-				continue
-			}
-			base += pidx[j] * rm[d]
-			j++
-		}
+	x := inputRows(lsm)
+	out := MustNew(dt, removeDim(lsm.Shape, int64(classDim))...)
+	for p := int64(0); p < out.Numel(); p++ {
 		s := 0.0
-		for k := int64(0); k < nClasses; k++ {
-			s += prod[base+k*rm[classDim]]
+		for k := int64(0); k < lsm.Shape[classDim]; k++ {
+			s += prod[x.base(p)+k*rm[classDim]]
 		}
 		out.StoreFloat(p, -roundTo(dt, s))
 	}
 	return out, nil
+}
+
+// probReduced is the mean or the sum from prod's sum.
+func probReduced(lsm *Tensor, dt DType, red int, sum float64) *Tensor {
+	sum = -roundTo(dt, sum)
+	if red == reductionMean {
+		if lsm.Numel() == 0 {
+			return scalarOut(dt, math.NaN())
+		}
+		sum = roundTo(dt, sum/float64(lsm.Numel()/lsm.Shape[classDimOf(lsm)]))
+	}
+	return scalarOut(dt, sum)
+}
+
+// probLossRows is probLossGeneral a row of the log-softmax at a time,
+// without prod: with no reduction each position's sum over the classes,
+// positions in parallel; otherwise the one sum in prod's row-major order
+// (position by position within each index of the dims before the class
+// dim, class by class), from each row's statistics computed in parallel a
+// block at a time.
+func probLossRows(lsm classRows, target *Tensor, dt DType, red int, elem func(x, t float64, k int64) float64) (*Tensor, *Failure) {
+	cd := lsm.classDim
+	size := lsm.Shape[cd]
+	xs, ts := lsm.src.Strides[cd], target.Strides[cd]
+	if red == reductionNone {
+		out := MustNew(dt, removeDim(lsm.Shape, int64(cd))...)
+		parallel(out.Numel(), rowGrain(size), func(lo, hi int64) {
+			x, t := make([]float64, size), make([]float64, size)
+			for p := lo; p < hi; p++ {
+				lsm.row(p, x)
+				target.loadFloats(t, posBase(target, cd, p), ts)
+				s := 0.0
+				for k := range x {
+					s += elem(x[k], t[k], int64(k))
+				}
+				out.StoreFloat(p, -roundTo(dt, s))
+			}
+		})
+		return out, nil
+	}
+	outer, inner := numel(lsm.Shape[:cd]), numel(lsm.Shape[cd+1:])
+	per := max(1, (1<<14)/max(inner, 1)) // indices of the outer dims a block
+	n := per * inner
+	xb, tb := make([]int64, n), make([]int64, n)
+	m, lse := make([]float64, n), make([]float64, n)
+	sum := 0.0
+	for o0 := int64(0); o0 < outer; o0 += per {
+		o1 := min(outer, o0+per)
+		p0 := o0 * inner
+		parallel((o1-o0)*inner, rowGrain(size), func(lo, hi int64) {
+			row := make([]float64, size)
+			for q := lo; q < hi; q++ {
+				xb[q], tb[q] = lsm.base(p0+q), posBase(target, cd, p0+q)
+				lsm.src.loadFloats(row, xb[q], xs)
+				m[q], lse[q] = rowLogSumExp(row)
+			}
+		})
+		for o := o0; o < o1; o++ {
+			for k := int64(0); k < size; k++ {
+				for q := (o - o0) * inner; q < (o-o0+1)*inner; q++ {
+					x := roundTo(lsm.DType, lsm.src.LoadFloat(xb[q]+k*xs)-m[q]-lse[q])
+					sum += elem(x, target.LoadFloat(tb[q]+k*ts), k)
+				}
+			}
+		}
+	}
+	return probReduced(lsm.Tensor, dt, red, sum), nil
 }
 
 // runBCE is F.binary_cross_entropy and binary_cross_entropy_out_cpu /
@@ -1108,19 +1314,31 @@ func runBCE(c *call) (*Result, error) {
 	// loss = empty_like(input): the kernel visits elements in its memory
 	// order.
 	lossStrides := denseLike(input)
-	loss := newStrided(dt, input.Shape, lossStrides)
-	lossT := &Tensor{DType: dt, Shape: input.Shape, Strides: lossStrides, Data: loss.Data}
-	r := func(v float64) float64 { return roundTo(dt, v) }
-	if !generalOnly && input.IsContiguous() && target.IsContiguous() && lossT.IsContiguous() {
-		if f := bceContiguous(c, input, target, loss); f != nil {
-			if f.Exception != "" {
-				return fail(f)
-			}
-			// A device assert: the general path finds every bad input.
-		} else {
-			return bceFinish(c, input, loss, lossT, wExp, red)
-		}
+	newLoss := func() (loss, lossT *Tensor) {
+		loss = newStrided(dt, input.Shape, lossStrides)
+		return loss, &Tensor{DType: dt, Shape: input.Shape, Strides: lossStrides, Data: loss.Data}
 	}
+	r := func(v float64) float64 { return roundTo(dt, v) }
+	if !generalOnly && input.IsContiguous() && target.IsContiguous() && (&Tensor{Shape: input.Shape, Strides: lossStrides}).IsContiguous() &&
+		(wExp == nil || sameShape(wExp.Shape, input.Shape)) {
+		// The loss tensor is built only to be returned: a reduction
+		// sums the values as they are computed.
+		var loss, lossT *Tensor
+		if red == reductionNone {
+			loss, lossT = newLoss()
+		}
+		sum, f := bceContiguous(c, input, target, wExp, loss)
+		switch {
+		case f == nil && red == reductionNone:
+			return ok(lossT)
+		case f == nil:
+			return ok(bceReduced(dt, input.Numel(), red, sum))
+		case f.Exception != "":
+			return fail(f)
+		}
+		// A device assert: the general path finds every bad input.
+	}
+	loss, lossT := newLoss()
 	order := tiVisit(input.Shape, [][]int64{lossStrides, input.Strides, target.Strides})
 	in := rowMajor(input)
 	tg := rowMajor(target)
@@ -1146,62 +1364,109 @@ func runBCE(c *call) (*Result, error) {
 	return bceFinish(c, input, loss, lossT, wExp, red)
 }
 
-// bceContiguous is binary_cross_entropy's elementwise loss when input,
-// target and loss are contiguous, so that the kernel's order is row-major:
-// the general path's arithmetic, run by run. It returns the CPU range
-// failure, or an empty Failure for a bad input in CUDA mode (whose asserts
-// the general path then computes).
-func bceContiguous(c *call, input, target, loss *Tensor) *Failure {
+// bceContiguous is binary_cross_entropy's elementwise loss, times the
+// weight wExp (input's shape) if any, when input, target and the loss are
+// contiguous, so that the kernel's order is row-major: the general path's
+// arithmetic, run by run, runs in parallel a block at a time. It writes
+// the values to loss, or with loss nil returns their sum in row-major
+// order. It fails with the CPU range failure, or an empty Failure for a
+// bad input in CUDA mode (whose asserts the general path then computes).
+func bceContiguous(c *call, input, target, wExp, loss *Tensor) (float64, *Failure) {
 	dt := input.DType
 	r := func(v float64) float64 { return roundTo(dt, v) }
 	const chunk = 4096
+	const block = 64 * chunk
+	n := input.Numel()
+	var buf []float64 // a block's values, to be summed
+	if loss == nil {
+		buf = make([]float64, min(n, block))
+	}
 	var bad atomic.Bool
-	parallel(ceilDiv(input.Numel(), chunk), 16, func(lo, hi int64) {
-		xs, ys := make([]float64, chunk), make([]float64, chunk)
-		for p := lo * chunk; p < min(hi*chunk, input.Numel()) && !bad.Load(); p += chunk {
-			k := min(chunk, input.Numel()-p)
-			x, y := xs[:k], ys[:k]
-			input.loadFloats(x, input.Offset+p, 1)
-			target.loadFloats(y, target.Offset+p, 1)
-			for _, xv := range x {
-				if !(xv >= 0 && xv <= 1) {
-					bad.Store(true)
-					return
+	sum := 0.0
+	for b0 := int64(0); b0 < n && !bad.Load(); b0 += block {
+		b1 := min(n, b0+block)
+		parallel(ceilDiv(b1-b0, chunk), 16, func(lo, hi int64) {
+			xs, ys := make([]float64, chunk), make([]float64, chunk)
+			for p := b0 + lo*chunk; p < min(b0+hi*chunk, b1) && !bad.Load(); p += chunk {
+				k := min(chunk, b1-p)
+				x, y := xs[:k], ys[:k]
+				input.loadFloats(x, input.Offset+p, 1)
+				target.loadFloats(y, target.Offset+p, 1)
+				for _, xv := range x {
+					if !(xv >= 0 && xv <= 1) {
+						bad.Store(true)
+						return
+					}
+				}
+				bceValues(dt, x, y)
+				if wExp != nil {
+					// loss.mul_(weight).
+					wExp.rowMajorFloats(p, y)
+					for j := range x {
+						x[j] = r(x[j] * y[j])
+					}
+				}
+				if loss != nil {
+					loss.storeFloats(p, 1, x)
+				} else {
+					copy(buf[p-b0:], x)
 				}
 			}
-			switch dt {
-			case Float32:
-				// r is float32 rounding, and the logs of x in [0, 1] are
-				// no NaN, so math.Max(l, -100) is a comparison.
-				r := func(v float64) float64 { return float64(float32(v)) }
-				for j, xv := range x {
-					l1 := r(math.Log1p(-xv))
-					if l1 < -100 {
-						l1 = -100
-					}
-					l2 := r(math.Log(xv))
-					if l2 < -100 {
-						l2 = -100
-					}
-					x[j] = r(r(r(y[j]-1)*l1) - r(y[j]*l2))
-				}
-			default:
-				for j, xv := range x {
-					l1 := math.Max(r(math.Log1p(-xv)), -100)
-					l2 := math.Max(r(math.Log(xv)), -100)
-					x[j] = r(r(r(y[j]-1)*l1) - r(y[j]*l2))
-				}
+		})
+		if loss == nil && !bad.Load() {
+			for _, v := range buf[:b1-b0] {
+				sum += v
 			}
-			loss.storeFloats(p, 1, x)
 		}
-	})
+	}
 	switch {
 	case !bad.Load():
-		return nil
+		return sum, nil
 	case c.cuda:
-		return &Failure{}
+		return 0, &Failure{}
 	}
-	return hostErr(classBCEInputRange, "RuntimeError", "all elements of input should be between 0 and 1", frameBCE)
+	return 0, hostErr(classBCEInputRange, "RuntimeError", "all elements of input should be between 0 and 1", frameBCE)
+}
+
+// bceValues sets x[j] to the loss of input x[j] (in [0, 1]) and target
+// y[j].
+func bceValues(dt DType, x, y []float64) {
+	r := func(v float64) float64 { return roundTo(dt, v) }
+	switch dt {
+	case Float32:
+		// r is float32 rounding, and the logs of x in [0, 1] are no NaN, so
+		// math.Max(l, -100) is a comparison.
+		r := func(v float64) float64 { return float64(float32(v)) }
+		for j, xv := range x {
+			l1 := r(math.Log1p(-xv))
+			if l1 < -100 {
+				l1 = -100
+			}
+			l2 := r(math.Log(xv))
+			if l2 < -100 {
+				l2 = -100
+			}
+			x[j] = r(r(r(y[j]-1)*l1) - r(y[j]*l2))
+		}
+	default:
+		for j, xv := range x {
+			l1 := math.Max(r(math.Log1p(-xv)), -100)
+			l2 := math.Max(r(math.Log(xv)), -100)
+			x[j] = r(r(r(y[j]-1)*l1) - r(y[j]*l2))
+		}
+	}
+}
+
+// bceReduced is binary_cross_entropy's mean or sum of n losses from their
+// sum.
+func bceReduced(dt DType, n int64, red int, sum float64) *Tensor {
+	if red == reductionMean {
+		if n == 0 {
+			return scalarOut(dt, math.NaN())
+		}
+		return scalarOut(dt, sum/float64(n))
+	}
+	return scalarOut(dt, sum)
 }
 
 // bceFinish applies binary_cross_entropy's weight and reduction to loss
@@ -1240,13 +1505,7 @@ func bceFinish(c *call, input, loss, lossT, wExp *Tensor, red int) (*Result, err
 			sum += v
 		}
 	}
-	if red == reductionMean {
-		if input.Numel() == 0 {
-			return ok(scalarOut(dt, math.NaN()))
-		}
-		return ok(scalarOut(dt, sum/float64(input.Numel())))
-	}
-	return ok(scalarOut(dt, sum))
+	return ok(bceReduced(dt, input.Numel(), red, sum))
 }
 
 // inferSize is torch._C._infer_size (broadcasting two shapes).
