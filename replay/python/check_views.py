@@ -47,6 +47,15 @@ def cases():
     out.append(("structure", dict(batch={"tokens": tokens, "key": [3, 1, 4, 1, 5], "scale": 0.5,
                                          "table": torch.randn(4, 2, generator=g)},
                                   batch_dims={"table": None})))
+    # Padded to the longest sample, with a state: every candidate is padded afresh to its own.
+    lengths = [7, 2, 5, 3, 4]
+    padded = torch.zeros(5, 7, dtype=torch.int64)
+    for i, n in enumerate(lengths):
+        padded[i, :n] = torch.arange(1, n + 1)
+    model = torch.nn.Linear(3, 2)
+    out.append(("padded_state", dict(batch={"tokens": padded, "mask": padded != 0, "lengths": torch.tensor(lengths)},
+                                     padded={"tokens": 1, "mask": 1}, lengths=lengths,
+                                     state={"model": model})))
     return out
 
 
@@ -60,7 +69,7 @@ def write(directory):
     for name, kw in cases():
         path = os.path.join(directory, name + ".bin")
         if "batch" in kw:
-            rb.save(path, kw["batch"], batch_dims=kw.get("batch_dims"), compression=compression)
+            rb.save(path, kw.pop("batch"), compression=compression, **kw)
         else:
             rb.save(path, kw.pop("tensors"), compression=compression, **kw)
 
