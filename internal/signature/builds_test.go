@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -121,9 +123,30 @@ func TestBuildsCorpus(t *testing.T) {
 		cases = append(cases, c)
 	}
 	sameTotal, sameMatched, diffTotal, diffMatched, gapPairs := 0, 0, 0, 0, 0
+	// Every pair, the known gaps' included: same-bug pairs by group, and
+	// the different-bug pairs that match.
+	type tally struct{ pairs, matched int }
+	byGroup := map[string]*tally{}
+	allDiff, allSlips := 0, 0
 	for i, a := range cases {
 		for _, b := range cases[i+1:] {
 			ab, ba := Reproduces(a.sig, b.sig, MatchStrict), Reproduces(b.sig, a.sig, MatchStrict)
+			if a.bug == b.bug {
+				g := byGroup[a.bug]
+				if g == nil {
+					g = &tally{}
+					byGroup[a.bug] = g
+				}
+				g.pairs++
+				if ab && ba {
+					g.matched++
+				}
+			} else {
+				allDiff++
+				if ab || ba {
+					allSlips++
+				}
+			}
 			gap := buildsKnownGaps[a.name] + buildsKnownGaps[b.name]
 			if gap != "" && (a.bug == b.bug) != (ab && ba) {
 				gapPairs++
@@ -157,6 +180,15 @@ func TestBuildsCorpus(t *testing.T) {
 	t.Logf("different-bug pairs matched %d / %d", diffMatched, diffTotal)
 	t.Logf("family right %d / %d", familyRight, len(cases))
 	t.Logf("texts of 2.x or Inductor builds %d", newer)
+	allSame, allMatched := 0, 0
+	for _, bug := range slices.Sorted(maps.Keys(byGroup)) {
+		g := byGroup[bug]
+		allSame += g.pairs
+		allMatched += g.matched
+		t.Logf("  %-28s texts %2d, same-bug pairs matched %3d / %3d", bug, groups[bug], g.matched, g.pairs)
+	}
+	t.Logf("with the known gaps: same-bug pairs matched %d / %d (%.1f%%), different-bug pairs matched %d / %d",
+		allMatched, allSame, pct(allMatched, allSame), allSlips, allDiff)
 }
 
 func TestParseBuildsFile(t *testing.T) {
