@@ -188,6 +188,22 @@ type replayVerdict struct {
 	Node     string             `json:"node,omitempty"`
 }
 
+// replayWhole replays the batch b read from path: the file itself, when
+// the backend's process can read it (replay.Viewer), else b written to a
+// candidate file.
+func replayWhole(ctx context.Context, be replay.Backend, path string, b *fixtures.Batch) (replay.Verdict, error) {
+	vw, ok := be.(replay.Viewer)
+	if !ok || !vw.Views() {
+		return be.Replay(ctx, b)
+	}
+	src, err := fixtures.NewSource(path, b, vw.SourceDir())
+	if err != nil {
+		return replay.Verdict{}, err
+	}
+	defer src.Close()
+	return vw.ReplayView(ctx, src, &fixtures.View{})
+}
+
 func replayOnce(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return usagef("replay takes one batch file, got %d arguments", c.NArg())
@@ -208,7 +224,7 @@ func replayOnce(c *cli.Context) error {
 	defer be.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	v, err := be.Replay(ctx, b)
+	v, err := replayWhole(ctx, be, path, b)
 	if err != nil {
 		if ctx.Err() != nil {
 			return withCode(ExitInterrupted, fmt.Errorf("replay %s: interrupted", path))
