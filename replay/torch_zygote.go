@@ -42,6 +42,9 @@ import (
 //	Go → zygote  {"id": "7", "slot": 0, "path": ".../candidate.bin",
 //	              "stdout": ".../stdout.fifo", "stderr": ".../stderr.fifo",
 //	              "run_dir": "..."}
+//	             the candidate's file as "path", or its plan inline as
+//	             "plan" (at most maxInlinePlan bytes), or as a file,
+//	             "plan_path"
 //	zygote → Go  {"event": "hello", "pid", "torch", "cuda", "hip", "python",
 //	              "error"?, "entry_error"?, "warning"?}             once
 //	             {"event": "ready"|"init_error", "slot", "pid", "error"?}
@@ -431,6 +434,16 @@ func (t *torchBackend) newID() string {
 	return strconv.FormatUint(t.nextID, 10)
 }
 
+// maxInlinePlan is the largest plan a zygote request carries itself: the
+// zygote writes the request into a pipe its child reads once its device is
+// initialized, and a pipe holds 64 KiB without waiting. A larger plan (the
+// ids of many samples, many elements set) travels as planFile in the run
+// directory: a description of the candidate, not the candidate.
+const maxInlinePlan = 48 << 10
+
+// planFile is the name of a large plan's file in the run directory.
+const planFile = "plan.json"
+
 // zygoteInput is the candidate of one zygote request: a file the
 // candidate is written into (data), or a plan the child builds it from.
 type zygoteInput struct {
@@ -497,8 +510,11 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data zygoteInpu
 		return v, false, err
 	}
 	files := &Command{TempDir: true}
-	if data.plan == nil {
+	switch {
+	case data.plan == nil:
 		files.Streams = map[string]func(io.Writer) error{t.candidateFile(): data.data}
+	case len(data.plan) > maxInlinePlan:
+		files.Files = map[string][]byte{planFile: data.plan}
 	}
 	dir, err := t.runner.makeRunDir(files)
 	if err != nil {
@@ -564,10 +580,13 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data zygoteInpu
 	call := z.register(id)
 	sent := time.Now()
 	req := map[string]any{"id": id, "slot": slot, "stdout": paths[0], "stderr": paths[1], "run_dir": dir}
-	if data.plan != nil {
-		req["plan"] = data.plan
-	} else {
+	switch {
+	case data.plan == nil:
 		req["path"] = filepath.Join(dir, t.candidateFile())
+	case len(data.plan) > maxInlinePlan:
+		req["plan_path"] = filepath.Join(dir, planFile)
+	default:
+		req["plan"] = data.plan
 	}
 	if err := z.send(req); err != nil {
 		<-z.dead // a write fails only when the zygote is gone

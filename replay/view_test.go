@@ -2,6 +2,8 @@ package replay
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +28,19 @@ def run(b):
     return reduce_batch.run_op(b.op, b.tensors, b.attrs)
 `
 
+// viewSource writes batch to path uncompressed and returns it as read
+// back, and its Source for local replays (closed at the test's end).
+func viewSource(t *testing.T, path string, batch *fixtures.Batch) (*fixtures.Batch, *fixtures.Source) {
+	t.Helper()
+	require.NoError(t, fixtures.Write(path, batch, fixtures.WithCompression(fixtures.CompressionNone)))
+	b, err := fixtures.Read(path)
+	require.NoError(t, err)
+	src, err := fixtures.NewSource(path, b, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { src.Close() })
+	return b, src
+}
+
 // TestViewsWriteNoCandidateFile: the go and torch backends replay a view
 // of the recorded file with nothing in the run directory but the output
 // FIFOs of a zygote's child, and give the verdict the candidate built and
@@ -37,19 +52,20 @@ func TestViewsWriteNoCandidateFile(t *testing.T) {
 	orig, err := fixtures.Read("../fixtures/examples/four_class_targets.bin")
 	require.NoError(t, err)
 	// Uncompressed, as a large recording is: the source is the file itself.
-	require.NoError(t, fixtures.Write(path, orig, fixtures.WithCompression(fixtures.CompressionNone)))
-	b, err := fixtures.Read(path)
+	b, src := viewSource(t, path, orig)
+	st1, err := os.Stat(path)
 	require.NoError(t, err)
-	src, err := fixtures.NewSource(path, b, tmp)
+	st2, err := os.Stat(src.Path)
 	require.NoError(t, err)
-	defer src.Close()
-	require.Equal(t, path, src.Path, "an uncompressed file is its own source")
+	require.True(t, os.SameFile(st1, st2), "an uncompressed file is its own source: %s", src.Path)
 
 	views := map[string]*fixtures.View{
 		"culprit":    {Rows: []int64{2, 0}},
 		"no culprit": {Rows: []int64{0, 1}},
-		"set":        {Rows: []int64{2}, Set: []fixtures.ElementSet{{Tensor: 1, Index: []int64{0}, Bits: fixtures.ElementBits(b.Tensors[1].DType, false, 3, 0)}}},
 	}
+	set := fixtures.ElementSet{Tensor: 1}
+	set.Add(0, fixtures.ElementBits(b.Tensors[1].DType, false, 3, 0))
+	views["set"] = &fixtures.View{Rows: []int64{2}, Set: []fixtures.ElementSet{set}}
 	log := filepath.Join(tmp, "rundirs.log")
 	entry := filepath.Join(tmp, "list_run_dir.py")
 	require.NoError(t, os.WriteFile(entry, []byte(listRunDirEntry), 0o644))
@@ -92,5 +108,72 @@ func TestViewsWriteNoCandidateFile(t *testing.T) {
 				require.Equal(t, vn == "culprit", signature.Failing(got.Signature), "%s: %s", vn, got.Signature)
 			}
 		})
+	}
+
+	// A recording written again at the same path during the reduction (a
+	// recorder renames its new file over the old one) does not change what
+	// the replays read: the source is the file that was opened.
+	two, err := b.Select([]int64{0, 1})
+	require.NoError(t, err)
+	require.NoError(t, fixtures.Write(path, two, fixtures.WithCompression(fixtures.CompressionNone)))
+	be := newBackend(t, goOpts).(Viewer)
+	got, err := be.ReplayView(context.Background(), src, views["culprit"])
+	require.NoError(t, err)
+	require.True(t, signature.Failing(got.Signature), "the replaced file was read: %s\n%s", got.Signature, got.Result.Stderr)
+}
+
+// TestViewLargePlan: a plan larger than a zygote request carries (here the
+// ids of 6,000 samples) travels as plan.json in the run directory, and the
+// child replays it as it would replay it inline.
+func TestViewLargePlan(t *testing.T) {
+	py := torchPython(t)
+	tmp := t.TempDir()
+	orig, err := fixtures.Read("../fixtures/examples/four_class_targets.bin")
+	require.NoError(t, err)
+	// Copies of the samples that pass, and the culprit (sample 2) once.
+	var pass []int64
+	for i := range orig.Samples {
+		if i != 2 {
+			pass = append(pass, i)
+		}
+	}
+	rows := make([]int64, 6000)
+	for i := range rows {
+		rows[i] = pass[i%len(pass)]
+	}
+	rows[4321] = 2
+	big, err := orig.Select(rows)
+	require.NoError(t, err)
+	for i := range big.SampleIDs {
+		big.SampleIDs[i] = fmt.Sprintf("sample-%05d", i)
+	}
+	path := filepath.Join(tmp, "big.bin")
+	b, src := viewSource(t, path, big)
+	plan, err := b.Plan(&fixtures.View{}, src.Path)
+	require.NoError(t, err)
+	raw, err := json.Marshal(plan)
+	require.NoError(t, err)
+	require.Greater(t, len(raw), maxInlinePlan)
+
+	log := filepath.Join(tmp, "rundirs.log")
+	entry := filepath.Join(tmp, "list_run_dir.py")
+	require.NoError(t, os.WriteFile(entry, []byte(listRunDirEntry), 0o644))
+	o := torchOptions(t, tmp)
+	o.Python, o.Entry = py, entry+":run"
+	o.Env = append(o.Env, runDirLogEnv+"="+log)
+	be := newBackend(t, o).(Viewer)
+	first := make([]int64, 4000)
+	for i := range first {
+		first[i] = int64(i)
+	}
+	for _, v := range []*fixtures.View{{}, {Rows: first}} {
+		require.NoError(t, os.RemoveAll(log))
+		got, err := be.ReplayView(context.Background(), src, v)
+		require.NoError(t, err)
+		listed, err := os.ReadFile(log)
+		require.NoError(t, err)
+		require.Contains(t, string(listed), planFile)
+		require.NotContains(t, string(listed), "candidate.bin")
+		require.Equal(t, v.Rows == nil, signature.Failing(got.Signature), "%s\n%s", got.Signature, got.Result.Stderr)
 	}
 }

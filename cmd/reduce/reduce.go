@@ -192,7 +192,7 @@ func printSummary(w interface{ Write([]byte) (int, error) }, res *reduction.Resu
 	}
 	for i, f := range res.Findings {
 		if res.Mode != reduction.ModeSize {
-			fmt.Fprintf(w, "culprit: samples %v %s\n", f.Indices, strings.Join(f.IDs, " "))
+			fmt.Fprintln(w, strings.TrimSpace(fmt.Sprintf("culprit: samples %v %s", f.Indices, strings.Join(f.IDs, " "))))
 		}
 		if f.Relation != nil {
 			fmt.Fprintf(w, "  relation: %s (equal values fail; either one changed to a value found nowhere in the batch passes)\n", f.Relation.Text)

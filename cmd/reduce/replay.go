@@ -292,6 +292,9 @@ func replayOnce(c *cli.Context) error {
 	if expectPass && !out.Reproduces {
 		return withCode(ExitNoRepro, fmt.Errorf("%s should pass (a fixture's boundary or neighbour batch) but got %s", path, out.Signature))
 	}
+	if !out.Reproduces && b.Error == nil {
+		return withCode(ExitNoRepro, fmt.Errorf("%s records no failure, and its replay did not fail: got %s (try another --backend or --device)", path, out.Signature))
+	}
 	if !out.Reproduces {
 		return withCode(ExitNoRepro, fmt.Errorf("%s does not reproduce its recorded failure: got %s (try --match family, another --backend or --device; or the bug was fixed since it was recorded)", path, out.Signature))
 	}

@@ -362,12 +362,20 @@ func (c *candidate) view() (*fixtures.View, error) {
 	}
 	sp := c.edit.space
 	v := &fixtures.View{Rows: sp.rows}
+	sets := map[int]*fixtures.ElementSet{}
 	c.edit.changes(func(u int, x value, _ bool) {
 		un := sp.units[u]
-		dt := sp.sub.Tensors[un.tensor].DType
-		v.Set = append(v.Set, fixtures.ElementSet{Tensor: un.tensor, Index: un.index,
-			Bits: fixtures.ElementBits(dt, un.float, x.i, x.f)})
+		e := sp.sub.Tensors[un.tensor]
+		set := sets[un.tensor]
+		if set == nil {
+			set = &fixtures.ElementSet{Tensor: un.tensor}
+			sets[un.tensor] = set
+		}
+		set.Add(linear(un.index, e.Shape), fixtures.ElementBits(e.DType, un.float, x.i, x.f))
 	})
+	for _, ti := range slices.Sorted(maps.Keys(sets)) {
+		v.Set = append(v.Set, *sets[ti])
+	}
 	return v, nil
 }
 

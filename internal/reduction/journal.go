@@ -107,7 +107,7 @@ func openJournal(path string, head journalHeader, resume bool) (j *journal, repl
 		replaced = true
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, false, fmt.Errorf("--out: %w", err)
+		return nil, false, errorf(ErrUsage, "--out: %v: give a directory reduce can create and write", err)
 	}
 	f, err := os.Create(path)
 	if err != nil {

@@ -135,7 +135,7 @@ func (r *run) partialSamples(res shrink.Result) []Finding {
 // replaying the batch without them (the neighbour, and the donors of the
 // dropped elements' values).
 func (r *run) reduceSet(ctx context.Context, set []int) (Finding, error) {
-	r.logf("samples: culprit set %v %s", set, strings.Join(r.idsOf(set), " "))
+	r.logf("%s", strings.TrimSpace(fmt.Sprintf("samples: culprit set %v %s", set, strings.Join(r.idsOf(set), " "))))
 	r.emit(&CulpritFound{Event: "culprit", Indices: set, IDs: r.idsOf(set)})
 	rows := rowsOf(set)
 	sub, err := r.batch.Select(rows)

@@ -1662,11 +1662,10 @@ def load_view(plan, device="cpu"):
             else:
                 for at, frm, n in runs:
                     _copy_into(st, dst.narrow(bd, at, n), view.narrow(bd, frm, n))
-        sets = tp.get("set") or ()
+        sets = tp.get("set")
         if sets:
-            dst = torch.as_strided(st, e["shape"], e["strides"], e["offset"])
-            for x in sets:
-                dst[tuple(x["index"])] = torch.frombuffer(bytearray(base64.b64decode(x["bits"])), dtype=dt)[0]
+            at = torch.frombuffer(bytearray(base64.b64decode(sets["at"])), dtype=torch.int64)
+            st[at] = torch.frombuffer(bytearray(base64.b64decode(sets["bits"])), dtype=dt)
         st = st.to(device)
         tensors[e["name"]] = torch.as_strided(st, e["shape"], e["strides"], e["offset"])
     return Batch(plan["source"], m, tensors)

@@ -350,7 +350,8 @@ class _Zygote(object):
     It keeps one pre-forked child per slot, which initializes the device (and, with
     --slot-env, sees only its slot's GPU) and then waits for its one candidate on a pipe.
 
-    Protocol: JSON lines. In (stdin): {"id", "slot", "path", "stdout", "stderr", "run_dir"}.
+    Protocol: JSON lines. In (stdin): {"id", "slot", "path" | "plan" | "plan_path", "stdout", "stderr",
+    "run_dir"}: the candidate's file, its plan (reduce_batch.load_view), or a file holding the plan.
     Out (stdout): {"event": "hello", "pid", "torch", ...} once; {"event": "ready" |
     "init_error", "slot", "pid"} when a pre-forked child has initialized the device;
     {"event": "start", "id", "pid", "pgid", "slot"} when a request is handed to a child;
@@ -400,7 +401,7 @@ class _Zygote(object):
         signal.set_wakeup_fd(self.wake_w)
         for slot in range(self.slots):
             self.fork(slot)
-        buf = b""
+        buf = bytearray()
         while True:
             fds = [self.proto_in, self.wake_r] + list(self.status)
             ready, _, _ = select.select(fds, [], [])
@@ -419,10 +420,16 @@ class _Zygote(object):
                 if not data:
                     self.shutdown()
                     return 0
+                # A bytearray, searched from where the last search ended:
+                # a long line costs its length, not its length squared.
+                start = len(buf)
                 buf += data
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
+                end = buf.find(b"\n", start)
+                while end >= 0:
+                    line = bytes(buf[:end])
+                    del buf[:end + 1]
                     self.request(line)
+                    end = buf.find(b"\n")
 
     def fork(self, slot):
         req_r, req_w = os.pipe()
@@ -499,13 +506,14 @@ class _Zygote(object):
         except OSError:
             pass
         os.close(st_w)
-        data = b""
+        chunks = []
         while True:
             chunk = os.read(req_r, 1 << 16)
             if not chunk:
                 break
-            data += chunk
+            chunks.append(chunk)
         os.close(req_r)
+        data = b"".join(chunks)
         if not data.strip():
             return 0  # the zygote shut down
         req = json.loads(data.decode())
@@ -521,7 +529,11 @@ class _Zygote(object):
             return HARNESS_EXIT
         if self.program is not None:
             return _run_program(self.program, req.get("run_dir") or os.path.dirname(req["path"]))
-        return _run_candidate(req.get("plan") or req["path"], self.device, self.entry, self.device_memory, self.step)
+        what = req.get("plan") or req.get("path")
+        if "plan_path" in req:
+            with open(req["plan_path"]) as f:
+                what = json.load(f)
+        return _run_candidate(what, self.device, self.entry, self.device_memory, self.step)
 
     def init_device(self):
         torch = rb._torch()
@@ -586,7 +598,8 @@ class _Zygote(object):
             slot = int(req.get("slot", 0))
             if not isinstance(req.get("plan"), (dict, type(None))):
                 raise ValueError("plan: want an object")
-            for key in ("stdout", "stderr") + (() if req.get("plan") else ("path",)):
+            what = () if req.get("plan") else ("plan_path",) if "plan_path" in req else ("path",)
+            for key in ("stdout", "stderr") + what:
                 if not isinstance(req.get(key), str):
                     raise ValueError("%s: want a string" % key)
             if not 0 <= slot < self.slots:
@@ -601,7 +614,9 @@ class _Zygote(object):
                 if c is None:
                     c = self.fork(slot)
                     del self.idle[slot]
-                _write_all(c.req_w, payload)  # the idle child is reading it
+                # At most a pipe's 64 KiB (reduce sends a larger plan as a file), so
+                # that the write never waits for a child still initializing its device.
+                _write_all(c.req_w, payload)
             except OSError as e:
                 err = e
                 if c is not None and c.req_w is not None:
