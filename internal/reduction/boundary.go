@@ -35,8 +35,13 @@ type bounds struct {
 // value when v is zero itself, v's neighbour first. Then whether the
 // search's far end is the other end of the valid range: it passes and the
 // value just past it fails ("valid range [0, 4)": 3 and 0 pass, 4 and -1
-// fail).
-func (r *run) intBoundary(ctx context.Context, v, neutral int64, fe *regress.Element, try tryValue) (bounds, error) {
+// fail). When the search ended at its far end (v below the range: -1
+// fails, 0 passes), the other end lies beyond it, and the candidate for it
+// is seen (when ok), the largest value the element's tensor holds in the
+// batch's other samples: it passes and seen+1 fails ("valid range [0,
+// 5)"). Without one, the rule says only which end was found ("the valid
+// range starts at 0").
+func (r *run) intBoundary(ctx context.Context, v, neutral, seen int64, ok bool, fe *regress.Element, try tryValue) (bounds, error) {
 	fe.Value = float64(v)
 	if v > 1<<53 || v < -(1<<53) {
 		fe.ValueText = strconv.FormatInt(v, 10)
@@ -92,8 +97,13 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, fe *regress.Ele
 	if far == hi {
 		past = far + 1
 	}
+	probe := true
+	if far == br.Pass {
+		// The far end is the passing value: the range goes on past it.
+		far, past, probe = seen, seen+1, ok && seen > br.Pass && v < br.Pass && seen < math.MaxInt64
+	}
 	closed := false
-	if (past < far) == (far == lo) { // no wrap past the int64 range
+	if probe && (past < far) == (far < br.Pass) { // no wrap past the int64 range
 		of, err := try.all(ctx, value{i: far}, r.o.Trials)
 		if err != nil {
 			return out, err
@@ -113,17 +123,44 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, fe *regress.Ele
 		fe.Valid = &regress.ValueRange{Lo: &f, Hi: &p}
 		out.other = &value{i: far}
 	case closed:
-		fe.Rule = fmt.Sprintf("valid range [%d, %d]", br.Pass, far)
+		fe.Rule = fmt.Sprintf("valid range [%d, %d)", br.Pass, far+1)
 		fe.Valid = &regress.ValueRange{Lo: &p, Hi: &f}
 		out.other = &value{i: far}
 	case br.Pass < v:
-		fe.Rule = fmt.Sprintf("values up to %d pass", br.Pass)
+		fe.Rule = fmt.Sprintf("the valid range ends at %d", br.Pass)
 		fe.Valid = &regress.ValueRange{Hi: &p}
 	default:
-		fe.Rule = fmt.Sprintf("values from %d pass", br.Pass)
+		fe.Rule = fmt.Sprintf("the valid range starts at %d", br.Pass)
 		fe.Valid = &regress.ValueRange{Lo: &p}
 	}
 	return out, nil
+}
+
+// largestElsewhere is the largest value tensor ti of the batch holds in
+// the samples outside rows (the culprits), when it is an integer tensor
+// with a batch axis and such samples, and small enough (at most 1<<24
+// elements) to read whole.
+func (r *run) largestElsewhere(ti int, rows []int64) (int64, bool) {
+	e := r.batch.Tensors[ti]
+	if e.BatchDim == nil || e.DType.IsFloat() || e.DType == kernels.Bool || e.Numel() > 1<<24 {
+		return 0, false
+	}
+	culprit := map[int64]bool{}
+	for _, x := range rows {
+		culprit[x] = true
+	}
+	bd := *e.BatchDim
+	var m int64
+	found := false
+	e.Each(func(idx []int64, s int64) {
+		if culprit[idx[bd]] {
+			return
+		}
+		if x := e.Tensor.LoadInt(s); !found || x > m {
+			m, found = x, true
+		}
+	})
+	return m, found
 }
 
 // floatBits maps the magnitudes a float dtype holds to integers ordered

@@ -259,3 +259,30 @@ func TestReplayBound(t *testing.T) {
 		assert.Equal(t, "valid range [0, 4)", res.Findings[0].Elements[0].Rule)
 	}
 }
+
+// TestRangeBelow: a target below the range (-3 of 4 classes). The search
+// toward zero ends at its far end, 0, so the other end lies beyond it: the
+// largest target of the other samples, 3, passes and 4 fails, and the
+// range is closed; the batch at that end is a neighbour that passes.
+// Without other samples to take it from, the rule says only which end was
+// found, never that every value from 0 passes.
+func TestRangeBelow(t *testing.T) {
+	b, path := crossEntropy(t, 64, map[int]int64{40: -3})
+	res, err := reduce(t, b, path, newStep(kernelStep), reduction.Options{})
+	require.NoError(t, err)
+	require.Len(t, res.Findings, 1)
+	f := res.Findings[0]
+	e := f.Elements[0]
+	assert.Equal(t, "valid range [0, 4)", e.Rule)
+	require.NotNil(t, e.Valid)
+	assert.Equal(t, 0.0, *e.Valid.Lo)
+	assert.Equal(t, 3.0, *e.Valid.Hi)
+	require.NotNil(t, f.OtherEnd)
+	assert.Equal(t, pass, kernelStep(f.OtherEnd))
+
+	one, path := crossEntropy(t, 1, map[int]int64{0: -3})
+	res, err = reduce(t, one, path, newStep(kernelStep), reduction.Options{})
+	require.NoError(t, err)
+	require.Len(t, res.Findings, 1)
+	assert.Equal(t, "the valid range starts at 0", res.Findings[0].Elements[0].Rule)
+}
