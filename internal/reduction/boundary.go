@@ -37,11 +37,11 @@ type bounds struct {
 // value just past it fails ("valid range [0, 4)": 3 and 0 pass, 4 and -1
 // fail). When the search ended at its far end (v below the range: -1
 // fails, 0 passes), the other end lies beyond it, and the candidate for it
-// is seen (when ok), the largest value the element's tensor holds in the
-// batch's other samples: it passes and seen+1 fails ("valid range [0,
-// 5)"). Without one, the rule says only which end was found ("the valid
-// range starts at 0").
-func (r *run) intBoundary(ctx context.Context, v, neutral, seen int64, ok bool, fe *regress.Element, try tryValue) (bounds, error) {
+// is what elsewhere gives (asked only then): the largest value the
+// element's tensor holds in the batch's other samples, which passes while
+// the next one fails ("valid range [0, 5)"). Without one, the rule says
+// only which end was found ("the valid range starts at 0").
+func (r *run) intBoundary(ctx context.Context, v, neutral int64, elsewhere func() (int64, bool), fe *regress.Element, try tryValue) (bounds, error) {
 	fe.Value = float64(v)
 	if v > 1<<53 || v < -(1<<53) {
 		fe.ValueText = strconv.FormatInt(v, 10)
@@ -100,7 +100,11 @@ func (r *run) intBoundary(ctx context.Context, v, neutral, seen int64, ok bool, 
 	probe := true
 	if far == br.Pass {
 		// The far end is the passing value: the range goes on past it.
-		far, past, probe = seen, seen+1, ok && seen > br.Pass && v < br.Pass && seen < math.MaxInt64
+		seen, ok := int64(0), false
+		if v < br.Pass {
+			seen, ok = elsewhere()
+		}
+		far, past, probe = seen, seen+1, ok && seen > br.Pass && seen < math.MaxInt64
 	}
 	closed := false
 	if probe && (past < far) == (far < br.Pass) { // no wrap past the int64 range

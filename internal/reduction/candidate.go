@@ -371,7 +371,7 @@ func (c *candidate) view() (*fixtures.View, error) {
 			set = &fixtures.ElementSet{Tensor: un.tensor}
 			sets[un.tensor] = set
 		}
-		set.Add(linear(un.index, e.Shape), fixtures.ElementBits(e.DType, un.float, x.i, x.f))
+		set.AddValue(linear(un.index, e.Shape), e.DType, un.float, x.i, x.f)
 	})
 	for _, ti := range slices.Sorted(maps.Keys(sets)) {
 		v.Set = append(v.Set, *sets[ti])

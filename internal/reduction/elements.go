@@ -155,8 +155,8 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 		if un.float {
 			b, err = r.floatBoundary(ctx, sub.Tensors[un.tensor].Tensor, un.storage, un.neutral, &fe.Element, one)
 		} else {
-			seen, ok := r.largestElsewhere(un.tensor, rows)
-			b, err = r.intBoundary(ctx, sub.Tensors[un.tensor].Tensor.LoadInt(un.storage), un.neutral.i, seen, ok, &fe.Element, one)
+			elsewhere := func() (int64, bool) { return r.largestElsewhere(un.tensor, rows) }
+			b, err = r.intBoundary(ctx, sub.Tensors[un.tensor].Tensor.LoadInt(un.storage), un.neutral.i, elsewhere, &fe.Element, one)
 		}
 		if ctx.Err() != nil {
 			out.partial = true

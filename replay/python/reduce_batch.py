@@ -2271,6 +2271,65 @@ def check_distinct(values, ids):
         "%s share %r" % (", ".join(repr(i) for i in same), v) for v, same in shared)
 
 
+def run_fixture(path, op=None, entry=None, seed=None):
+    """For the regression tests reduce generates: run the batch file at path in this process as
+    reduce replayed it and return the outputs: `seed` (or None) seeds torch first; then the
+    --entry function `entry` ("module:function", the working directory on sys.path) is called with
+    the Batch, else the batch's op `op`, else the step recorded with the batch (run_step)."""
+    torch = _torch()
+    batch = load(path)
+    if seed is not None:
+        torch.manual_seed(seed)
+    if entry is not None:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        return resolve_entry(entry)(batch)
+    if op is None:
+        return run_step(batch)
+    return run_op(op, batch.tensors, batch.attrs)
+
+
+def check_passing(out, outputs=None):
+    """For the regression tests reduce generates: a passing batch's outputs `out` are the recorded
+    `outputs` (check_outputs), or, without them, finite (check_result)."""
+    if outputs is not None:
+        check_outputs(out, outputs)
+    else:
+        check_result(out)
+
+
+def fixture_sample(request, how_to):
+    """For the regression tests reduce generates: the user's reduce_sample fixture (a function of a
+    sample id that returns the sample as the Dataset yields it), or skip the test with `how_to`."""
+    import pytest
+
+    try:
+        return request.getfixturevalue("reduce_sample")
+    except pytest.FixtureLookupError:
+        pytest.skip(how_to)
+
+
+def check_culprit_sample(get, case):
+    """For the regression tests reduce generates: the culprit sample get(case["id"]) satisfies the
+    rule found for case["tensor"] at case["index"] (check_sample_rule); skipped when the sample does
+    not hold that tensor (one the collate makes)."""
+    import pytest
+
+    rule = case["rule"]
+    try:
+        value = sample_value(get(case["id"]), case["tensor"], case["index"], dim=rule.get("dim", 0))
+    except KeyError as e:
+        pytest.skip(str(e))
+    check_sample_rule(value, dict(rule, sample=case["id"], tensor=case["tensor"], index=case["index"]))
+
+
+def check_culprits_distinct(get, case):
+    """For the regression tests reduce generates: the culprit samples case["ids"] hold distinct
+    values of case["tensor"] at case["indices"] (check_distinct)."""
+    check_distinct([sample_value(get(i), case["tensor"], idx) for i, idx in zip(case["ids"], case["indices"])],
+                   case["ids"])
+
+
 def _vm_data():
     """The process's data size in bytes (VmData of /proc/self/status: what RLIMIT_DATA limits)."""
     with open("/proc/self/status") as f:

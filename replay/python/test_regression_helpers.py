@@ -1,7 +1,7 @@
 """The helpers of reduce_batch.py that the generated regression tests call: failure_matches,
-summarize, check_result, run_in_child (with its ChildFailure), sample_value, check_sample_rule and
-check_distinct. run_in_child runs real batches in real child processes, and a generated-style
-test file marked xfail(strict=True, raises=...) is run by pytest in a subprocess."""
+summarize, check_result, run_in_child (with its ChildFailure), sample_value, check_sample_rule,
+check_distinct, and run_fixture, check_passing and the culprit checks built on them. run_in_child
+runs real batches in real child processes, and a generated-style test file marked xfail(strict=True, raises=...) is run by pytest in a subprocess."""
 
 import collections
 import json
@@ -625,3 +625,31 @@ def test_check_same_failure():
     # A child's crash: its name and stderr are part of the text the pattern is searched in.
     crash = rb.ChildFailure("signal SIGSEGV", "", "Fatal Python error: Segmentation fault\n")
     rb.check_same_failure(crash, None, None, "SIGSEGV")
+
+
+def test_fixture_helpers(tmp_path):
+    """run_fixture, check_passing, check_culprit_sample and check_culprits_distinct: what the
+    generated tests call, each failing where the rule or the outputs do not hold."""
+    path = str(tmp_path / "b.bin")
+    rb.save(path, {"input": torch.zeros(2, 3), "target": torch.tensor([0, 2])}, op="cross_entropy")
+    out = rb.run_fixture(path, "cross_entropy", seed=1)
+    assert out.shape == () and torch.isfinite(out)
+    rb.check_passing(out)
+    rb.check_passing(out, [{"name": "output", "dtype": "float32", "shape": [], "values": [float(out)],
+                            "sum": None, "rtol": 1e-5, "atol": 1e-6}])
+    with pytest.raises(AssertionError):
+        rb.check_passing(out, [{"name": "output", "dtype": "float32", "shape": [], "values": [float(out) + 1],
+                                "sum": None, "rtol": 1e-5, "atol": 1e-6}])
+    with pytest.raises(AssertionError):
+        rb.check_passing(torch.tensor(float("nan")))
+
+    samples = {"a": {"label": 3, "key": 7}, "b": {"label": 1, "key": 7}, "c": {"label": 2, "key": 8}}
+    rule = {"kind": "range", "lo": 0, "hi": 2, "hi_inclusive": True, "text": "valid range [0, 3)"}
+    rb.check_culprit_sample(samples.get, {"id": "b", "tensor": "label", "index": [], "rule": rule})
+    with pytest.raises(AssertionError, match="'a'"):
+        rb.check_culprit_sample(samples.get, {"id": "a", "tensor": "label", "index": [], "rule": rule})
+    with pytest.raises(pytest.skip.Exception):
+        rb.check_culprit_sample(samples.get, {"id": "a", "tensor": "mask", "index": [], "rule": rule})
+    rb.check_culprits_distinct(samples.get, {"tensor": "key", "ids": ["a", "c"], "indices": [[], []]})
+    with pytest.raises(AssertionError, match="share"):
+        rb.check_culprits_distinct(samples.get, {"tensor": "key", "ids": ["a", "b"], "indices": [[], []]})
