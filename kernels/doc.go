@@ -13,8 +13,11 @@
 // call carries its arguments and defaults, its run function, its device
 // memory plan, the Python frames its errors pass through, the value a
 // dropped element takes (Op.Neutral), the advice for its range check
-// (Op.Advice), and, on each check that raises, the class of the failure
-// (Site.Class, Failure.Class). Callers ask the Op (Lookup) instead of
+// (Op.Advice), on each check that raises, the class of the failure
+// (Site.Class, Failure.Class), and what its argument checks and documented
+// rules say to a person (Op.Misuses: the contract and the fix, shared by
+// the ops that raise one check; Op.Rules: a batch of valid values that
+// breaks one as a whole). Callers ask the Op (Lookup) instead of
 // switching on its name; docs/ARCHITECTURE.md says what else a new op
 // needs (its Python call, its test cases).
 //

@@ -135,6 +135,12 @@ type Op struct {
 	// neutral maps an integer tensor to the attribute whose recorded value
 	// its dropped elements take (Neutral).
 	neutral map[string]string
+	// Misuses are the op's argument checks with the contract each
+	// enforces and its fix (a failure of one is a misuse of the op, not a
+	// bug of PyTorch's); Rules its documented rules that a batch of valid
+	// values can break as a whole. The regression report names them.
+	Misuses []*Misuse
+	Rules   []*Rule
 }
 
 // Options tune a run.

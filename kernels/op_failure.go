@@ -130,6 +130,7 @@ const (
 	classOneHotRange     = "one_hot.class_range"
 	classNLLBatchSize    = "nll_loss.batch_size"
 	classNLLTargetDim    = "nll_loss.target_dim"
+	classNLLTargetSize   = "nll_loss.target_size"
 	classScalarType      = "dtype.expected_scalar_type"
 	classDeviceOOM       = "oom.device"
 	classHostOOM         = "oom.host"

@@ -23,7 +23,7 @@ func init() {
 		Name:    "cross_entropy",
 		Tensors: []TensorArg{{Name: "input"}, {Name: "target"}, {Name: "weight", Optional: true}},
 		Attrs: []Attr{
-			{Name: "ignore_index", Kind: AttrInt, Default: int64(-100)},
+			{Name: "ignore_index", Kind: AttrInt, Default: int64(defaultIgnoreIndex)},
 			{Name: "reduction", Kind: AttrString, Default: "mean"},
 			{Name: "label_smoothing", Kind: AttrFloat, Default: 0.0},
 		},
@@ -33,12 +33,14 @@ func init() {
 		memory:    memoryCrossEntropy,
 		frames:    []Frame{frameCrossEntropy},
 		neutral:   map[string]string{"target": "ignore_index"},
+		Misuses:   []*Misuse{misuseTargetDim, misuseTargetSize, misuseBatchSize, misuseScalarType},
+		Rules:     []*Rule{ruleAllIgnored},
 	})
 	register(&Op{
 		Name:    "nll_loss",
 		Tensors: []TensorArg{{Name: "input"}, {Name: "target"}, {Name: "weight", Optional: true}},
 		Attrs: []Attr{
-			{Name: "ignore_index", Kind: AttrInt, Default: int64(-100)},
+			{Name: "ignore_index", Kind: AttrInt, Default: int64(defaultIgnoreIndex)},
 			{Name: "reduction", Kind: AttrString, Default: "mean"},
 		},
 		Signature: "torch.nn.functional.nll_loss(input, target, weight=None, ignore_index=-100, reduction='mean')",
@@ -47,6 +49,8 @@ func init() {
 		memory:    memoryNLLLoss,
 		frames:    []Frame{frameNLLLoss},
 		neutral:   map[string]string{"target": "ignore_index"},
+		Misuses:   []*Misuse{misuseTargetDim, misuseTargetSize, misuseBatchSize, misuseScalarType},
+		Rules:     []*Rule{ruleAllIgnored},
 	})
 	register(&Op{
 		Name:    "binary_cross_entropy",
@@ -488,7 +492,7 @@ func nllLossND(c *call, self classRows, target, weight *Tensor, red int, ii int6
 		tgtRest = target.Shape[1:]
 	}
 	if !sameShape(tgtRest, self.Shape[2:]) {
-		return nil, nil, runtimeErr("Expected target size " + fmtSizes(outSize) + ", got " + fmtSizes(target.Shape))
+		return nil, nil, hostErr(classNLLTargetSize, "RuntimeError", "Expected target size "+fmtSizes(outSize)+", got "+fmtSizes(target.Shape))
 	}
 	// The input is read in place: its positions keep their order in the
 	// 4-D view.

@@ -59,6 +59,12 @@ func (r *run) confirm(ctx context.Context) error {
 			fails++
 		default:
 			r.other(sig)
+			continue
+		}
+		if r.raised == nil && v != nil && r.batch.Op == "" && signature.Failing(sig) {
+			// Whose code raised the failure kept, for the report (a
+			// step's own check, or torch's): the replay's traceback says.
+			r.raised = signature.RaisedAt(v.Result.Stderr)
 		}
 	}
 	r.logf("confirm: %d of %d replays reproduce %s", fails, n, r.want)

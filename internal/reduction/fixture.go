@@ -125,6 +125,7 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 		}
 	}
 	rec.Recorded = r.recorded
+	rec.Raised = r.raised
 	reg := &regress.Regression{Batch: &min, Record: rec, Neighbours: map[string]*fixtures.Batch{}}
 	// Every batch written besides the minimal one was replayed and passed;
 	// for a built-in op the kernels give the outputs its test checks (and

@@ -192,8 +192,11 @@ type run struct {
 	// wantNote says why want is not the recorded signature, or what it
 	// matches when it names no assert; "" when there is nothing to say.
 	wantNote string
-	start    time.Time
-	journal  *journal
+	// raised is where the first confirming replay of a step raised its
+	// exception (regress.Record.Raised).
+	raised  *signature.Raise
+	start   time.Time
+	journal *journal
 
 	mode       Mode
 	modeReason string

@@ -17,67 +17,31 @@ import (
 )
 
 // report.md's last section: an issue for the tracker of the library that
-// owns the failing op, for a minimal case that fails although nothing in
-// it looks wrong. It is text a person pastes into a public tracker, so
-// everything taken from outside is redacted first (redactor) and then
-// quoted as the rest of report.md quotes it; the Python snippet builds
-// the minimal batch from literals and names external text only inside
-// pyQuote strings.
+// owns the failing op, for a minimal case that fails although its inputs
+// meet the op's contract as far as reduce can tell (judge: verdictValid).
+// It is text a person pastes into a public tracker, so everything taken
+// from outside is redacted first (redactor) and then quoted as the rest of
+// report.md quotes it; the Python snippet builds the minimal batch from
+// literals and names external text only inside pyQuote strings.
 
 // upstreamIssue renders the "## Upstream issue" section (heading included,
-// after a blank line) or "" when looksValid says the finding is not one to
-// report upstream. The section is a lead sentence and one fenced block
-// holding the issue: a title line, "### Bug description" (the failure's
-// first line), "### To reproduce" (a self-contained Python snippet),
-// "### Environment" and "### Minimal batch".
+// after a blank line) or "" when judge does not find the inputs valid: a
+// misuse, a rule, the step's own exception, the data, or a failure reduce
+// cannot place get none. The section is a lead sentence and one fenced
+// block holding the issue: a title line, "### Bug description" (the
+// failure's first line), "### To reproduce" (a self-contained Python
+// snippet), "### Environment" and "### Minimal batch".
 func upstreamIssue(rec *Record, reg *Regression) string {
-	if !looksValid(rec) || reg == nil || reg.Batch == nil {
+	if reg == nil || reg.Batch == nil || judge(rec, reg).verdict != verdictValid {
 		return ""
 	}
 	red := newRedactor(rec, reg)
 	issue, longest := mdEscape(issueText(rec, reg, red), true)
 	fence := strings.Repeat("`", max(3, longest+1))
 	return "\n## Upstream issue\n\n" +
-		"The minimal case fails with inputs that look valid; if you believe it is a bug in PyTorch (or in the library that owns the op), this text is ready to paste:\n\n" +
+		"As far as reduce can tell the inputs meet the op's contract (no check of an argument raised, no value is outside its valid range, no rule names them), so the failure may be a bug in PyTorch (or in the library that owns the op). If you believe it is, this text is ready to paste:\n\n" +
 		fence + "markdown\n" + strings.TrimRight(issue, "\n") + "\n" + fence + "\n\n" +
 		"Its first line is the issue's title. Home directories, user and host names and sample ids are replaced by `~`, `<user>`, `<host>` and `<id>`; read it through before you post it.\n"
-}
-
-// looksValid reports whether the record's finding is one whose inputs look
-// valid, so that the failure may be the library's rather than the data's:
-//
-//   - not when the record is Partial (the batch may not be minimal), or its
-//     family is not a failure of the step (pass, timeout, infra: see
-//     signature.Failing);
-//   - not when an element of the finding's culprit (Culprits[Finding]) has
-//     a Rule: a range found by the boundary search, a non-finite value, or
-//     a value with no passing neighbour. The record then blames values, and
-//     the fix is in the data;
-//   - otherwise yes: a content-free finding (a shape, dtype, layout or size
-//     failure; a host check or a device assert that no element triggers),
-//     or elements that no rule explains.
-//
-// A relation between samples, or a range rule of any other kind, when
-// records carry them, is a finding about the data too: it belongs here as
-// a false, not upstream.
-func looksValid(rec *Record) bool {
-	if rec == nil || rec.Partial || !signature.Failing(rec.Signature) {
-		return false
-	}
-	if rec.Finding >= 0 && rec.Finding < len(rec.Culprits) && rec.Culprits[rec.Finding].Relation != nil {
-		return false // a relation between samples: the data
-	}
-	if rec.Shape != nil || rec.Size != nil || rec.DeviceMemory() > 0 || rec.Signature.Family == signature.FamilyOOM {
-		// A size the model or the device cannot take: the pipeline's or
-		// the setup's to fix (and an emulated device a snippet lacks).
-		return false
-	}
-	for _, e := range findingElements(rec) {
-		if e.Rule != "" {
-			return false
-		}
-	}
-	return true
 }
 
 // findingElements are the triggering elements of this fixture's culprit.
@@ -106,9 +70,9 @@ func issueText(rec *Record, reg *Regression, red *redactor) string {
 	case op != nil:
 		subject = mdCode(opName(op))
 	case rec.Step != "":
-		subject = "the step " + mdCode(red.text(rec.Step))
+		subject = "the step " + mdCode(headlineText(shortName(rec.Step), red))
 	case rec.Entry != "":
-		subject = "the step " + mdCode(red.text(rec.Entry))
+		subject = "the step " + mdCode(headlineText(shortName(rec.Entry), red))
 	}
 	raises := string(rec.Signature.Family)
 	if rec.CPU != nil && rec.CPU.Exception != "" {
@@ -120,7 +84,7 @@ func issueText(rec *Record, reg *Regression, red *redactor) string {
 	w("Title: %s raises %s on %s for a %d-sample batch\n\n", upperFirst(subject), mdCode(red.text(raises)), device, reg.Batch.Samples)
 
 	b.WriteString("### Bug description\n\n")
-	w("%s raises %s on %s for the batch below, whose inputs look valid. ", upperFirst(subject), mdCode(red.text(raises)), device)
+	w("%s raises %s on %s for the batch below, whose inputs meet its contract as far as reduce can tell. ", upperFirst(subject), mdCode(red.text(raises)), device)
 	b.WriteString("It is the minimal case that reduce (a test-case reducer for failing training batches) cut from a failing batch")
 	switch {
 	case rec.Mode == "size" && rec.Size != nil:
@@ -166,9 +130,9 @@ func issueText(rec *Record, reg *Regression, red *redactor) string {
 	case op != nil:
 		w("- op: %s (reduce's built-in op %s)\n", mdCode(opName(op)), mdCode(op.Name))
 	case rec.Step != "":
-		w("- step: %s (the user's own)\n", mdCode(red.text(rec.Step)))
+		w("- step: %s (the user's own)\n", mdCode(headlineText(shortName(rec.Step), red)))
 	case rec.Entry != "":
-		w("- step: %s (the user's own)\n", mdCode(red.text(rec.Entry)))
+		w("- step: %s (the user's own)\n", mdCode(headlineText(shortName(rec.Entry), red)))
 	default:
 		b.WriteString("- step: the user's own command\n")
 	}
@@ -205,7 +169,7 @@ func issueText(rec *Record, reg *Regression, red *redactor) string {
 	}
 	b.WriteString("\n")
 	if rec.Diagnosis != "" {
-		w("- reduce's diagnosis: %s\n", mdText(red.text(rec.Diagnosis)))
+		w("- reduce's diagnosis: %s\n", mdText(headlineText(rec.Diagnosis, red)))
 	}
 	if len(state) > 0 {
 		w("- the step's recorded state (%d %s: weights, optimizer, RNG) is not included\n", len(state), plural(int64(len(state)), "tensor"))

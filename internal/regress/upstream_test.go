@@ -201,35 +201,72 @@ func assertRebuilt(t *testing.T, got snippetTensor, e *fixtures.Entry, what stri
 	assert.Equal(t, want, got.Values, what)
 }
 
+// deviceRegression is the reduction of a cross_entropy batch whose input
+// (N, C, d) and target (N, d) meet the op's contract (every target a class
+// in [0, C)), and whose minimal case fails on CUDA all the same: the
+// kernel's assert fires on values inside their valid range, whatever the
+// values (content-free), from 8 samples to the 2 given. The CPU replays
+// nothing (CPU nil): torch computes the loss there.
+func deviceRegression(t testing.TB, input, target *kernels.Tensor, ids []string) *Regression {
+	t.Helper()
+	b := &fixtures.Batch{Op: "cross_entropy", Attrs: map[string]any{"ignore_index": json.Number("-1")}, Samples: 2, SampleIDs: ids,
+		Tensors: []*fixtures.Entry{
+			{Name: "input", BatchDim: fixtures.Dim(0), Tensor: input},
+			{Name: "target", BatchDim: fixtures.Dim(0), Tensor: target},
+		},
+		Error: &fixtures.Failure{Text: "RuntimeError: CUDA error: device-side assert triggered", Exception: "RuntimeError"},
+		Meta:  map[string]string{"torch": "2.15.0", "python": "3.11.2", "cuda": "13.2", "device": "NVIDIA H200", "git": "0123abc"}}
+	require.NoError(t, b.Validate())
+	cpu, _, err := Expect(b)
+	require.NoError(t, err)
+	require.Nil(t, cpu, "the batch meets cross_entropy's contract: it passes on the CPU")
+	rec := Record{
+		Signature: signature.Signature{Family: signature.FamilyDeviceAssert, Backend: signature.BackendCUDA,
+			Kernel: "nll_loss2d_forward_kernel", Expression: "t >= 0 && t < n_classes", Exception: "RuntimeError"},
+		Match:       "strict",
+		Mode:        "samples",
+		ModeReason:  "dropping samples keeps the failure",
+		Culprits:    []Culprit{{Indices: []int{3, 7}, IDs: ids, Elements: []Element{}}},
+		Diagnosis:   "cross_entropy: device_assert whatever the values of sample 3, 7 (" + strings.Join(ids, ", ") + "): the cause is a shape, dtype or size, not a value",
+		Replays:     12,
+		Source:      RecordSource{File: "crash.bin", Samples: 8},
+		Environment: RecordEnv{Backend: "torch", Device: "cuda", Jobs: 1, Reduce: "test", GoOS: "linux", GoArch: "amd64"},
+		Attrs:       b.Attrs,
+	}
+	return &Regression{Batch: b, Record: rec}
+}
+
 // TestUpstreamIssueReproduces writes fixtures whose minimal case fails on
-// the CPU for a shape, takes the Python snippet out of report.md's
-// upstream issue and runs it with real torch: it raises the recorded
-// class and the first line of the recorded message, with every tensor
-// rebuilt as recorded (dtype, shape, strides, offset, values), whatever
-// the layout: contiguous, permuted over a short storage, column-major at
-// a far offset (a long storage), too big to list (zeros, after the
-// kernels confirm that zeros fail the same way, or a stand-in that says
-// what the values were when the finding needs values).
+// the device with inputs that meet the op's contract (a genuine finding to
+// report upstream), takes the Python snippet out of report.md's upstream
+// issue and runs it with real torch on the CPU: every tensor is rebuilt as
+// recorded (dtype, shape, strides, offset, values), whatever the layout:
+// contiguous, permuted over a short storage, column-major at a far offset
+// (a long storage), too big to list (zeros when the finding says values do
+// not matter, or a stand-in that says what the values were when it needs
+// them); and the op's call runs on them (the CPU's checks accept the
+// inputs: they meet the contract). TestUpstreamSnippetRaises checks that a
+// snippet raises what the CPU recorded.
 func TestUpstreamIssueReproduces(t *testing.T) {
 	ids := []string{"img-000003", "img-000007"}
 	cases := map[string]func() *Regression{
 		"contiguous": func() *Regression {
-			return shapeRegression(t, contiguous(kernels.Float32, []int64{2, 3, 4}, ramp), contiguous(kernels.Int64, []int64{2, 5}, labels), ids)
+			return deviceRegression(t, contiguous(kernels.Float32, []int64{2, 3, 4}, ramp), contiguous(kernels.Int64, []int64{2, 4}, labels), ids)
 		},
 		"non-contiguous": func() *Regression {
-			return shapeRegression(t,
+			return deviceRegression(t,
 				strided(kernels.Float32, []int64{2, 3, 4}, []int64{1, 2, 6}, 5, ramp),
-				strided(kernels.Int64, []int64{2, 5}, []int64{1, 2}, 700, labels), ids)
+				strided(kernels.Int64, []int64{2, 4}, []int64{1, 2}, 700, labels), ids)
 		},
 		"zeros": func() *Regression {
-			return shapeRegression(t,
+			return deviceRegression(t,
 				strided(kernels.Float32, []int64{2, 3, 40}, []int64{1, 2, 6}, 3, ramp),
-				contiguous(kernels.Int64, []int64{2, 7}, labels), ids)
+				contiguous(kernels.Int64, []int64{2, 40}, labels), ids)
 		},
 		"values matter": func() *Regression {
-			reg := shapeRegression(t, contiguous(kernels.Float64, []int64{2, 3, 40}, ramp), contiguous(kernels.Int64, []int64{2, 7}, labels), ids)
-			// An element that no rule explains: it still looks valid, but
-			// the values may matter.
+			reg := deviceRegression(t, contiguous(kernels.Float64, []int64{2, 3, 40}, ramp), contiguous(kernels.Int64, []int64{2, 40}, labels), ids)
+			// An element that no rule explains: its value is in range, and
+			// it may matter.
 			reg.Record.Culprits[0].Elements = []Element{{Tensor: "target", Index: []int64{3, 0}, MinimalIndex: []int64{0, 0}}}
 			return reg
 		},
@@ -243,20 +280,22 @@ func TestUpstreamIssueReproduces(t *testing.T) {
 		require.NoError(t, err, name)
 		report, err := os.ReadFile(filepath.Join(dir, ReportFile))
 		require.NoError(t, err)
+		assert.NotContains(t, string(report), "## Cause", "%s: valid inputs have no misuse, rule or own exception", name)
 		issue := issueOf(t, sectionOf(t, string(report)))
-		assert.Contains(t, issue, "Title: `torch.nn.functional.cross_entropy` raises `RuntimeError` on CPU for a 2-sample batch", name)
-		assert.Contains(t, issue, "RuntimeError: "+firstLine(reg.Record.CPU.Message), name)
+		assert.Contains(t, issue, "Title: `torch.nn.functional.cross_entropy` raises `RuntimeError` on CUDA for a 2-sample batch", name)
+		assert.Contains(t, issue, "whose inputs meet its contract as far as reduce can tell", name)
+		assert.Contains(t, issue, "RuntimeError: CUDA error: device-side assert triggered", name)
 		snippet := snippetOf(t, issue)
 		assert.Contains(t, snippet, "out = torch.nn.functional.cross_entropy(input, target, ignore_index=-1)\n", name)
 		switch name {
 		case "zeros":
 			assert.Contains(t, snippet, "# 240 values, which do not matter: zeros fail the same way\n", name)
-			assert.Contains(t, snippet, "input = torch.zeros(243, dtype=torch.float32).as_strided((2, 3, 40), (1, 2, 6), 3)\n")
+			assert.Contains(t, snippet, "input = torch.zeros(243, dtype=torch.float32, device=device).as_strided((2, 3, 40), (1, 2, 6), 3)\n")
 		case "values matter":
 			assert.Contains(t, snippet, "# 240 values stand in for the recorded ones (from -3 to 56.75), which may matter\n", name)
 		case "non-contiguous":
 			assert.Contains(t, snippet, ".as_strided((2, 3, 4), (1, 2, 6), 5)\n")
-			assert.Contains(t, snippet, "target = torch.zeros(710, dtype=torch.int64)\n")
+			assert.Contains(t, snippet, "target = torch.zeros(708, dtype=torch.int64, device=device)\n")
 		}
 		regs = append(regs, reg)
 		snippets = append(snippets, snippet)
@@ -266,13 +305,50 @@ func TestUpstreamIssueReproduces(t *testing.T) {
 	}
 	for i, run := range runSnippets(t, snippets) {
 		name, reg := names[i], regs[i]
-		require.NotNil(t, run.Raised, "%s: the snippet ran without error:\n%s", name, snippets[i])
-		assert.Equal(t, reg.Record.CPU.Exception, *run.Raised, name)
-		assert.Equal(t, firstLine(reg.Record.CPU.Message), firstLine(run.Message), name)
+		require.Nil(t, run.Raised, "%s: the CPU refuses the inputs (%s), which the finding says meet the contract:\n%s", name, run.Message, snippets[i])
+		require.NotNil(t, run.Out, "%s: the snippet calls no op", name)
 		for _, arg := range []string{"input", "target"} {
 			got, ok := run.Tensors[arg]
 			require.True(t, ok, "%s: no tensor %s", name, arg)
 			assertRebuilt(t, got, reg.Batch.Tensor(arg), name+"/"+arg)
+		}
+	}
+}
+
+// TestUpstreamSnippetRaises: the snippet of a minimal case that fails on
+// the CPU raises, under real torch, the recorded class and the first line
+// of the recorded message, with its tensors rebuilt as recorded, in every
+// layout. (These cases are misuses, a target of the wrong shape, whose
+// report.md offers no issue: the snippet is checked on its own.)
+func TestUpstreamSnippetRaises(t *testing.T) {
+	ids := []string{"img-000003", "img-000007"}
+	regs := []*Regression{
+		shapeRegression(t, contiguous(kernels.Float32, []int64{2, 3, 4}, ramp), contiguous(kernels.Int64, []int64{2, 5}, labels), ids),
+		shapeRegression(t,
+			strided(kernels.Float32, []int64{2, 3, 4}, []int64{1, 2, 6}, 5, ramp),
+			strided(kernels.Int64, []int64{2, 5}, []int64{1, 2}, 700, labels), ids),
+		shapeRegression(t,
+			strided(kernels.Float32, []int64{2, 3, 40}, []int64{1, 2, 6}, 3, ramp),
+			contiguous(kernels.Int64, []int64{2, 7}, labels), ids),
+	}
+	var snippets []string
+	for i, reg := range regs {
+		assert.Empty(t, upstreamIssue(&reg.Record, reg), "case %d: a misuse gets no upstream issue", i)
+		snippet := reproduce(&reg.Record, reg, newRedactor(&reg.Record, reg))
+		assert.Contains(t, snippet, "out = torch.nn.functional.cross_entropy(input, target, ignore_index=-1)\n")
+		snippets = append(snippets, snippet)
+	}
+	assert.Contains(t, snippets[2], "input = torch.zeros(243, dtype=torch.float32).as_strided((2, 3, 40), (1, 2, 6), 3)\n",
+		"the kernels confirm that zeros fail the same way")
+	for i, run := range runSnippets(t, snippets) {
+		reg := regs[i]
+		require.NotNil(t, run.Raised, "case %d: the snippet ran without error:\n%s", i, snippets[i])
+		assert.Equal(t, reg.Record.CPU.Exception, *run.Raised, i)
+		assert.Equal(t, firstLine(reg.Record.CPU.Message), firstLine(run.Message), i)
+		for _, arg := range []string{"input", "target"} {
+			got, ok := run.Tensors[arg]
+			require.True(t, ok, "case %d: no tensor %s", i, arg)
+			assertRebuilt(t, got, reg.Batch.Tensor(arg), arg)
 		}
 	}
 }
@@ -365,49 +441,147 @@ func TestUpstreamIssueStep(t *testing.T) {
 	assertRebuilt(t, run.Tensors["tensors[target]"], reg.Batch.Tensors[1], "target")
 }
 
-// TestLooksValid: values that a rule blames, a partial record and a
-// family that is no failure of the step get no upstream issue; content-
-// free findings and elements that no rule explains do.
-func TestLooksValid(t *testing.T) {
-	base := func() *Record {
-		return &Record{Signature: signature.Signature{Family: signature.FamilyHostCheck},
-			Culprits: []Culprit{{Indices: []int{0}}, {Indices: []int{1}, Elements: []Element{{Tensor: "target", Rule: "valid range [0, 4)"}}}}}
+// TestJudge: what judge says of a finding's inputs, and so whether
+// report.md offers an upstream issue (verdictValid only): the data when a
+// rule, a relation or a size blames it; a misuse for a check of an
+// argument (any host check of a built-in op that checks no value); a rule
+// for a documented rule; the step's own exception when its raise raised
+// it; valid for a device assert that no rule explains and for a fault;
+// else unknown, and nothing for a partial record or no failure.
+func TestJudge(t *testing.T) {
+	host := func(expr string) signature.Signature {
+		exc, _, _ := strings.Cut(expr, ": ")
+		return signature.Signature{Family: signature.FamilyHostCheck, Backend: signature.BackendCPU, Expression: expr, Exception: exc}
+	}
+	int64s := func(vs ...float64) *kernels.Tensor {
+		return contiguous(kernels.Int64, []int64{int64(len(vs))}, func(e int64) float64 { return vs[e] })
+	}
+	base := func() (*Record, *Regression) {
+		b := &fixtures.Batch{Samples: 1, Tensors: []*fixtures.Entry{
+			{Name: "x", BatchDim: fixtures.Dim(0), Tensor: contiguous(kernels.Float32, []int64{1, 3}, ramp)},
+			{Name: "label", BatchDim: fixtures.Dim(0), Tensor: int64s(2)}}}
+		rec := &Record{Step: "/home/alice/proj/train.py:train_step",
+			Signature: signature.Signature{Family: signature.FamilyDeviceAssert, Backend: signature.BackendCUDA},
+			Culprits:  []Culprit{{Indices: []int{0}}, {Indices: []int{1}, Elements: []Element{{Tensor: "target", Rule: "valid range [0, 4)"}}}}}
+		return rec, &Regression{Batch: b}
+	}
+	op := func(rec *Record, reg *Regression) {
+		rec.Step, rec.Op, reg.Batch.Op = "", "cross_entropy", "cross_entropy"
+		reg.Batch.Tensors = []*fixtures.Entry{
+			{Name: "input", BatchDim: fixtures.Dim(0), Tensor: contiguous(kernels.Float32, []int64{1, 3}, ramp)},
+			{Name: "target", BatchDim: fixtures.Dim(0), Tensor: contiguous(kernels.Int64, []int64{1, 1}, labels)}}
+	}
+	raisedBy := func(by signature.Raiser, file, fn string) *signature.Raise {
+		return &signature.Raise{By: by, File: file, Function: fn}
 	}
 	for name, tc := range map[string]struct {
-		edit func(*Record)
-		want bool
+		edit  func(*Record, *Regression)
+		want  verdict
+		words []string // in the Cause section
 	}{
-		"content-free host check": {func(*Record) {}, true},
-		"device assert, no element": {func(r *Record) {
-			r.Signature.Family = signature.FamilyDeviceAssert
-		}, true},
-		"element without a rule": {func(r *Record) {
+		"device assert, no element": {func(*Record, *Regression) {}, verdictValid, nil},
+		"device assert of an op, no element": {func(r *Record, g *Regression) {
+			op(r, g)
+			r.Signature.Expression = "t >= 0 && t < n_classes"
+		}, verdictValid, nil},
+		"element without a rule": {func(r *Record, _ *Regression) {
 			r.Culprits[0].Elements = []Element{{Tensor: "target", Value: 0}}
-		}, true},
-		"size": {func(r *Record) { r.Mode, r.Culprits = "size", nil }, true},
-		"range rule": {func(r *Record) {
+		}, verdictValid, nil},
+		"range rule": {func(r *Record, _ *Regression) {
 			r.Culprits[0].Elements = []Element{{Tensor: "x"}, {Tensor: "target", Rule: "values up to 3 pass"}}
-		}, false},
-		"non-finite": {func(r *Record) {
+		}, verdictData, nil},
+		"non-finite": {func(r *Record, _ *Regression) {
 			r.Culprits[0].Elements = []Element{{Tensor: "input", ValueText: "NaN", Rule: "the value is NaN"}}
-		}, false},
-		"another culprit's rule": {func(r *Record) {}, true},
-		"this culprit's rule":    {func(r *Record) { r.Finding = 1 }, false},
-		"partial":                {func(r *Record) { r.Partial = true }, false},
-		"infra":                  {func(r *Record) { r.Signature.Family = signature.FamilyInfra }, false},
-		"timeout":                {func(r *Record) { r.Signature.Family = signature.FamilyTimeout }, false},
-		"pass":                   {func(r *Record) { r.Signature.Family = signature.FamilyPass }, false},
-		"no family":              {func(r *Record) { r.Signature.Family = "" }, false},
-		"a relation": {func(r *Record) {
+		}, verdictData, nil},
+		"another culprit's rule": {func(*Record, *Regression) {}, verdictValid, nil},
+		"this culprit's rule":    {func(r *Record, _ *Regression) { r.Finding = 1 }, verdictData, nil},
+		"partial":                {func(r *Record, _ *Regression) { r.Partial = true }, verdictNone, nil},
+		"infra":                  {func(r *Record, _ *Regression) { r.Signature.Family = signature.FamilyInfra }, verdictNone, nil},
+		"timeout":                {func(r *Record, _ *Regression) { r.Signature.Family = signature.FamilyTimeout }, verdictNone, nil},
+		"pass":                   {func(r *Record, _ *Regression) { r.Signature.Family = signature.FamilyPass }, verdictNone, nil},
+		"no family":              {func(r *Record, _ *Regression) { r.Signature.Family = "" }, verdictNone, nil},
+		"a relation": {func(r *Record, _ *Regression) {
 			r.Culprits[r.Finding].Elements = nil
 			r.Culprits[r.Finding].Relation = &Relation{Kind: "equal", Text: "k[0] == k[1]"}
-		}, false},
+		}, verdictData, nil},
+		"size": {func(r *Record, _ *Regression) {
+			r.Mode, r.Size = "size", &SizeResult{LargestPassing: 3, SmallestFailing: 4}
+		}, verdictData, nil},
+		"shape": {func(r *Record, _ *Regression) { r.Shape = &ShapeResult{Text: "fails for x dim 1 of size 65 or more"} }, verdictData, nil},
+		"oom":   {func(r *Record, _ *Regression) { r.Signature = signature.Signature{Family: signature.FamilyOOM} }, verdictData, nil},
+		"an op's target of rank 2": {func(r *Record, g *Regression) {
+			op(r, g)
+			r.Signature = host("RuntimeError: ND or ND target tensor expected, multi-target not supported")
+		}, verdictMisuse, []string{"A misuse of `torch.nn.functional.cross_entropy`", "shape [N], for `input` [N, C]",
+			"here `input` is float32 [1, 3] and `target` is int64 [1, 1]", "`target.squeeze(1)`", "No upstream issue"}},
+		"an op's host check that no class names": {func(r *Record, g *Regression) {
+			op(r, g)
+			r.Signature = host("RuntimeError: size mismatch (got input: [N, N], target: [N])")
+		}, verdictMisuse, []string{"A misuse of `torch.nn.functional.cross_entropy`", "the message names the argument"}},
+		"an op's check of values, no rule": {func(r *Record, g *Regression) {
+			op(r, g)
+			r.Signature = host("IndexError: Target N is out of bounds.")
+		}, verdictData, nil},
+		"a step's target of rank 2": {func(r *Record, _ *Regression) {
+			r.Signature = host("RuntimeError: ND or ND target tensor expected, multi-target not supported")
+			r.Raised = raisedBy(signature.RaisedByTorch, "torch/nn/functional.py", "cross_entropy")
+		}, verdictMisuse, []string{"A misuse of `cross_entropy`", "`target.squeeze(1)`"}},
+		"a step's target of rank 2, no traceback": {func(r *Record, _ *Regression) {
+			r.Signature = host("RuntimeError: ND or ND target tensor expected, multi-target not supported")
+		}, verdictMisuse, []string{"A misuse of `torch.nn.functional.cross_entropy` or `torch.nn.functional.nll_loss`"}},
+		"a step's device mismatch": {func(r *Record, _ *Regression) {
+			r.Signature = signature.Signature{Family: signature.FamilyDeviceMismatch, Kernel: "addmm"}
+		}, verdictMisuse, []string{"on one device", "`.to(device)`"}},
+		"BatchNorm on one sample": {func(r *Record, _ *Regression) {
+			r.Signature = host("ValueError: Expected more than N value per channel when training, got input size torch.Size([N, N])")
+		}, verdictRule, []string{"`torch.nn.functional.batch_norm`", "more than one value per channel", "drop_last=True", "No upstream issue"}},
+		"every target ignored": {func(r *Record, g *Regression) {
+			r.Signature = signature.Signature{Family: signature.FamilyNaNAnomaly, Expression: "FloatingPointError: loss is nan"}
+			r.Raised = raisedBy(signature.RaisedByCode, "train.py", "train_step")
+			g.Batch.Tensors[1].Tensor = int64s(-100, -100)
+		}, verdictRule, []string{"`label` (int64 [2]) holds -100 (`ignore_index`) in every element", "0/0", "reduction='sum'"}},
+		"a NaN with a target left": {func(r *Record, g *Regression) {
+			r.Signature = signature.Signature{Family: signature.FamilyNaNAnomaly, Expression: "FloatingPointError: loss is nan"}
+			g.Batch.Tensors[1].Tensor = int64s(-100, 3)
+		}, verdictUnknown, []string{"cannot tell"}},
+		"the step's own raise": {func(r *Record, _ *Regression) {
+			r.Signature = host("ValueError: expected RGB images with N channels, got N")
+			r.Raised = raisedBy(signature.RaisedByCode, "train.py", "train_step")
+		}, verdictOwn, []string{"The step raised this exception itself", "`train_step` in `train.py`", "No upstream issue"}},
+		"torch's check that reduce does not know": {func(r *Record, _ *Regression) {
+			r.Signature = host("RuntimeError: mat1 and mat2 shapes cannot be multiplied (NxN and NxN)")
+			r.Raised = raisedBy(signature.RaisedByCall, "train.py", "train_step")
+		}, verdictUnknown, []string{"A call in `train_step` (`train.py`)", "cannot tell"}},
+		"an unknown exception, no traceback": {func(r *Record, _ *Regression) {
+			r.Signature = host("KeyError: 'labels'")
+		}, verdictUnknown, []string{"cannot tell"}},
+		"an internal assert": {func(r *Record, _ *Regression) {
+			r.Signature = host("RuntimeError: t.is_contiguous() INTERNAL ASSERT FAILED at \"aten/src/ATen/native/X.cpp\":N, please report a bug to PyTorch.")
+			r.Raised = raisedBy(signature.RaisedByCall, "train.py", "train_step")
+		}, verdictValid, nil},
+		"a crash": {func(r *Record, _ *Regression) {
+			r.Signature = signature.Signature{Family: signature.FamilyCrashSignal, Expression: "killed by SIGSEGV"}
+		}, verdictValid, nil},
 	} {
-		rec := base()
-		tc.edit(rec)
-		assert.Equal(t, tc.want, looksValid(rec), name)
+		rec, reg := base()
+		tc.edit(rec, reg)
+		j := judge(rec, reg)
+		assert.Equal(t, tc.want, j.verdict, name)
+		section := causeSection(j)
+		for _, w := range tc.words {
+			assert.Contains(t, section, w, name)
+		}
+		switch tc.want {
+		case verdictMisuse, verdictRule, verdictOwn, verdictUnknown:
+			assert.True(t, strings.HasPrefix(section, "## Cause\n\n"), "%s: %q", name, section)
+		default:
+			assert.Empty(t, section, name)
+		}
+		issue := upstreamIssue(rec, reg)
+		assert.Equal(t, tc.want == verdictValid, issue != "", "%s: an upstream issue for valid inputs only", name)
+		assert.NotContains(t, issue, "/home/alice", name)
 	}
-	assert.False(t, looksValid(nil))
+	assert.Equal(t, verdictNone, judge(nil, nil).verdict)
 
 	// The committed example blames a value (target 4 of 4 classes): no
 	// section, and report.md ends as before.
@@ -415,6 +589,7 @@ func TestLooksValid(t *testing.T) {
 	assert.Empty(t, upstreamIssue(&reg.Record, reg))
 	report := string(regressReport("DIR", &reg.Record, reg))
 	assert.NotContains(t, report, "Upstream issue")
+	assert.NotContains(t, report, "## Cause")
 	assert.True(t, strings.HasSuffix(report, "before and after the fix.\n") || strings.Contains(report, "## Fixes in the data"), report)
 }
 
@@ -423,7 +598,7 @@ func TestLooksValid(t *testing.T) {
 // issue, in any form.
 func TestUpstreamIssueRedaction(t *testing.T) {
 	ids := []string{hostileID, "patient-0042"}
-	reg := shapeRegression(t, contiguous(kernels.Float32, []int64{2, 3, 4}, ramp), contiguous(kernels.Int64, []int64{2, 5}, labels), ids)
+	reg := deviceRegression(t, contiguous(kernels.Float32, []int64{2, 3, 4}, ramp), contiguous(kernels.Int64, []int64{2, 4}, labels), ids)
 	const host = "gpu-node-7.cluster.example.org"
 	reg.Batch.Meta["host"] = host
 	reg.Batch.Meta["executable"] = "/home/alice/venvs/torch/bin/python"
@@ -433,7 +608,7 @@ func TestUpstreamIssueRedaction(t *testing.T) {
 	reg.Record.Environment.Torch = "1.13.1 from /root/wheels"
 	reg.Record.Source.File = "/home/alice/runs/crash.bin"
 	reg.Record.Diagnosis += " on gpu-node-8 for alice_runs at C:\\Users\\carol\\data"
-	reg.Record.CPU.Message = "Expected target size [2, 4], got [2, 5] for patient-0042 in /home/alice/data on " + host
+	reg.Record.CPU = &CPUFailure{Exception: "RuntimeError", Message: "Expected target size [2, 4], got [2, 5] for patient-0042 in /home/alice/data on " + host}
 	reg.Batch.Error = &fixtures.Failure{Text: "Traceback (most recent call last):\n  File \"/home/alice/proj/train.py\", line 3, in <module>\n" +
 		"RuntimeError: sample " + hostileID + " on gpu-node-7 (alice)\n"}
 	dir, err := Write(t.TempDir(), reg)
@@ -487,7 +662,7 @@ func FuzzUpstreamIssue(f *testing.F) {
 	for _, s := range []string{hostileID, "", "`", "````", "\\", "/home/x/y", "\xff\xfe", "\u2028", "a\n```python\nb"} {
 		f.Add(s, s, s)
 	}
-	base := shapeRegression(f, contiguous(kernels.Float32, []int64{2, 3, 4}, ramp), contiguous(kernels.Int64, []int64{2, 5}, labels), nil)
+	base := deviceRegression(f, contiguous(kernels.Float32, []int64{2, 3, 4}, ramp), contiguous(kernels.Int64, []int64{2, 4}, labels), nil)
 	f.Fuzz(func(t *testing.T, id, msg, name string) {
 		reg := *base
 		b := *base.Batch

@@ -22,6 +22,8 @@ const (
 	ClassInductorBounds   = "inductor.index_bounds"
 	ClassNLLBatchSize     = "nll_loss.batch_size"
 	ClassNLLTargetDim     = "nll_loss.target_dim"
+	ClassNLLTargetSize    = "nll_loss.target_size"  // a K-dimensional loss's target, [N, d1, ...] against input [N, C, d1, ...]
+	ClassBatchNormBatch   = "batch_norm.batch_size" // training BatchNorm on one value per channel
 	ClassScalarType       = "dtype.expected_scalar_type"
 	ClassCTCLengths       = "ctc_loss.lengths"
 	ClassBincountInput    = "bincount.input"
@@ -122,6 +124,12 @@ var hostClassRules = []classRule{
 	{class: ClassInductorBounds, expr: regexp.MustCompile(`^index out of bounds: `)},
 	{class: ClassNLLBatchSize, expr: regexp.MustCompile(`^Expected input batch_size \(N\) to match target batch_size \(N\)\.$`)},
 	{class: ClassNLLTargetDim, expr: regexp.MustCompile(`^ND or ND target tensor expected, multi-target not supported$`)},
+	// aten/src/ATen/native/LossNLL.cpp nll_loss_nd (1.13 and 2.x): a
+	// 3-D or more input whose target's trailing sizes differ.
+	{class: ClassNLLTargetSize, expr: regexp.MustCompile(`^Expected target size \[(?:N(?:, N)*)?\], got \[(?:N(?:, N)*)?\]$`)},
+	// torch/nn/functional.py _verify_batch_size (1.13 and 2.x), raised by
+	// batch_norm in training mode.
+	{class: ClassBatchNormBatch, exception: "ValueError", expr: regexp.MustCompile(`^Expected more than N value per channel when training, got input size torch\.Size\(\[N(?:, N)*\]\)$`)},
 	{class: ClassScalarType, expr: regexp.MustCompile(`^expected scalar type \w+ but found \w+$`)},
 	{class: ClassCTCLengths, expr: regexp.MustCompile(`^Expected (?:input|target)_lengths to have value at most N`)},
 	{class: ClassBincountInput, expr: regexp.MustCompile(`^bincount only supports N-d non-negative integral inputs\.$`)},

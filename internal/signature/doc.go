@@ -9,6 +9,13 @@
 // nothing) is partial information, never a wildcard; Refines says when a
 // replay's assert may stand for such a recording.
 //
+// It also says what a failure says of the inputs that raised it (Cause: a
+// value out of range, an argument check, a documented rule with its words,
+// RuleOf, a resource, a fault that no check names), and whose code raised a
+// traceback's exception (RaisedAt: torch's, a library's, the user's own
+// raise, or a call into native code), for the regression report's verdict
+// of misuse or possible bug.
+//
 // It owns the failure families (Family, a closed set) and every fact about
 // the texts PyTorch prints for them (../shared/reference/pytorch-failures.md
 // collects their sources). The corpus in testdata/stderr holds real outputs,

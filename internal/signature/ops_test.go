@@ -55,6 +55,22 @@ func opClassCases() []opClassCase {
 		{op: "cross_entropy", check: "batch sizes differ",
 			tensors: map[string]*kernels.Tensor{"input": f32(s(2, 3)), "target": i64(s(3), 0, 1, 2)},
 			cpu:     signature.ClassNLLBatchSize, cuda: signature.ClassNLLBatchSize},
+		{op: "cross_entropy", check: "a K-dimensional target of another size",
+			tensors: map[string]*kernels.Tensor{"input": f32(s(2, 3, 4)), "target": i64(s(2, 5))},
+			cpu:     signature.ClassNLLTargetSize, cuda: signature.ClassNLLTargetSize},
+		{op: "nll_loss", check: "batch sizes differ",
+			tensors: map[string]*kernels.Tensor{"input": f32(s(2, 3)), "target": i64(s(1), 0)},
+			cpu:     signature.ClassNLLBatchSize, cuda: signature.ClassNLLBatchSize},
+		{op: "nll_loss", check: "a K-dimensional target of another size",
+			tensors: map[string]*kernels.Tensor{"input": f32(s(2, 3, 4)), "target": i64(s(2, 5))},
+			cpu:     signature.ClassNLLTargetSize, cuda: signature.ClassNLLTargetSize},
+		{op: "cross_entropy", check: "a 2-D target",
+			tensors: map[string]*kernels.Tensor{"input": f32(s(2, 3)), "target": i64(s(2, 1), 0, 1)},
+			cpu:     signature.ClassNLLTargetDim, cuda: signature.ClassNLLTargetDim},
+		{op: "cross_entropy", check: "weight of another dtype",
+			tensors: map[string]*kernels.Tensor{"input": f32(s(2, 3)), "target": i64(s(2), 0, 1),
+				"weight": tensorOf(kernels.Float64, s(3), 1, 1, 1)},
+			cpu: signature.ClassScalarType, cuda: signature.ClassScalarType},
 		{op: "cross_entropy", check: "out of device memory",
 			tensors: map[string]*kernels.Tensor{"input": f32(s(4, 10)), "target": i64(s(4), 0, 1, 2, 3)},
 			memory:  64,
@@ -186,6 +202,38 @@ func assertParsedClass(t *testing.T, mode kernels.Mode, f *kernels.Failure) {
 	sig := signature.Parse(text.Bytes(), signature.ExitInfo{Code: 1})
 	assert.Equal(t, f.Class, sig.Class(), "%s: %s failure declares class %q; signature classes its text %q (%s) as %q:\n%s",
 		mode, f.Op, f.Class, sig.Expression, sig.Family, sig.Class(), text.String())
+}
+
+// TestOpMisuseClasses: every misuse an op declares (kernels.Op.Misuses)
+// is of a check that some case of that op raises on the CPU and on CUDA,
+// whose text signature gives that class and classes an argument check
+// (signature.CauseArgument): the report's contract and fix are said of
+// the failures they belong to.
+func TestOpMisuseClasses(t *testing.T) {
+	for _, name := range kernels.OpNames() {
+		op, err := kernels.Lookup(name)
+		require.NoError(t, err)
+		for _, m := range op.Misuses {
+			met := false
+			for _, c := range opClassCases() {
+				if c.op != name || c.cpu != m.Class {
+					continue
+				}
+				met = true
+				for _, mode := range []kernels.Mode{kernels.ModeCPU, kernels.ModeCUDA} {
+					res, err := op.RunOptions(kernels.Options{Mode: mode, DeviceMemory: c.memory}, c.tensors, c.attrs)
+					require.NoError(t, err)
+					require.NotNil(t, res.Failure, "%s/%s", name, c.check)
+					var text bytes.Buffer
+					require.NoError(t, kernels.WriteCUDAFailure(&text, res.Failure, kernels.TextOptions{}))
+					sig := signature.Parse(text.Bytes(), signature.ExitInfo{Code: 1})
+					assert.Equal(t, m.Class, sig.Class(), "%s/%s %s", name, c.check, mode)
+					assert.Equal(t, signature.CauseArgument, sig.Cause(), "%s/%s %s: %s", name, c.check, mode, sig)
+				}
+			}
+			assert.True(t, met, "%s declares the misuse %s, and no case of opClassCases raises it", name, m.Class)
+		}
+	}
 }
 
 // TestOpClassCasesCover: every op has a case, and every assert site of

@@ -13,14 +13,16 @@ import (
 
 // corpusCase is one file of testdata/stderr: "# " header lines (at least one
 // "# source: ..."), then sections "-- exit --" (ExitInfo JSON), "-- want --"
-// (Signature JSON), optionally "-- class --" (the expected Class()), and
-// last "-- stderr --", whose body is the rest of the file, byte for byte.
+// (Signature JSON), optionally "-- class --" (the expected Class()) and
+// "-- raised --" (the expected RaisedAt, JSON), and last "-- stderr --",
+// whose body is the rest of the file, byte for byte.
 type corpusCase struct {
 	name   string
 	source []string
 	exit   ExitInfo
 	want   Signature
 	class  *string
+	raised *Raise
 	stderr []byte
 }
 
@@ -86,6 +88,9 @@ func parseCorpusFile(data []byte) (*corpusCase, error) {
 		case "class":
 			s := strings.TrimSpace(body)
 			c.class = &s
+		case "raised":
+			c.raised = &Raise{}
+			err = strictUnmarshal(body, c.raised)
 		default:
 			err = errors.New("unknown section " + name)
 		}
