@@ -119,6 +119,7 @@ slurm-down:
 
 fuzz-short:
 	$(GO) test -run='^$$' -fuzz='^FuzzRead$$' -fuzztime=$(FUZZTIME) ./fixtures
+	$(GO) test -run='^$$' -fuzz='^FuzzPrintable$$' -fuzztime=$(FUZZTIME) ./cmd/reduce
 
 fuzz:
 	$(MAKE) fuzz-short FUZZTIME=2m

@@ -84,6 +84,19 @@ type Options struct {
 	// sys.path, its working directory made current) and calls it with the
 	// batch in its recorded structure (reduce_batch.resolve_step).
 	Step *fixtures.Step
+	// StepClass is the class the recorded step rebuilds
+	// (fixtures.Batch.StepClass: a LightningModule), or nil: the torch
+	// backend checks it with the step, and imports it once, before any
+	// replay.
+	StepClass *fixtures.Step
+	// TrustStep (--trust-step) lets the torch backend import a recorded
+	// step and its class from any file. Without it, only from a file under
+	// the working directory that is not a standard-library or installed
+	// module (reduce_replay.py's _StepTrust): a batch file may come from
+	// someone else, and names the code its step runs. A step that is not
+	// trusted is an error of New, before any replay. An Entry is the
+	// user's own choice, trusted as given.
+	TrustStep bool
 	// Replay is the exec backend's command (--replay), split into words
 	// like a shell does (see SplitCommand); {batch} in it is replaced by
 	// the candidate file's path.

@@ -37,6 +37,8 @@ type torchBackend struct {
 	kind    string // DeviceCPU, DeviceCUDA, DeviceROCm
 	entry   string
 	step    string // the recorded step as JSON, when no entry overrides it
+	class   string // the class the step rebuilds (Options.StepClass) as JSON, or ""
+	trust   bool   // Options.TrustStep
 	memory  int64  // Options.DeviceMemory
 	dir     string // holds reduce_replay.py and reduce_batch.py
 	module  string // reduce_replay.py in dir
@@ -181,7 +183,7 @@ func newTorchBackend(o Options) (Backend, error) {
 	}
 	t := &torchBackend{
 		python: python, device: dev, kind: kind, entry: o.Entry, memory: o.DeviceMemory, runner: o.runner(),
-		noZyg: o.NoZygote, seenPIDs: map[int]bool{},
+		noZyg: o.NoZygote, seenPIDs: map[int]bool{}, trust: o.TrustStep,
 	}
 	if o.Step != nil && o.Entry == "" {
 		step, err := json.Marshal(o.Step)
@@ -189,6 +191,13 @@ func newTorchBackend(o Options) (Backend, error) {
 			return nil, fmt.Errorf("replay: the recorded step: %w", err)
 		}
 		t.step = string(step)
+		if o.StepClass != nil {
+			class, err := json.Marshal(o.StepClass)
+			if err != nil {
+				return nil, fmt.Errorf("replay: the recorded step's class: %w", err)
+			}
+			t.class = string(class)
+		}
 	}
 	t.env = append(append(PythonEnv(), DeviceEnv(kind, o.blocking())...), o.env()...)
 	t.set = o.settings(KindTorch, dev)
@@ -253,15 +262,17 @@ func (t *torchBackend) setUp(pool *Pool) error {
 	return nil
 }
 
-// checkEntry imports the --entry function once, as every replay would:
-// an entry that cannot be imported is an error of New, as it is when the
+// checkEntry imports the --entry function, or the recorded step (checked
+// as every replay checks it: Options.TrustStep), once, as every replay
+// would: one that cannot be imported is an error of New, as it is when the
 // zygote imports it at its start, rather than a harness failure of every
 // candidate.
 func (t *torchBackend) checkEntry() error {
-	if t.entry == "" {
+	if t.entry == "" && t.step == "" {
 		return nil
 	}
-	res := t.runner.Run(context.Background(), Command{Path: t.python, Args: []string{t.module, "entry", t.entry}, Env: t.env})
+	args := append([]string{t.module, "entry"}, t.entryArgs()...)
+	res := t.runner.Run(context.Background(), Command{Path: t.python, Args: args, Env: t.env})
 	switch {
 	case res.Err != nil && !res.Started:
 		return fmt.Errorf("replay: --python %s: %w", t.python, res.Err)
@@ -417,8 +428,8 @@ func (t *torchBackend) pids() []int {
 }
 
 // entryArgs are the worker's arguments that say what it runs: the exec
-// backend's program, the --entry function, else the recorded step, else
-// (none) the batch's op.
+// backend's program, the --entry function, else the recorded step (with
+// the class it rebuilds, and --trust-step), else (none) the batch's op.
 func (t *torchBackend) entryArgs() []string {
 	switch {
 	case t.program != nil:
@@ -426,7 +437,14 @@ func (t *torchBackend) entryArgs() []string {
 	case t.entry != "":
 		return []string{"--entry", t.entry}
 	case t.step != "":
-		return []string{"--step", t.step}
+		args := []string{"--step", t.step}
+		if t.class != "" {
+			args = append(args, "--step-class", t.class)
+		}
+		if t.trust {
+			args = append(args, "--trust-step")
+		}
+		return args
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -151,6 +152,9 @@ func torchStepExample(t *testing.T, ex example) {
 	o := torchOptions(t, tmp)
 	o.Step = ex.batch.Step
 	o.Env = []string{"PYTHONPATH=" + dir}
+	// The worker runs in this package's folder, and the step lies in
+	// fixtures/examples: outside it (TestTorchStepTrust).
+	o.TrustStep = true
 	tb := newBackend(t, o)
 	want := recordedSignature(ex.want.Error.Text)
 	v := replayOK(t, tb, ex.batch)
@@ -176,6 +180,62 @@ func torchStepExample(t *testing.T, ex example) {
 	}
 	emptyDir(t, tmp)
 	t.Logf("%-20s torch cpu: %v (step %s)", ex.name, v.Signature, ex.batch.Step.Entry())
+}
+
+// TestTorchStepTrust: a recorded step is imported only from a file under the
+// worker's working directory (this package's folder, here) that is not a
+// standard-library or installed module; another is an error of New, before
+// any replay, naming the module, its file and --trust-step, with the zygote
+// and without. TrustStep replays it.
+func TestTorchStepTrust(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	outside := t.TempDir()
+	marker := filepath.Join(outside, "ran")
+	step := filepath.Join(outside, "outstep.py")
+	if err := os.WriteFile(step, []byte("import torch.nn.functional as F\n\n\ndef step(batch):\n"+
+		"    open("+strconv.Quote(marker)+", 'w').close()\n"+
+		"    return F.cross_entropy(batch['input'], batch['target'])\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := exampleBatch(t, "four_class_targets")
+	b.Op, b.Attrs = "", nil
+	for _, c := range []struct {
+		step *fixtures.Step
+		want string
+	}{
+		{&fixtures.Step{Module: "outstep", Qualname: "step", File: step, Cwd: outside},
+			"the recorded step outstep:step is not replayed: its module outstep (" + step + ") lies outside "},
+		{&fixtures.Step{Module: "subprocess", Qualname: "call"},
+			"the recorded step subprocess:call is not replayed: its module subprocess ("},
+	} {
+		for _, noZygote := range []bool{false, true} {
+			o := torchOptions(t, tmp)
+			o.Step, o.NoZygote = c.step, noZygote
+			be, err := New(o)
+			if err == nil {
+				be.Close()
+				t.Errorf("New with the step %s (no zygote: %v): no error", c.step.Entry(), noZygote)
+				continue
+			}
+			if msg := err.Error(); !strings.Contains(msg, c.want) || !strings.Contains(msg, "give --trust-step") {
+				t.Errorf("New with the step %s (no zygote: %v): %v", c.step.Entry(), noZygote, err)
+			}
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatalf("a step that is not trusted ran")
+	}
+	o := torchOptions(t, tmp)
+	o.Step = &fixtures.Step{Module: "outstep", Qualname: "step", File: step, Cwd: outside}
+	o.TrustStep = true
+	v := replayOK(t, newBackend(t, o), b)
+	if v.Signature.Expression != "IndexError: Target N is out of bounds." {
+		t.Errorf("the trusted step: %v\n%s", v.Signature, v.Result.Stderr)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("the trusted step did not run: %v", err)
+	}
 }
 
 // --entry with a user step: a tiny model and cross_entropy on the batch.

@@ -14,6 +14,15 @@
 // Progress and errors go to stderr; results go to stdout. Errors are one
 // line, `reduce: ...`, naming the file and the field at fault.
 //
+// # Trust
+//
+// A batch file is data, and may come from someone else. The step it records
+// is replayed only from a file under the working directory (your
+// repository) that is not a standard-library or installed module, else exit
+// 2 before any replay; --trust-step replays it from anywhere, and --entry
+// replays a function you name. inspect shows the step and the types the
+// file names, with control characters escaped.
+//
 // # Exit codes
 //
 //	0  done

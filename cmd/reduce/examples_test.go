@@ -107,7 +107,9 @@ func (e expectedAnswer) sets(t *testing.T) [][]int {
 // TestExamplesReduce reduces every example of fixtures/examples with the
 // go backend and with the torch backend on real PyTorch, and checks the
 // summary against the example's expected answer. An example recorded for
-// a step of the user's own runs on the torch backend only.
+// a step of the user's own runs on the torch backend only, from the
+// repository's root, as a user runs reduce in their repository: the step
+// (fixtures/examples/example_steps.py) lies in it.
 func TestExamplesReduce(t *testing.T) {
 	paths, err := filepath.Glob("../../fixtures/examples/*.expected.json")
 	require.NoError(t, err)
@@ -119,6 +121,8 @@ func TestExamplesReduce(t *testing.T) {
 	// The reduce binary, as a user runs it (and not the race-instrumented
 	// test binary as the go backend's worker, which is many times slower).
 	bin := reduceBinary(t)
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
 	for _, backend := range backends {
 		t.Run(backend, func(t *testing.T) {
 			var extra []string
@@ -136,11 +140,13 @@ func TestExamplesReduce(t *testing.T) {
 						t.Skipf("recorded for a step of its own (%s): the go backend runs built-in ops only", exp.Step)
 					}
 					t.Parallel()
-					batch := strings.TrimSuffix(p, ".expected.json") + ".bin"
+					batch, err := filepath.Abs(strings.TrimSuffix(p, ".expected.json") + ".bin")
+					require.NoError(t, err)
 					args := append([]string{"--batch", batch, "--backend", backend, "--out", t.TempDir(), "--json", "-q"}, extra...)
 					args = append(args, exp.Flags...)
 					cmd := exec.Command(bin, args...)
 					cmd.Env = examplesEnv(t)
+					cmd.Dir = root
 					line := summaryLine(t, cmd)
 					var sum summary
 					require.NoError(t, json.Unmarshal(line, &sum))

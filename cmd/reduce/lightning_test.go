@@ -17,7 +17,9 @@ import (
 // script that is run, over testdata/project's Dataset with ids, padding
 // collate and model; reduce_batch.lightning_callback):
 // each crash is recorded by the callback, then reduced with `reduce --batch
-// crash.bin` and no other flag, from another directory. The interpreter is
+// crash.bin` and no other flag, from the project's folder. From another
+// folder, the LightningModule's script lies outside the directory reduce
+// runs in: exit 2 before any replay, unless --trust-step. The interpreter is
 // testenv.PythonLightning's (REDUCE_PYTHON_LIGHTNING, or REDUCE_PYTHON with
 // lightning or pytorch_lightning installed); Debian's has no Lightning.
 func TestLightningCrashes(t *testing.T) {
@@ -59,8 +61,26 @@ func TestLightningCrashes(t *testing.T) {
 			require.Contains(t, string(out), "reduce_batch: saved the failing batch to crash.bin", "%s", out)
 			assert.NotContains(t, string(out), "cannot be rebuilt", "%s", out)
 
-			cmd := exec.Command(bin, "--batch", filepath.Join(proj, "crash.bin"), "--json", "-q")
-			cmd.Dir = t.TempDir() // the module's script is found from the file
+			if c.crash == "label" {
+				elsewhere := t.TempDir()
+				refused := exec.Command(bin, "replay", filepath.Join(proj, "crash.bin"))
+				refused.Dir = elsewhere
+				out, err := refused.CombinedOutput()
+				var exit *exec.ExitError
+				require.ErrorAs(t, err, &exit, "%s", out)
+				assert.Equal(t, ExitUsage, exit.ExitCode(), "%s", out)
+				assert.Contains(t, string(out), "reduce: replay: the recorded LightningModule class "+filepath.Join(proj, "train.py")+":")
+				assert.Contains(t, string(out), "its script ("+filepath.Join(proj, "train.py")+") lies outside "+elsewhere)
+				assert.Contains(t, string(out), "--trust-step")
+				trusted := exec.Command(bin, "replay", "--trust-step", filepath.Join(proj, "crash.bin"))
+				trusted.Dir = elsewhere
+				out, err = trusted.CombinedOutput()
+				require.NoError(t, err, "%s", out)
+				assert.Contains(t, string(out), "verdict:   reproduces")
+			}
+
+			cmd := exec.Command(bin, "--batch", "crash.bin", "--json", "-q", "--out", t.TempDir())
+			cmd.Dir = proj // the user's repository: the module's script lies in it
 			sum := runSummary(t, cmd)
 			assert.Contains(t, sum.Signature.Expression, c.want)
 			assert.Equal(t, "samples", string(sum.Mode), sum.ModeReason)

@@ -18,8 +18,10 @@ import (
 // collate, a model with learned positions, an optimizer, a loop): each crash
 // is recorded by the real loop with record_on_failure(batch, step=...) and
 // no op, then reduced with `reduce --batch crash.bin` and no other flag,
-// from another directory. The interpreter is REDUCE_PYTHON's (make test runs
-// this with Debian's torch and with PyPI's).
+// from the project's folder: the user's repository, where the step's file
+// lies (a step from elsewhere needs --trust-step: trust.txtar). The
+// interpreter is REDUCE_PYTHON's (make test runs this with Debian's torch
+// and with PyPI's).
 func TestProjectCrashes(t *testing.T) {
 	py := testenv.Python(t, "torch")
 	bin := reduceBinary(t)
@@ -71,8 +73,8 @@ func TestProjectCrashes(t *testing.T) {
 				assert.Contains(t, string(ins), "state: ")
 			}
 
-			cmd := exec.Command(bin, "--batch", filepath.Join(proj, "crash.bin"), "--json", "-q")
-			cmd.Dir = t.TempDir() // not the project's folder: the step's own is found from the file
+			cmd := exec.Command(bin, "--batch", "crash.bin", "--json", "-q", "--out", t.TempDir())
+			cmd.Dir = proj // the user's repository: its own step replays with no flag
 			sum := runSummary(t, cmd)
 			assert.Contains(t, sum.Signature.Expression, c.want)
 			assert.Equal(t, c.mode, string(sum.Mode), sum.ModeReason)

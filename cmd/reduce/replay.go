@@ -24,6 +24,7 @@ func backendFlags() []cli.Flag {
 		&cli.StringFlag{Name: "device", Usage: "go: cpu or cuda (CUDA emulation); torch: the torch `DEVICE` (cpu, cuda, cuda:N); default from the recorded failure"},
 		&cli.StringFlag{Name: "python", Usage: "the Python `INTERPRETER` that has torch (default: the one that recorded the batch, else /usr/bin/python3 or python3 on PATH)"},
 		&cli.StringFlag{Name: "entry", Usage: "torch backend: call `MODULE:FUNCTION` with the loaded batch instead of the built-in op (alone, it chooses --backend torch); a path's folder goes first on sys.path"},
+		&cli.BoolFlag{Name: "trust-step", Usage: "torch backend: replay the step the batch records (and the class it rebuilds) from any file; without it, only from a file under the working directory that is not a standard-library or installed module"},
 		&cli.StringFlag{Name: "replay", Usage: "exec backend: the `COMMAND` to run, {batch} standing for the candidate file (alone, it chooses --backend exec)"},
 		&cli.StringFlag{Name: "replay-format", Value: "bin", Usage: "exec backend: candidate `FORMAT`: bin, npz or safetensors"},
 		&cli.DurationFlag{Name: "timeout", Value: replay.DefaultTimeout, Usage: "stop a replay after `DURATION` (SIGINT, then SIGKILL) and count it as a timeout"},
@@ -60,7 +61,7 @@ func newBackend(c *cli.Context, path string, b *fixtures.Batch) (replay.Backend,
 	}
 	o := replay.Options{Kind: kind, Entry: c.String("entry"), Replay: c.String("replay")}
 	if b.Op == "" {
-		o.Step = b.Step
+		o.Step, o.StepClass = b.Step, b.StepClass()
 	}
 	kind, chosenBy, err := replay.KindFor(o)
 	if err != nil {
@@ -74,7 +75,7 @@ func newBackend(c *cli.Context, path string, b *fixtures.Batch) (replay.Backend,
 		return nil, usagef("%s: %v", path, err)
 	}
 	if kind != replay.KindTorch || o.Entry != "" {
-		o.Step = nil
+		o.Step, o.StepClass = nil, nil
 	} else if o.Step != nil && !c.Bool("quiet") {
 		fmt.Fprintf(c.App.ErrWriter, "reduce: replaying %s\n", what)
 	}
@@ -104,7 +105,7 @@ func newBackend(c *cli.Context, path string, b *fixtures.Batch) (replay.Backend,
 	// `reduce replay` as for the reduction that wrote a fixture.
 	seed := c.Int64("seed")
 	be, err := replay.New(replay.Options{
-		Kind: kind, Device: device, Python: python, Entry: o.Entry, Step: o.Step,
+		Kind: kind, Device: device, Python: python, Entry: o.Entry, Step: o.Step, StepClass: o.StepClass, TrustStep: c.Bool("trust-step"),
 		Replay: o.Replay, ReplayFormat: fixtures.Format(c.String("replay-format")), Jobs: c.Int("jobs"),
 		GPUs: gpus, Timeout: c.Duration("timeout"), NoZygote: c.Bool("no-zygote"), WarmImport: c.StringSlice("warm-import"),
 		Notice: func(msg string) {

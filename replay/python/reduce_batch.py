@@ -39,10 +39,11 @@ the block fails. A shared tensor (an embedding table, class weights) has no batc
 `batch_dims={"weight": None}`; every other tensor's batch axis defaults to 0.
 
 `save(path, tensors, ...)` writes a file directly; `load(path)` reads one back with every
-tensor's dtype, shape, strides and storage offset as recorded. `replay(path, device)` runs a
-file's operator (or, with `entry=`, your step) as reduce's torch backend does; the regression
-tests that reduce generates call it, `run_op`, `run_in_child` (the replay in a child process,
-whose exception is raised again in the test), `sample_value` and the `check_*` helpers.
+tensor's dtype, shape, strides and storage offset as recorded, and imports nothing the file
+names (`types=` lists the named tuple and mapping classes you trust). `replay(path, device)`
+runs a file's operator (or, with `entry=`, your step) as reduce's torch backend does; the
+regression tests that reduce generates call it, `run_op`, `run_in_child` (the replay in a child
+process, whose exception is raised again in the test), `sample_value` and the `check_*` helpers.
 
 PyTorch Lightning: `Trainer(callbacks=[lightning_callback("crash.bin")])` records the failing
 training batch with a step that rebuilds the LightningModule (see lightning_callback).
@@ -955,18 +956,84 @@ def _count_samples(torch, batch, batch_dims, sample_ids):
     return 0
 
 
-def _import_path(type_path):
-    import importlib
+def _trusted_types(types):
+    """load()'s `types` as a function of a recorded "module:qualname" that returns the class to
+    rebuild it with, or None: nothing (None), classes (a list, or one), a dict from
+    "module:qualname" to the class, or such a function."""
+    if types is None:
+        return lambda type_path: None
+    if callable(types) and not isinstance(types, type):
+        return types
+    if isinstance(types, type):
+        types = [types]
+    if not isinstance(types, dict):
+        types = dict((_type_path(c) if isinstance(c, type) else c, c) for c in types)
+    for k, c in types.items():
+        if not isinstance(k, str) or not isinstance(c, type):
+            raise TypeError("load: types: want classes, or a dict from 'module:qualname' to a class; got %r: %r"
+                            % (k, c))
+    return types.get
+
+
+_made_types = {}  # ("module:qualname", fields) -> the named tuple class made for it
+
+
+def _made_namedtuple(type_path, keys):
+    """A named tuple class of the recorded name (its last part, made an identifier) and fields,
+    made here: a file names its class, and load() imports nothing a file names."""
+    import collections
+    import keyword
+
+    key = (type_path, tuple(str(k) for k in keys))
+    cls = _made_types.get(key)
+    if cls is None:
+        name = re.sub(r"\W", "_", re.split(r"[:.]", type_path)[-1]) or "_"
+        if name[0].isdigit() or keyword.iskeyword(name):
+            name = "_" + name
+        if not name.isidentifier():
+            name = "Record"
+        cls = _made_types[key] = collections.namedtuple(name, key[1], rename=True)
+    return cls
+
+
+def _imported_type(type_path):
+    """The class a replay rebuilds a recorded named tuple or mapping with (load()'s types), so that
+    the step gets the batch as the loader yielded it: the class of that "module:qualname" when the
+    step's own import already brought it (its module in sys.modules, or the attribute of that name
+    on its imported top-level package: transformers.BatchEncoding, which a lazily loaded package
+    imports on access), and only a named tuple or Mapping class. Nothing is imported by name;
+    another type is rebuilt as load() rebuilds it by default (a named tuple of its fields, a
+    dict)."""
+    import collections.abc
 
     mod, _, qual = type_path.partition(":")
-    obj = importlib.import_module(mod)
-    for part in qual.split("."):
-        obj = getattr(obj, part)
+    names = qual.split(".")
+    owner = sys.modules.get(mod)
+    if owner is None and "." in mod:
+        owner = sys.modules.get(mod.split(".")[0])
+    obj = owner
+    try:
+        for n in names if owner is not None else ():
+            obj = getattr(obj, n, None)
+    except Exception:  # a lazy attribute whose import failed
+        obj = None
+    if not isinstance(obj, type) or _type_path(obj) != type_path or not (
+            issubclass(obj, collections.abc.Mapping) or (issubclass(obj, tuple) and hasattr(obj, "_fields"))):
+        if type_path not in _imported_type.warned:
+            _imported_type.warned.add(type_path)
+            _warn("%s is rebuilt without its class (a named tuple of its fields, or a dict): the step's "
+                  "import did not bring it (import it in the step's module to replay it as recorded)" % type_path)
+        return None
     return obj
 
 
-def _build(node, tensors, warn):
-    """The Python value of a structure node over the loaded tensors."""
+_imported_type.warned = set()
+
+
+def _build(node, tensors, warn, types):
+    """The Python value of a structure node over the loaded tensors. A named tuple or mapping is
+    rebuilt with the class types(its recorded "module:qualname") gives (the caller's trusted
+    classes), else as a named tuple made of its recorded name and fields, or a dict."""
     kind = node["kind"]
     if kind == "tensor":
         return tensors[node["name"]]
@@ -976,7 +1043,7 @@ def _build(node, tensors, warn):
         return node["value"]
     if kind == "skipped":
         return None
-    items = [_build(c, tensors, warn) for c in node.get("items", [])]
+    items = [_build(c, tensors, warn, types) for c in node.get("items", [])]
     if kind == "list":
         return items
     if kind == "tuple":
@@ -984,15 +1051,25 @@ def _build(node, tensors, warn):
     keys = node.get("keys", [])
     if kind == "dict":
         return dict(zip(keys, items))
-    try:
-        cls = _import_path(node["type"])
-        if kind == "namedtuple":
-            return cls(*items)
-        return cls(dict(zip(keys, items)))
-    except Exception as e:
-        warn("%s %s rebuilt as a %s (%s: %s)" % (kind, node["type"], "tuple" if kind == "namedtuple" else "dict",
-                                                type(e).__name__, e))
-        return tuple(items) if kind == "namedtuple" else dict(zip(keys, items))
+    cls = types(node["type"])
+    if cls is not None:
+        try:
+            return cls(*items) if kind == "namedtuple" else cls(dict(zip(keys, items)))
+        except Exception as e:
+            warn("%s %s rebuilt as a %s (%s: %s)" % (kind, node["type"], "named tuple" if kind == "namedtuple"
+                                                    else "dict", type(e).__name__, e))
+    if kind == "namedtuple":
+        return _made_namedtuple(node["type"], keys)(*items)
+    return dict(zip(keys, items))
+
+
+def _node_types(node, path, out):
+    """out[path] = the recorded "module:qualname" of every named tuple and mapping under node."""
+    if node.get("kind") in ("namedtuple", "mapping"):
+        out[path or "batch"] = node.get("type", "")
+    keys = node.get("keys") or list(range(len(node.get("items", []))))
+    for k, c in zip(keys, node.get("items", [])):
+        _node_types(c, "%s.%s" % (path, k) if path else str(k), out)
 
 
 def _check_node(r, node, where, samples, names, used):
@@ -1178,7 +1255,12 @@ class Batch(object):
                      was 4096 bytes or more (the file keeps a shorter prefix, docs/FORMAT.md)
     data             the batch in the structure it was recorded in (a dict, list, tuple, named
                      tuple or mapping object, with its per-sample and shared values; a skipped
-                     leaf is None); for a file without a structure, the dict of tensors
+                     leaf is None); for a file without a structure, the dict of tensors. A named
+                     tuple or mapping is an object of its class only when load() was given that
+                     class (types=); else a named tuple of the recorded name and fields made
+                     here, or a dict
+    types            dict path -> the "module:qualname" the file records for each named tuple
+                     and mapping (paths as skipped's; "batch" for the whole batch)
     step             the recorded step {module, qualname, file, cwd}, or None
     state            the recorded State (name -> state_dict, "rng"), or None
     skipped          [(path, type, reason)] of the leaves the recorder could not encode
@@ -1186,7 +1268,7 @@ class Batch(object):
     manifest         the manifest as read
     """
 
-    def __init__(self, path, manifest, tensors):
+    def __init__(self, path, manifest, tensors, types=None):
         self.path = path
         self.manifest = manifest
         self.tensors = tensors
@@ -1205,16 +1287,19 @@ class Batch(object):
         self.step = manifest.get("step")
         self.pads = {e["name"]: e["pad"] for e in manifest["tensors"] if "pad" in e}
         self.skipped = []
+        self.types = {}
         for key in ("structure", "state"):
             if key in manifest:
                 _skipped_leaves(manifest[key], "" if key == "structure" else "state", self.skipped)
+                _node_types(manifest[key], "" if key == "structure" else "state", self.types)
+        trusted = _trusted_types(types)
         if "structure" in manifest:
-            self.data = _build(manifest["structure"], tensors, _warn)
+            self.data = _build(manifest["structure"], tensors, _warn, trusted)
         else:
             self.data = dict(tensors)
         self.state = None
         if "state" in manifest:
-            self.state = State(_build(manifest["state"], tensors, _warn))
+            self.state = State(_build(manifest["state"], tensors, _warn, trusted))
             for name in _tree_tensors(manifest["state"]):
                 self.tensors.pop(name, None)  # tensors holds the batch's; the state's are in state
 
@@ -1536,10 +1621,17 @@ def read_raw(path, max_size=DEFAULT_MAX_SIZE):
     return m, storages
 
 
-def load(path, device="cpu", *, max_size=DEFAULT_MAX_SIZE):
+def load(path, device="cpu", *, types=None, max_size=DEFAULT_MAX_SIZE):
     """Read a batch file. Every tensor is rebuilt on `device` with torch.as_strided over a storage
     of storage_elements elements: the dtype, shape, strides and (saved) storage offset are the
-    recorded ones. Raises BatchFileError (a ValueError) naming the file and the field."""
+    recorded ones. Raises BatchFileError (a ValueError) naming the file and the field.
+
+    A file is data: load() imports and calls nothing it names. A named tuple comes back as a
+    named tuple of the recorded name and fields made here, a mapping object (a BatchEncoding) as
+    a dict, unless `types` holds its class: the classes you trust, as a list
+    (types=[MyBatch, BatchEncoding]) or a dict from the "module:qualname" a file records to the
+    class; a trusted class is called with the fields (a named tuple) or the dict (a mapping).
+    Batch.types says what the file records."""
     torch = _torch()
     m, storages = read_raw(path, max_size)
     device = torch.device(device)
@@ -1554,7 +1646,7 @@ def load(path, device="cpu", *, max_size=DEFAULT_MAX_SIZE):
             st = torch.frombuffer(buf, dtype=dt)
         st = st.to(device)
         tensors[e["name"]] = torch.as_strided(st, e["shape"], e["strides"], e["offset"])
-    return Batch(os.fspath(path), m, tensors)
+    return Batch(os.fspath(path), m, tensors, types)
 
 
 def _map_source(path):
@@ -1620,13 +1712,13 @@ def _copy_into(storage, dst, src):
         storage[where.reshape(-1)] = src.reshape(-1)
 
 
-def load_view(plan, device="cpu"):
+def load_view(plan, device="cpu", types=None):
     """The candidate batch a reduce plan describes (fixtures.Plan: {source, manifest, tensors}),
     built from the recorded file it names: a tensor the candidate keeps whole is the mapped
     storage itself; another gets a storage of its own laid out as the manifest says (the
     storage's prefix copied, the kept samples' elements copied run by run, the elements set
     written bit for bit), so that it is the tensor reduce would have written to a candidate
-    file, without the file. Returns a Batch."""
+    file, without the file. Returns a Batch; `types` as load()'s."""
     import base64
 
     torch = _torch()
@@ -1668,7 +1760,7 @@ def load_view(plan, device="cpu"):
             st[at] = torch.frombuffer(bytearray(base64.b64decode(sets["bits"])), dtype=dt)
         st = st.to(device)
         tensors[e["name"]] = torch.as_strided(st, e["shape"], e["strides"], e["offset"])
-    return Batch(plan["source"], m, tensors)
+    return Batch(plan["source"], m, tensors, types)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2277,15 +2369,21 @@ def run_fixture(path, op=None, entry=None, seed=None):
     --entry function `entry` ("module:function", the working directory on sys.path) is called with
     the Batch, else the batch's op `op`, else the step recorded with the batch (run_step)."""
     torch = _torch()
-    batch = load(path)
+    if entry is not None and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    # The step first: the batch is rebuilt with the classes its import brought (_imported_type).
+    fn = resolve_entry(entry) if entry is not None else None
+    step = _read_manifest(os.fspath(path)).get("step") if entry is None and op is None else None
+    sfn = resolve_step(step) if step else None
+    batch = load(path, types=_imported_type)
     if seed is not None:
         torch.manual_seed(seed)
-    if entry is not None:
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        return resolve_entry(entry)(batch)
+    if fn is not None:
+        return fn(batch)
     if op is None:
-        return run_step(batch)
+        if sfn is None:
+            raise HarnessError("%s records no step" % batch.path)
+        return _call_step(sfn, batch)
     return run_op(op, batch.tensors, batch.attrs)
 
 
@@ -2654,11 +2752,17 @@ def _script(path):
     return path
 
 
-def resolve_step(step, chdir=False):
+# Set by reduce's replay worker: step_check(step, target, what) raises HarnessError for a recorded
+# step (or class) it does not trust, before resolve_step imports anything for it.
+step_check = None
+
+
+def resolve_step(step, chdir=False, what="step"):
     """The function of a step recorded with a batch ({module, qualname, file, cwd}): its folders
     put first on sys.path (and, with chdir, the working directory it ran in made current), then
     imported by name, or from its file when it was defined in the script that was run. Raises
-    HarnessError naming the module and the sys.path tried."""
+    HarnessError naming the module and the sys.path tried. `what` names it in errors (a
+    LightningModule class is resolved the same way)."""
     paths = _step_paths(step)
     for d in reversed(paths):
         if d in sys.path:
@@ -2673,6 +2777,8 @@ def resolve_step(step, chdir=False):
         target = "%s:%s" % (_script(step["file"]), step["qualname"])
     else:
         target = "%s:%s" % (step["module"], step["qualname"])
+    if step_check is not None:
+        step_check(step, target, what)
     try:
         return resolve_entry(target)
     except HarnessError as e:
@@ -2680,7 +2786,7 @@ def resolve_step(step, chdir=False):
         line = step.get("module") == "__main__" and _runs_at_import(_script(step["file"]))
         if line:
             why += "; the script runs code when imported (line %d): put it under `if __name__ == \"__main__\":`" % line
-        raise HarnessError("the recorded step %s: %s" % (target, why.replace("(sys.path: ", "(sys.path tried: ")))
+        raise HarnessError("the recorded %s %s: %s" % (what, target, why.replace("(sys.path: ", "(sys.path tried: ")))
 
 
 def _call_step(fn, batch):
@@ -2704,27 +2810,39 @@ def run_step(batch):
 def _load_candidate(path, device, entry, step=None):
     """(the batch loaded on device (from a file's path, or a plan: load_view), a function of the Batch that runs it) for replay(): the --entry
     function (called with the Batch), else the step (`step`, or the one the file records) called
-    as _call_step does, else None for the batch's op. HarnessError when the batch cannot run: the
-    entry or step does not resolve, the file does not load, or it records no op, no step and no
-    entry is given."""
+    as _call_step does, else None for the batch's op. The function is resolved before the batch
+    is built, with the classes its import brought (_imported_type). HarnessError when
+    the batch cannot run: the entry or step does not resolve, the file does not load, or it
+    records no op, no step and no entry is given."""
     plan = path if isinstance(path, dict) else None
     if plan is None:
         path = os.path.abspath(path)
     fn = resolve_entry(entry) if entry else None
+    try:
+        if fn is None and step is None:  # the file's own step, if it replays one
+            m = plan["manifest"] if plan is not None else _read_manifest(path)
+            m = json.loads(m) if isinstance(m, (str, bytes)) else m
+            step = m.get("step") if not m.get("op") else None
+    except (OSError, BatchFileError, KeyError, TypeError) as e:
+        raise HarnessError("cannot load the candidate: %s" % e)
     if fn is None and step is not None:
         sfn = resolve_step(step, chdir=True)
         fn = lambda b: _call_step(sfn, b)  # noqa: E731
     try:
-        batch = load(path, device=device) if plan is None else load_view(plan, device=device)
+        batch = (load(path, device=device, types=_imported_type) if plan is None
+                 else load_view(plan, device=device, types=_imported_type))
     except (OSError, BatchFileError, KeyError, TypeError) as e:
         raise HarnessError("cannot load the candidate: %s" % e)
-    if fn is None and batch.step and not batch.op:
-        sfn = resolve_step(batch.step, chdir=True)
-        fn = lambda b: _call_step(sfn, b)  # noqa: E731
     if fn is None and not batch.op:
         raise HarnessError("%s: the batch records no op and no step: replay it with --entry module:function "
                            "or --backend exec, or record it with step=" % path)
     return batch, fn
+
+
+def _read_manifest(path):
+    """The checked manifest of the batch file at path, without its payloads."""
+    with open(path, "rb") as f:
+        return _Reader(path, DEFAULT_MAX_SIZE).checked(f)[0]
 
 
 def _run_loaded(batch, fn, device):
@@ -2948,7 +3066,7 @@ def lightning_step(batch, state):
     if not info.get("module_class"):
         raise HarnessError("the file records no LightningModule class it can import (see the warning written "
                            "with it): replay it with --entry module:function")
-    cls = resolve_step(info["module_class"])
+    cls = resolve_step(info["module_class"], what="LightningModule class")
     hparams = info.get("hparams") or {}
     try:
         module = cls(**hparams)

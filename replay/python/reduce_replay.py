@@ -3,16 +3,23 @@
 reduce embeds this file and reduce_batch.py (the recorder users vendor) and writes both into one
 directory; this file imports reduce_batch from there. Commands:
 
-    reduce_replay.py replay FILE [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION | --step JSON] [--device-memory BYTES]
-    reduce_replay.py zygote [--device D] [--entry MODULE:FUNCTION | --step JSON | --exec JSON [--warm-import M,...]] [--slots N] [--slot-env JSON] [--device-memory BYTES]
+    reduce_replay.py replay FILE [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION | --step JSON [--step-class JSON]] [--trust-step] [--device-memory BYTES]
+    reduce_replay.py zygote [--device D] [--entry MODULE:FUNCTION | --step JSON [--step-class JSON] | --exec JSON [--warm-import M,...]] [--trust-step] [--slots N] [--slot-env JSON] [--device-memory BYTES]
     reduce_replay.py info FILE...
-    reduce_replay.py entry MODULE:FUNCTION
+    reduce_replay.py entry [MODULE:FUNCTION | --entry MODULE:FUNCTION | --step JSON [--step-class JSON]] [--trust-step]
 
 `replay` runs one candidate batch in this process; `zygote` imports torch once and forks a
 child per candidate (the protocol is _Zygote's); with --exec its children run the exec
 backend's Python command (`python step.py {batch}`) as the interpreter would (_run_program). A
 candidate that fails exits as the interpreter would (1 and the traceback, or death by a
 signal); HARNESS_EXIT says that it never ran (replay.HarnessExitCode on the Go side).
+
+A batch file is data (see _StepTrust): a recorded step, and the LightningModule class that
+reduce_batch.lightning_step rebuilds, are imported only from a file of the directory tree the
+worker starts in (reduce's working directory: the user's repository) that is not a
+standard-library or installed module, unless --trust-step says otherwise; a named tuple or
+mapping in a batch is rebuilt with its class only when the step's import already brought that
+class (reduce_batch._imported_type), never by importing what the file names.
 """
 
 import ctypes
@@ -34,6 +41,152 @@ HARNESS_EXIT = 86  # replay.HarnessExitCode: the harness failed, the candidate w
 # --device-memory's limit lives in reduce_batch (run_in_child applies it too); the name stays here for
 # the callers that import it from this module (fixtures/examples/make_examples.py, the tests).
 limit_device_memory = rb.limit_device_memory
+
+
+class _StepTrust(object):
+    """reduce_batch.step_check of a worker without --trust-step: a recorded step (or class) is
+    imported only when every file whose code its import would run (its module's, and its
+    parent packages' __init__.py) lies under `tree` (the worker's working directory when it
+    started: reduce's, the user's repository) and is not a standard-library or installed module
+    (site-packages or dist-packages, the interpreter's stdlib or prefix, a built-in or frozen
+    module). The files are found as the import would find them (sys.modules, then the finders of
+    sys.meta_path over the sys.path resolve_step set up) without running any of them. A module
+    that is not found is let through: its import fails by itself, and runs nothing.
+    reduce_batch:lightning_step is reduce's own (the worker's copy): the class it rebuilds comes
+    through here too."""
+
+    def __init__(self, tree):
+        self.tree = os.path.realpath(tree)
+
+    def __call__(self, step, target, what):
+        if step.get("module") == "reduce_batch" and step.get("qualname") == "lightning_step" and \
+                sys.modules.get("reduce_batch") is rb:
+            return
+        if step.get("module") == "__main__":
+            files = [("its script", target.rpartition(":")[0])]
+        else:
+            files = _module_files(step.get("module", ""))
+        for name, origin in files:
+            why = self.untrusted(origin)
+            if why:
+                raise rb.HarnessError(
+                    "the recorded %s %s is not replayed: %s (%s) %s. reduce replays a recorded step only from "
+                    "a file under the directory it runs in that is not installed, since a batch file may come "
+                    "from someone else: to replay it anyway, give --trust-step; or replay a step of yours with "
+                    "--entry MODULE:FUNCTION" % (what, target, name, origin, why))
+
+    def untrusted(self, origin):
+        """Why a module's file is not to be run, or None."""
+        if origin in ("built-in", "frozen") or not origin or not os.path.isabs(origin):
+            return "is a built-in or frozen module" if origin in ("built-in", "frozen") else "has no file"
+        real = os.path.realpath(origin)
+        if _installed(real, self.tree):
+            return "is a standard-library or installed module"
+        if not _under(real, self.tree):
+            return "lies outside %s, the directory reduce runs in" % self.tree
+        return None
+
+
+def _under(path, root):
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _installed(real, tree):
+    """Whether the file at real (symbolic links resolved) is the interpreter's: in a
+    site-packages or dist-packages folder, the standard library, or under the interpreter's
+    prefix (unless the tree itself lies there: a repository under /usr with Debian's /usr
+    prefix is still the user's)."""
+    import site
+    import sysconfig
+
+    if {"site-packages", "dist-packages"} & set(real.split(os.sep)):
+        return True
+    dirs = [sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    for fn in ("getsitepackages", "getusersitepackages"):
+        try:
+            got = getattr(site, fn)()
+            dirs += [got] if isinstance(got, str) else list(got)
+        except Exception:  # a virtualenv's old site.py lacks them
+            pass
+    if any(d and _under(real, os.path.realpath(d)) for d in dirs):
+        return True
+    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
+        p = os.path.realpath(p)
+        if _under(real, p) and not _under(tree, p):
+            return True
+    return False
+
+
+def _module_files(name):
+    """[(module name, its file, or "built-in" or "frozen")] of the modules whose code
+    `import name` would run, its parent packages first, found without running any: the module
+    sys.modules holds, else the spec the finders of sys.meta_path give, in their order, as the
+    import asks them. A namespace package (no code) is left out; the list stops at a module
+    that is not found (the import fails there)."""
+    out, path = [], None
+    parts = name.split(".")
+    for i in range(len(parts)):
+        sub = ".".join(parts[:i + 1])
+        m = sys.modules.get(sub)
+        if m is not None:
+            spec = getattr(m, "__spec__", None)
+            origin = getattr(m, "__file__", None) or (spec.origin if spec is not None else None) or "built-in"
+            locations = getattr(m, "__path__", None)
+        else:
+            spec = _find_spec(sub, path)
+            if spec is None:
+                return out
+            origin, locations = spec.origin, spec.submodule_search_locations
+            if origin in (None, "namespace") and locations is not None:
+                origin = None  # a namespace package: no code of its own
+        if origin is not None:
+            out.append(("its %s %s" % ("module" if i == len(parts) - 1 else "package", sub), origin))
+        if locations is None:
+            return out  # not a package: importing a submodule of it fails after running it
+        path = list(locations)
+    return out
+
+
+def _find_spec(name, path):
+    """The spec the import system finds for name (path: its parent's __path__, None for a
+    top-level module), asking the finders of sys.meta_path in order, as importing it would;
+    finding it runs none of its code."""
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        spec = find(name, path)
+        if spec is not None:
+            return spec
+    return None
+
+
+def _trust_args(p):
+    """The arguments of a command that imports a recorded step."""
+    p.add_argument("--step-class", type=_step_arg,
+                   help="the class the recorded step rebuilds (a LightningModule), as JSON: checked and imported "
+                        "with the step")
+    p.add_argument("--trust-step", action="store_true",
+                   help="import a recorded step (and class) from any file, not only one of the working directory's "
+                        "tree that is not installed")
+
+
+def _set_trust(trust):
+    """Install (or, with trust, remove) the step check; returns the one it replaces."""
+    old = rb.step_check
+    rb.step_check = None if trust else _StepTrust(os.getcwd())
+    return old
+
+
+def _resolve(o):
+    """The --entry function, else the recorded step's (and its class, imported once), as a
+    replay will resolve them; HarnessError when one cannot be."""
+    if o.entry:
+        return rb.resolve_entry(o.entry)
+    fn = rb.resolve_step(o.step, chdir=True) if o.step else None
+    if o.step_class:
+        rb.resolve_step(o.step_class, what="LightningModule class")
+    return fn
 
 
 def _cmd_info(args):
@@ -129,7 +282,7 @@ def _check_device(device):
 
 
 def _cmd_replay(args):
-    """replay FILE|- [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION] [--device-memory BYTES]: run one candidate
+    """replay FILE|- [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION | --step JSON [--step-class JSON]] [--trust-step] [--device-memory BYTES]: run one candidate
     batch; - reads a plan (reduce_batch.load_view) on stdin instead of a file."""
     import argparse
 
@@ -138,8 +291,17 @@ def _cmd_replay(args):
     p.add_argument("--device", default="cpu")
     p.add_argument("--entry")
     p.add_argument("--step", type=_step_arg, help="the batch's recorded step, as JSON (the file's own by default)")
+    _trust_args(p)
     p.add_argument("--device-memory", type=int, default=0, help="bytes the op may allocate (0: no limit)")
     o = p.parse_args(args)
+    old = _set_trust(o.trust_step)
+    try:
+        return _replay_command(o)
+    finally:
+        rb.step_check = old  # the command may run in a process of the caller's (the tests)
+
+
+def _replay_command(o):
     _cwd_on_path()
     try:
         rb._torch()
@@ -151,6 +313,8 @@ def _cmd_replay(args):
         return HARNESS_EXIT
     try:
         _check_device(o.device)
+        if o.step_class:
+            _resolve(o)
         what = o.file
         if what == "-":
             try:
@@ -698,6 +862,7 @@ def _cmd_zygote(args):
     p.add_argument("--device", default="cpu")
     p.add_argument("--entry")
     p.add_argument("--step", type=_step_arg, help="the batch's recorded step, as JSON")
+    _trust_args(p)
     p.add_argument("--slots", type=int, default=1)
     p.add_argument("--slot-env", default="[]", help="JSON list: the environment of each slot's children")
     p.add_argument("--device-memory", type=int, default=0, help="bytes each candidate's op may allocate (0: no limit)")
@@ -777,6 +942,7 @@ def _cmd_zygote(args):
             import torch._dynamo  # noqa: F401
         except Exception:
             pass
+    _set_trust(o.trust_step)  # the children inherit it
     if o.entry:
         try:
             rb.resolve_entry(o.entry)  # imported once here; a failure is every child's to report
@@ -784,7 +950,9 @@ def _cmd_zygote(args):
             hello["entry_error"] = str(e)
     elif o.step:
         try:
-            fn = rb.resolve_step(o.step, chdir=True)  # the children inherit the module and the folder
+            # The children inherit the module and the folder; a step (or class) that is not
+            # trusted is refused here, before any candidate.
+            fn = _resolve(o)
             # What every candidate of this step would import (reduce_batch.lightning_step: the
             # Lightning package, 1.5 s), imported once here instead.
             if callable(getattr(fn, "zygote_prepare", None)):
@@ -801,16 +969,30 @@ def _cmd_zygote(args):
 
 
 def _cmd_entry(args):
-    """entry MODULE:FUNCTION: import the --entry function as a replay would, once, before any replay."""
-    if len(args) != 1:
+    """entry [MODULE:FUNCTION | --entry MODULE:FUNCTION | --step JSON [--step-class JSON]] [--trust-step]: import
+    the --entry function, or the recorded step (checked as a replay checks it), as a replay would, once, before any
+    replay."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="reduce_replay.py entry")
+    p.add_argument("function", nargs="?")
+    p.add_argument("--entry")
+    p.add_argument("--step", type=_step_arg)
+    _trust_args(p)
+    o = p.parse_args(args)
+    o.entry = o.entry or o.function
+    if not o.entry and not o.step:
         sys.stderr.write("usage: reduce_replay.py entry MODULE:FUNCTION\n")
         return 2
     _cwd_on_path()
+    old = _set_trust(o.trust_step)
     try:
-        rb.resolve_entry(args[0])
+        _resolve(o)
     except rb.HarnessError as e:
         sys.stderr.write("reduce_batch: harness: %s\n" % e)
         return HARNESS_EXIT
+    finally:
+        rb.step_check = old
     return 0
 
 

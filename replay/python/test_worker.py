@@ -185,11 +185,11 @@ def test_replay_command_process():
 
 
 class Zygote(object):
-    def __init__(self, tmp, *args):
+    def __init__(self, tmp, *args, cwd=ENTRY):
         self.tmp = tmp
         env = dict(os.environ, PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1")
         self.p = subprocess.Popen([sys.executable, MODULE, "zygote"] + list(args), stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, env=env, cwd=ENTRY)
+                                  stdout=subprocess.PIPE, env=env, cwd=cwd)
         self.buf = b""
         self.events = []
         self.hello = self.wait(lambda e: e["event"] == "hello")
@@ -297,7 +297,8 @@ def test_zygote_entry_running_ops_at_import(tmp_path, monkeypatch, how):
         z = Zygote(tmp_path, "--entry", "warm:entry")
     else:
         z = Zygote(tmp_path, "--step", json.dumps({"module": "warm", "qualname": "step",
-                                                   "file": str(tmp_path / "warm.py"), "cwd": str(tmp_path)}))
+                                                   "file": str(tmp_path / "warm.py"), "cwd": str(tmp_path)}),
+                   cwd=tmp_path)  # the user's repository, where the step lies
     try:
         assert "entry_error" not in z.hello, z.hello
         ev, out, err = z.replay(ok)  # without the fix: no exit event (Zygote.wait gives up)

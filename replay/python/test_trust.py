@@ -1,0 +1,280 @@
+"""A batch file is data: load() imports and calls nothing a file names, and reduce's worker
+imports a recorded step (or the LightningModule class lightning_step rebuilds) only from a file of
+the directory tree it runs in that is not a standard-library or installed module. Each hostile file
+here, read as load() read it before, runs a command that creates a marker file. Runs on every
+torch make test runs it with."""
+
+import collections
+import collections.abc
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import reduce_batch as rb  # noqa: E402
+import reduce_replay as rr  # noqa: E402
+
+MODULE = os.path.join(HERE, "reduce_replay.py")
+ERROR = "IndexError: Target 4 is out of bounds."
+
+
+def _named(cls, module, qualname):
+    cls.__module__, cls.__qualname__ = module, qualname
+    return cls
+
+
+class _Mapping(collections.abc.Mapping):
+    def __init__(self, d):
+        self.d = d
+
+    def __getitem__(self, k):
+        return self.d[k]
+
+    def __iter__(self):
+        return iter(self.d)
+
+    def __len__(self):
+        return len(self.d)
+
+
+def _hostile(tmp_path):
+    """A batch whose named tuple says os:system and whose mapping says subprocess:check_call: the
+    old loader called os.system("touch MARKER") and subprocess.check_call({"touch": 0, MARKER2: 0})
+    (a dict's keys are its argv)."""
+    marks = [str(tmp_path / "marker-namedtuple"), str(tmp_path / "marker-mapping")]
+    System = _named(collections.namedtuple("system", ["command"]), "os", "system")
+    CheckCall = _named(type("CheckCall", (_Mapping,), {}), "subprocess", "check_call")
+    batch = {"input": torch.randn(3, 4), "target": torch.tensor([0, 1, 4]), "p": System("touch " + marks[0]),
+             "m": CheckCall({"touch": 0, marks[1]: 0})}
+    path = str(tmp_path / "hostile.bin")
+    rb.save(path, batch, op="cross_entropy", error=ERROR, provenance=False)
+    return path, marks
+
+
+def test_load_runs_nothing_a_file_names(tmp_path):
+    path, marks = _hostile(tmp_path)
+    b = rb.load(path)
+    assert not any(os.path.exists(m) for m in marks)
+    # A named tuple of the recorded name and fields, made here; a mapping, a dict.
+    assert type(b.data["p"]).__name__ == "system" and b.data["p"]._fields == ("command",)
+    assert b.data["p"].command == "touch " + marks[0]
+    assert type(b.data["m"]) is dict and list(b.data["m"]) == ["touch", marks[1]]
+    assert b.types == {"p": "os:system", "m": "subprocess:check_call"}
+    # The same recorded type is one class, load after load.
+    assert type(rb.load(path).data["p"]) is type(b.data["p"])
+    # The worker's loader too (a candidate of an op's batch: nothing of the step imports them).
+    with pytest.raises(IndexError, match="Target 4 is out of bounds"):
+        rr.main(["replay", path])
+    assert not any(os.path.exists(m) for m in marks)
+
+
+def test_load_rebuilds_the_types_the_caller_trusts(tmp_path):
+    Pair = collections.namedtuple("Pair", "x y")
+    Enc = type("Enc", (_Mapping,), {"__module__": __name__})
+    batch = {"pair": Pair(torch.ones(2), torch.zeros(2)), "enc": Enc({"ids": torch.arange(2)})}
+    path = tmp_path / "b.bin"
+    rb.save(path, batch, provenance=False)
+    for types in ([Pair, Enc], {rb._type_path(Pair): Pair, rb._type_path(Enc): Enc}):
+        got = rb.load(path, types=types).data
+        assert type(got["pair"]) is Pair and type(got["enc"]) is Enc
+    got = rb.load(path, types=Pair).data
+    assert type(got["pair"]) is Pair and type(got["enc"]) is dict
+    with pytest.raises(TypeError, match="types"):
+        rb.load(path, types={"x:Y": "not a class"})
+
+
+@pytest.mark.parametrize("qualname,name", [("Outer.Batch", "Batch"), ("class", "_class"), ("9lives", "_9lives"),
+                                           ("weird-name", "weird_name")])
+def test_a_made_named_tuple_has_an_identifier_for_a_name(tmp_path, qualname, name):
+    Rec = _named(collections.namedtuple("Rec", ["a", "b"]), "pkg.mod", qualname)
+    path = tmp_path / "n.bin"
+    rb.save(path, {"x": torch.ones(2), "r": Rec(1, 2)}, provenance=False)
+    r = rb.load(path).data["r"]
+    assert type(r).__name__ == name and r == (1, 2) and r.a == 1
+
+
+def _write(path, text):
+    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
+    with open(str(path), "w") as f:
+        f.write(textwrap.dedent(text))
+
+
+def test_step_trust(tmp_path):
+    """Which recorded steps the worker's check lets through, and why it refuses the others."""
+    repo, outside = tmp_path / "repo", tmp_path / "outside"
+    _write(repo / "mine.py", "def step(b):\n    return b\n")
+    _write(repo / "pkg" / "__init__.py", "")
+    _write(repo / "pkg" / "steps.py", "def step(b):\n    return b\n")
+    _write(outside / "theirs.py", "def step(b):\n    return b\n")
+    _write(repo / "venv" / "lib" / "python3" / "site-packages" / "vendored.py", "def step(b):\n    return b\n")
+    check = rr._StepTrust(str(repo))
+    sys.path[:0] = [str(repo), str(outside), str(repo / "venv" / "lib" / "python3" / "site-packages")]
+    try:
+        for module in ("mine", "pkg.steps", "no_such_module_anywhere", "pkg.no_such_module"):
+            check({"module": module, "qualname": "step"}, "%s:step" % module, "step")  # nothing raised
+        check({"module": "__main__", "qualname": "step", "file": str(repo / "mine.py")},
+              str(repo / "mine.py") + ":step", "step")
+        check({"module": "reduce_batch", "qualname": "lightning_step"}, "reduce_batch:lightning_step", "step")
+        for step, why in [
+            ({"module": "subprocess", "qualname": "call"}, "its module subprocess (%s) is a standard-library or "
+             "installed module" % subprocess.__file__),
+            ({"module": "os.path", "qualname": "join"}, "its package os ("),
+            ({"module": "sys", "qualname": "exit"}, "its module sys (built-in) is a built-in or frozen module"),
+            ({"module": "theirs", "qualname": "step"}, "its module theirs (%s) lies outside %s, the directory reduce "
+             "runs in" % (outside / "theirs.py", repo)),
+            ({"module": "__main__", "qualname": "step", "file": str(outside / "theirs.py")},
+             "its script (%s) lies outside" % (outside / "theirs.py")),
+            ({"module": "vendored", "qualname": "step"}, "is a standard-library or installed module"),
+            ({"module": "torch.nn.functional", "qualname": "cross_entropy"}, "its package torch ("),
+            # reduce_batch's other functions are not steps: the worker's copy lies outside the tree.
+            ({"module": "reduce_batch", "qualname": "save"}, "its module reduce_batch ("),
+        ]:
+            target = "%s:%s" % (step.get("file") or step["module"], step["qualname"])
+            with pytest.raises(rb.HarnessError, match="give --trust-step") as e:
+                check(step, target, "step")
+            assert str(e.value).startswith("the recorded step %s is not replayed: " % target), e.value
+            assert why in str(e.value), e.value
+    finally:
+        del sys.path[:3]
+        sys.modules.pop("pkg", None)
+
+
+def _run(args, cwd, env=None):
+    p = subprocess.run([sys.executable, MODULE] + args, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=300, env=dict(os.environ, **(env or {})))
+    return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+
+def test_worker_refuses_a_step_from_elsewhere(tmp_path):
+    """The worker's replay, entry and zygote commands: a step outside the tree it runs in, or an
+    installed function, is a harness error naming it and --trust-step, and runs nothing;
+    --trust-step replays it."""
+    repo, outside = tmp_path / "repo", tmp_path / "outside"
+    marker = tmp_path / "marker"
+    _write(outside / "theirs.py", """\
+        import torch.nn.functional as F
+
+
+        def step(batch):
+            open(%r, "w").close()
+            return F.cross_entropy(batch["input"], batch["target"])
+        """ % str(marker))
+    os.makedirs(str(repo))
+    sys.path.insert(0, str(outside))
+    try:
+        import theirs
+    finally:
+        del sys.path[0]
+    x, y = torch.randn(3, 4), torch.tensor([0, 1, 4])
+    path = str(repo / "theirs.bin")
+    rb.save(path, {"input": x, "target": y}, step=theirs.step, error=ERROR, provenance=False)
+    call = str(repo / "call.bin")
+    rb.save(call, {"touch": x, str(marker): y}, step="subprocess:call", error=ERROR, provenance=False)
+    step = json.dumps(rb.load(path).step)
+    for args in (["replay", path], ["replay", path, "--step", step], ["entry", "--step", step], ["replay", call]):
+        code, out, err = _run(args, repo)
+        assert code == rr.HARNESS_EXIT, (args, err)
+        assert "is not replayed: " in err and "give --trust-step" in err, err
+    z = subprocess.run([sys.executable, MODULE, "zygote", "--step", step], cwd=str(repo), stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+    hello = json.loads(z.stdout.decode().splitlines()[0])
+    assert "its module theirs (%s) lies outside" % (outside / "theirs.py") in hello["entry_error"], hello
+    assert not marker.exists()
+    code, out, err = _run(["replay", path, "--trust-step"], repo)
+    assert code == 1 and err.rstrip().endswith(ERROR), err
+    assert marker.exists()
+
+
+def test_the_step_gets_the_types_its_import_brought(tmp_path):
+    """A replay (the worker's, and run_fixture's in a generated test) rebuilds a named tuple or
+    mapping with its class when the step's own import brought it (its module, or a lazily loaded
+    package's attribute), else as load() does; what the step sees is what the loader yielded."""
+    repo = tmp_path / "repo"
+    _write(repo / "lazypkg" / "__init__.py", """\
+        def __getattr__(name):  # as transformers loads BatchEncoding on access
+            if name == "Enc":
+                from lazypkg.tokens import Enc
+                return Enc
+            raise AttributeError(name)
+        """)
+    _write(repo / "lazypkg" / "tokens.py", """\
+        import collections.abc
+
+
+        class Enc(collections.abc.Mapping):
+            def __init__(self, d):
+                self.d = d
+
+            def __getitem__(self, k):
+                return self.d[k]
+
+            def __iter__(self):
+                return iter(self.d)
+
+            def __len__(self):
+                return len(self.d)
+        """)
+    _write(repo / "steps.py", """\
+        import collections
+
+        import torch.nn.functional as F
+
+        import lazypkg
+
+        Pair = collections.namedtuple("Pair", "input target")
+
+
+        def step(batch):
+            assert type(batch["pair"]) is Pair, type(batch["pair"])
+            assert type(batch["enc"]).__module__ == "lazypkg.tokens", type(batch["enc"])
+            assert type(batch["other"]) is dict, type(batch["other"])
+            return F.cross_entropy(batch["pair"].input, batch["enc"]["target"])
+        """)
+    sys.path.insert(0, str(repo))
+    try:
+        import steps
+        from lazypkg.tokens import Enc
+        Other = _named(type("Other", (_Mapping,), {}), "steps", "NotThere")
+        batch = {"pair": steps.Pair(torch.randn(3, 4), torch.tensor([0, 1, 4])),
+                 "enc": Enc({"target": torch.tensor([0, 1, 4])}), "other": Other({"k": 1})}
+        path = str(repo / "typed.bin")
+        rb.save(path, batch, step=steps.step, error=ERROR, provenance=False)
+    finally:
+        del sys.path[0]
+        for m in ("steps", "lazypkg", "lazypkg.tokens"):
+            sys.modules.pop(m, None)
+    code, out, err = _run(["replay", path], repo)
+    assert code == 1 and err.rstrip().endswith(ERROR), err
+    assert "steps:NotThere is rebuilt without its class" in err
+    # The generated tests' replay in their own process, as the worker's.
+    try:
+        with pytest.raises(IndexError, match="Target 4 is out of bounds"):
+            rb.run_fixture(path)
+    finally:
+        for m in ("steps", "lazypkg", "lazypkg.tokens"):
+            sys.modules.pop(m, None)
+    assert rb._imported_type("os:system") is None  # a function, not a class
+
+
+def test_lightning_class_is_checked(tmp_path):
+    """lightning_step rebuilds the class the file's state names, as cls(**hparams): a class the
+    worker does not trust is refused before it is imported or called. subprocess:Popen with
+    hparams {"args": [...]} ran a command."""
+    marker = tmp_path / "marker"
+    state = rb.State({"lightning": {"module_class": {"module": "subprocess", "qualname": "Popen"},
+                                    "hparams": {"args": ["touch", str(marker)]}}})
+    old = rr._set_trust(False)
+    try:
+        with pytest.raises(rb.HarnessError, match="the recorded LightningModule class subprocess:Popen is not "
+                                                   "replayed: its module subprocess .* give --trust-step"):
+            rb.lightning_step({"x": torch.ones(2)}, state)
+    finally:
+        rb.step_check = old
+    assert not marker.exists()
