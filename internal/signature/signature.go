@@ -226,9 +226,9 @@ func (s Signature) String() string {
 type MatchLevel string
 
 const (
-	// MatchStrict (the default): the same failure. For Reproduces, the
-	// same known check (Class) whatever the build printed it, else (see
-	// Reproduces) the same family, kernel, expression and file (Matches).
+	// MatchStrict (the default): the same failure: the same known check
+	// (Class) whatever the build printed it, else (see reproduces) the
+	// same family, kernel, expression and file (Matches).
 	MatchStrict MatchLevel = "strict"
 	// MatchFamily: same family, or what strict accepts (a CPU exception
 	// for a device assert of the same class).
@@ -276,8 +276,8 @@ func ParseMatchLevel(s string) (MatchLevel, error) {
 // indexSelectLargeIndex: which of the two runs depends on the number of
 // indices, so removing samples can switch it). An empty expression is no
 // wildcard: a device assert that names no assert (only "device-side assert
-// triggered") matches only another that names none; see Reproduces for the
-// classes, and Refines for what the reduction keeps when the recording
+// triggered") matches only another that names none; see reproduces for the
+// classes, and refines for what a Judge allows when the recording
 // names no assert.
 //
 // The backend and the exception class are never compared: the same assert
@@ -597,8 +597,9 @@ func Parse(stderr []byte, exit ExitInfo) Signature {
 	return Signature{Family: FamilyHostCheck, Expression: fmt.Sprintf("exit status %d", exit.Code)}
 }
 
-// Reproduces reports whether a replay's signature got reproduces want, the
-// failure kept, at level. It is the one rule every replay is judged by.
+// reproduces reports whether a replay's signature got reproduces want, the
+// failure kept, at level: the rule of Judge.Rule, which every replay is
+// judged by.
 //
 // At MatchStrict it compares what the two failures are, not how a build
 // printed them:
@@ -621,7 +622,7 @@ func Parse(stderr []byte, exit ExitInfo) Signature {
 //
 // At MatchFamily: the same family, or what strict accepts. At MatchAny:
 // Matches.
-func Reproduces(got, want Signature, level MatchLevel) bool {
+func reproduces(got, want Signature, level MatchLevel) bool {
 	if !Failing(want) || level == MatchAny {
 		return got.Matches(want, level)
 	}
@@ -648,7 +649,7 @@ func Reproduces(got, want Signature, level MatchLevel) bool {
 	return got.Matches(want, MatchStrict)
 }
 
-// Refines reports whether got, a replay's signature, says more about the
+// refines reports whether got, a replay's signature, says more about the
 // failure recorded as recorded than recorded itself does, so that the
 // reduction should keep got as the failure it matches candidates against:
 // recorded is a device assert that names no assert (the recorder keeps the
@@ -657,7 +658,7 @@ func Reproduces(got, want Signature, level MatchLevel) bool {
 // reported it; and got is a device assert that names its check, of one of
 // that file's classes when recorded names a file (or names the file, when
 // recorded names nothing).
-func Refines(got, recorded Signature) bool {
+func refines(got, recorded Signature) bool {
 	if recorded.Family != FamilyDeviceAssert || got.Family != FamilyDeviceAssert || recorded.Expression != "" {
 		return false
 	}
