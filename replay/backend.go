@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,20 +28,22 @@ const (
 	KindExec  Kind = "exec"
 )
 
-// kindOf is one kind of backend New builds: what it replays, and its
-// constructor.
+// kindOf is one kind of backend New builds: what it replays, whether its
+// processes read the recorded file (and build each candidate from it
+// themselves), and its constructor.
 type kindOf struct {
-	kind Kind
-	runs string
-	new  func(Options) (Backend, error)
+	kind  Kind
+	runs  string
+	reads bool
+	new   func(Options) (Backend, error)
 }
 
 // backends are the kinds New builds, the default first. A backend is its
 // file and its line here.
 var backends = []kindOf{
-	{KindGo, "the batch's built-in op", newGoBackend},
-	{KindTorch, "the batch's built-in op in PyTorch, or the --entry function", newTorchBackend},
-	{KindExec, "the --replay command", newExecBackend},
+	{KindGo, "the batch's built-in op", true, newGoBackend},
+	{KindTorch, "the batch's built-in op in PyTorch, or the --entry function", true, newTorchBackend},
+	{KindExec, "the --replay command", false, newExecBackend},
 }
 
 // Kinds lists the backends, the default first.
@@ -62,9 +65,9 @@ const WorkerCommand = "__worker"
 type Options struct {
 	// Batch is the recorded batch every candidate is a view of
 	// (Backend.Replay's fixtures.View), and File the batch file it was read
-	// from; New binds them (see Source). File may be "" for a batch no file
-	// holds: an uncompressed copy is then written once, for the processes
-	// that read one.
+	// from: New binds the backend to them (Options.source). File may be ""
+	// for a batch no file holds: an uncompressed copy is then written once,
+	// for the processes that read one.
 	Batch *fixtures.Batch
 	File  string
 	// Kind is the backend: KindGo ("" too), KindTorch or KindExec
@@ -360,11 +363,11 @@ func New(o Options) (Backend, error) {
 			o.TempRoot = o.SharedDir
 		}
 	}
-	if o.src, err = o.source(kind); err != nil {
+	if o.src, err = o.source(backends[i].reads); err != nil {
 		if o.slurm != nil {
 			o.slurm.Close()
 		}
-		return nil, fmt.Errorf("replay: read batch %s: %w", o.File, err)
+		return nil, fmt.Errorf("replay: the batch's source %s: %w", cmp.Or(o.File, "(a copy)"), err)
 	}
 	be, err := backends[i].new(o)
 	if err != nil {
@@ -377,14 +380,14 @@ func New(o Options) (Backend, error) {
 	return be, nil
 }
 
-// source binds o.Batch for a backend of kind. Its processes read the
-// recorded file wherever they can (the go and torch workers, unless Slurm
-// runs them without --shared-dir, on nodes that may not see it): the
-// source is then the file as fixtures.NewSource makes it (a copy in the
-// shared directory on Slurm). Elsewhere the backend builds every candidate
+// source binds o.Batch for a backend whose processes read the recorded
+// file (reads: the go and torch workers), wherever they can (not through
+// Slurm without --shared-dir, on nodes that may not see it): the source is
+// then the file as fixtures.NewSource makes it (a copy in the shared
+// directory on Slurm). Elsewhere the backend builds every candidate
 // itself, from the batch in memory, and nothing is read again.
-func (o *Options) source(kind Kind) (*fixtures.Source, error) {
-	if kind == KindExec || (o.slurm != nil && o.slurm.sharedDir == "") {
+func (o *Options) source(reads bool) (*fixtures.Source, error) {
+	if !reads || (o.slurm != nil && o.slurm.sharedDir == "") {
 		return &fixtures.Source{Batch: o.Batch}, nil
 	}
 	dir := ""

@@ -406,31 +406,49 @@ type answered struct {
 // error.
 func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, error) {
 	key := c.key(r.batch.Samples)
-	if s, ok, fromFile := r.journal.lookup(key, trial); ok {
-		a := answered{sig: s, src: fromCache}
-		a.outcome, a.note = r.rule(s)
-		if !fromFile {
-			return a, nil
+	a := answered{src: fromReplay}
+	s, ok, fromFile := r.journal.lookup(key, trial)
+	switch {
+	case ok && fromFile:
+		a.sig, a.src = s, fromJournal
+	case ok:
+		a.sig, a.src = s, fromCache
+	default:
+		verdict, err := r.be.Replay(ctx, c.view())
+		if ctx.Err() != nil {
+			return answered{}, ctx.Err()
 		}
+		if err != nil {
+			return answered{}, err
+		}
+		a.sig, a.verdict = verdict.Signature, &verdict
+	}
+	// The judgement: the kept failure is Fail, no failure is Pass, and a
+	// different failure is Unresolved: it is counted, reported, and never
+	// followed.
+	ruling := r.judge.Rule(a.sig)
+	switch ruling.Outcome {
+	case signature.Reproduces:
+		a.outcome, a.note = shrink.Fail, ruling.Note
+	case signature.Passes:
+		a.outcome = shrink.Pass
+	default:
+		a.outcome = shrink.Unresolved
+	}
+	switch a.src {
+	case fromCache:
+		return a, nil
+	case fromJournal:
 		// Counted where this run's replays are, so that the summary and
 		// the fixture tell the whole reduction.
-		a.src = fromJournal
 		r.mu.Lock()
 		phase := r.count(func(pc *PhaseCount) { pc.Resumed++ })
 		r.mu.Unlock()
 		r.emit(&Replayed{Event: "replay", Phase: phase, Key: keyWithTrial(key, trial), Size: c.size,
-			Outcome: a.outcome, Signature: s, Resumed: true})
+			Outcome: a.outcome, Signature: a.sig, Resumed: true})
 		return a, nil
 	}
-	verdict, err := r.be.Replay(ctx, c.view())
-	if ctx.Err() != nil {
-		return answered{}, ctx.Err()
-	}
-	if err != nil {
-		return answered{}, err
-	}
-	a := answered{sig: verdict.Signature, src: fromReplay, verdict: &verdict}
-	a.outcome, a.note = r.rule(verdict.Signature)
+	verdict := a.verdict
 	r.mu.Lock()
 	phase := r.count(func(pc *PhaseCount) { pc.Replays++ })
 	r.mu.Unlock()
@@ -454,21 +472,6 @@ func (r *run) count(add func(*PhaseCount)) Phase {
 }
 
 func keyWithTrial(key string, trial int) string { return fmt.Sprintf("%s#%d", key, trial) }
-
-// rule judges a replay's signature (signature.Judge) as the search takes
-// it: the kept failure is Fail, no failure is Pass, and a different failure
-// is Unresolved: it is counted, reported, and never followed. note is the
-// judge's, when a replay's assert stands for a recording that names none.
-func (r *run) rule(s signature.Signature) (shrink.Outcome, string) {
-	ruling := r.judge.Rule(s)
-	switch ruling.Outcome {
-	case signature.Reproduces:
-		return shrink.Fail, ruling.Note
-	case signature.Passes:
-		return shrink.Pass, ""
-	}
-	return shrink.Unresolved, ""
-}
 
 func (r *run) other(s signature.Signature) {
 	r.mu.Lock()

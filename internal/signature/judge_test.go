@@ -2,6 +2,12 @@ package signature
 
 import "testing"
 
+// reproduces is Rule's match of a failure at a level, for the tests of its
+// classes: want is a failure here.
+func reproduces(got, want Signature, level MatchLevel) bool {
+	return Judge{Want: want, Level: level}.Rule(got).Outcome == Reproduces
+}
+
 // TestJudge: the rulings every caller relies on: the reduction (a recorded
 // failure, refined by the first replay's assert; none recorded), `reduce
 // replay` (the same, and a batch that must pass) and the regression writer.
