@@ -1,11 +1,13 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -26,20 +28,22 @@ const (
 	KindExec  Kind = "exec"
 )
 
-// kindOf is one kind of backend New builds: what it replays, and its
-// constructor.
+// kindOf is one kind of backend New builds: what it replays, whether its
+// processes read the recorded file (and build each candidate from it
+// themselves), and its constructor.
 type kindOf struct {
-	kind Kind
-	runs string
-	new  func(Options) (Backend, error)
+	kind  Kind
+	runs  string
+	reads bool
+	new   func(Options) (Backend, error)
 }
 
 // backends are the kinds New builds, the default first. A backend is its
 // file and its line here.
 var backends = []kindOf{
-	{KindGo, "the batch's built-in op", newGoBackend},
-	{KindTorch, "the batch's built-in op in PyTorch, or the --entry function", newTorchBackend},
-	{KindExec, "the --replay command", newExecBackend},
+	{KindGo, "the batch's built-in op", true, newGoBackend},
+	{KindTorch, "the batch's built-in op in PyTorch, or the --entry function", true, newTorchBackend},
+	{KindExec, "the --replay command", false, newExecBackend},
 }
 
 // Kinds lists the backends, the default first.
@@ -56,9 +60,16 @@ func Kinds() []Kind {
 // file on its standard input and runs its op (see Worker).
 const WorkerCommand = "__worker"
 
-// Options configure New. The zero value is the go backend on CPU semantics,
-// one replay at a time, with the Runner's defaults.
+// Options configure New. The zero value, with a Batch, is the go backend
+// on CPU semantics, one replay at a time, with the Runner's defaults.
 type Options struct {
+	// Batch is the recorded batch every candidate is a view of
+	// (Backend.Replay's fixtures.View), and File the batch file it was read
+	// from: New binds the backend to them (Options.source). File may be ""
+	// for a batch no file holds: an uncompressed copy is then written once,
+	// for the processes that read one.
+	Batch *fixtures.Batch
+	File  string
 	// Kind is the backend: KindGo ("" too), KindTorch or KindExec
 	// (--backend).
 	Kind Kind
@@ -169,7 +180,7 @@ type Options struct {
 	// or LauncherSlurm: each replay a Slurm job of its own through srun
 	// (the torch backend then starts one interpreter per candidate, as
 	// with NoZygote: a zygote cannot fork onto another node).
-	Launcher string
+	Launcher Launcher
 	// SlurmArgs are the user's srun options (--slurm-args), split like
 	// --replay: "--partition=gpu --gres=gpu:1 --time=5".
 	SlurmArgs string
@@ -186,7 +197,8 @@ type Options struct {
 	// none.
 	Retries int
 
-	launcher Launcher // built by New
+	slurm *slurm           // the Slurm launcher, built by New; nil: local
+	src   *fixtures.Source // bound by New
 }
 
 // Verdict is what one replay of a candidate gave.
@@ -212,8 +224,8 @@ type Verdict struct {
 	// Duration is the wall time of the whole replay, as the caller saw it:
 	// writing the candidate, the process, collecting its output.
 	Duration time.Duration
-	// Launcher is where the replay ran: LauncherLocal or LauncherSlurm.
-	Launcher string
+	// Launcher is where the replay ran.
+	Launcher Launcher
 	// JobID and Node are the Slurm job that ran the replay (its last
 	// attempt) and the node it ran on; empty for a local replay.
 	JobID, Node string
@@ -223,11 +235,17 @@ type Verdict struct {
 	Requeued int
 }
 
-// Backend replays candidates, each in a fresh process.
+// Backend replays candidates of the batch it was made for, each in a fresh
+// process. A candidate is a fixtures.View of that batch (the zero View is
+// the batch itself): where the backend's processes read the recorded file
+// (the go and torch workers, on this machine or through Slurm's
+// --shared-dir) they build the candidate from it themselves; elsewhere (the
+// exec backend's command, Slurm without --shared-dir) the backend builds
+// it and writes it into the replay's run directory.
 //
 // Replay returns an error only for a failure of the infrastructure that
 // should stop the reduction (the worker cannot be started at all, the
-// candidate cannot be encoded, the backend is closed), or with the
+// candidate cannot be built or encoded, the backend is closed), or with the
 // context's error when ctx is done (the Verdict then says infra,
 // "canceled"). A candidate that crashes, hangs or fails to load is a
 // Verdict. Replay may be called from several goroutines at once.
@@ -235,24 +253,8 @@ type Backend interface {
 	Kind() Kind
 	// Settings are what the backend's answers depend on.
 	Settings() Settings
-	Replay(ctx context.Context, b *fixtures.Batch) (Verdict, error)
+	Replay(ctx context.Context, v *fixtures.View) (Verdict, error)
 	Close() error
-}
-
-// Viewer is a Backend whose processes build a candidate themselves from
-// the recorded file and the candidate's description (fixtures.View): the
-// go worker applies the view to the mapped file, the torch worker builds
-// the plan's tensors from it; no candidate is written to a file. Views
-// reports whether this one does (not for Slurm without --shared-dir,
-// whose nodes may not see the file); where it does not, Replay takes the
-// candidate built. SourceDir is where the source must lie for the
-// processes to read it: "" anywhere (local replays), the shared directory
-// on Slurm (fixtures.NewSource copies it there once).
-type Viewer interface {
-	Backend
-	Views() bool
-	SourceDir() string
-	ReplayView(ctx context.Context, src *fixtures.Source, v *fixtures.View) (Verdict, error)
 }
 
 // Settings are what a backend's answers depend on, every default filled
@@ -280,7 +282,7 @@ type Settings struct {
 	Seed         *int64        `json:"seed,omitempty"`
 	// Env is Options.Env, as given.
 	Env       []string `json:"env,omitempty"`
-	Launcher  string   `json:"launcher"`
+	Launcher  Launcher `json:"launcher"`
 	SlurmArgs string   `json:"slurm_args,omitempty"`
 }
 
@@ -307,8 +309,8 @@ func (o *Options) settings(kind Kind, device string) Settings {
 	if kind == KindExec {
 		s.ReplayFormat, _ = fixtures.ParseFormat(string(o.ReplayFormat))
 	}
-	if o.launcher != nil {
-		s.Launcher = o.launcher.Name()
+	if o.slurm != nil {
+		s.Launcher = LauncherSlurm
 	}
 	return s
 }
@@ -337,9 +339,10 @@ func (o *Options) notice(msg string) {
 // ErrClosed is returned by Replay after Close.
 var ErrClosed = errors.New("replay: backend closed")
 
-// New validates o and returns its backend. The torch backend starts its
-// zygote (or checks its interpreter) here, so a Python that cannot import
-// torch, or a device it cannot initialize, is an error of New.
+// New validates o and returns its backend, bound to o.Batch. The torch
+// backend starts its zygote (or checks its interpreter) here, so a Python
+// that cannot import torch, or a device it cannot initialize, is an error
+// of New.
 func New(o Options) (Backend, error) {
 	kind, _, err := KindFor(o)
 	if err != nil {
@@ -361,22 +364,50 @@ func New(o Options) (Backend, error) {
 	if f, err := fixtures.ParseFormat(string(o.ReplayFormat)); (err != nil || f != fixtures.FormatBin) && kind != KindExec {
 		return nil, fmt.Errorf("replay: --replay-format is for --backend exec (--backend %s reads the native format)", kind)
 	}
-	l, err := newLauncher(&o)
-	if err != nil {
+	if o.Batch == nil {
+		return nil, errors.New("replay: no batch to replay candidates of")
+	}
+	if o.slurm, err = newLauncher(&o); err != nil {
 		return nil, err
 	}
-	if l != nil {
-		o.launcher = l
+	if o.slurm != nil {
 		o.NoZygote = true
 		if o.TempRoot == "" {
 			o.TempRoot = o.SharedDir
 		}
 	}
-	be, err := backends[i].new(o)
-	if err != nil || l == nil {
-		return be, err
+	if o.src, err = o.source(backends[i].reads); err != nil {
+		if o.slurm != nil {
+			o.slurm.Close()
+		}
+		return nil, fmt.Errorf("replay: the batch's source %s: %w", cmp.Or(o.File, "(a copy)"), err)
 	}
-	return &launched{Backend: be, l: l}, nil
+	be, err := backends[i].new(o)
+	if err != nil {
+		o.src.Close()
+		if o.slurm != nil {
+			o.slurm.Close()
+		}
+		return nil, err
+	}
+	return be, nil
+}
+
+// source binds o.Batch for a backend whose processes read the recorded
+// file (reads: the go and torch workers), wherever they can (not through
+// Slurm without --shared-dir, on nodes that may not see it): the source is
+// then the file as fixtures.NewSource makes it (a copy in the shared
+// directory on Slurm). Elsewhere the backend builds every candidate
+// itself, from the batch in memory, and nothing is read again.
+func (o *Options) source(reads bool) (*fixtures.Source, error) {
+	if !reads || (o.slurm != nil && o.slurm.sharedDir == "") {
+		return &fixtures.Source{Batch: o.Batch}, nil
+	}
+	dir := ""
+	if o.slurm != nil {
+		dir = o.slurm.sharedDir
+	}
+	return fixtures.NewSource(o.File, o.Batch, dir)
 }
 
 // KindFor is the backend o asks for. o.Kind "" leaves the choice to the
@@ -470,7 +501,7 @@ func (o *Options) runner() *Runner {
 
 // pool is the Pool of o's slots on the given device kind.
 func (o *Options) pool(kind string) *Pool {
-	return &Pool{Runner: o.runner(), Jobs: o.Jobs, GPUs: o.GPUs, Kind: kind, Launcher: o.launcher}
+	return &Pool{Runner: o.runner(), Jobs: o.Jobs, GPUs: o.GPUs, Kind: kind, slurm: o.slurm}
 }
 
 // exitInfo converts a Result for Parse.
@@ -507,14 +538,19 @@ func verdictOf(ctx context.Context, name Kind, device string, res Result, start 
 	return v, nil
 }
 
-// encodeBatch returns the writer of b's candidate file in format f (the
-// workers read the native format), for Command.Streams: the encoding goes
-// straight into the file, with no copy of the batch in memory. b is checked
-// here, so that a batch no file can hold is an error before any process or
-// directory is made.
-func encodeBatch(b *fixtures.Batch, f fixtures.Format) (func(io.Writer) error, error) {
-	if b == nil {
-		return nil, errors.New("replay: nil batch")
+// candidateFile builds the candidate v describes from src's batch
+// (fixtures.Batch.Apply: the rows selected, dtype, per-sample shape and
+// layout kept, then the elements set, the dims cut, the values set), for a
+// process that cannot read the source, and returns the writer of its file
+// in format f (the workers read the native format), for Command.Streams:
+// the encoding goes straight into the file, with no copy of the candidate
+// in memory. The candidate is checked here, so that one no file can hold
+// is an error before any process or directory is made.
+func candidateFile(src *fixtures.Source, v *fixtures.View, f fixtures.Format) (func(io.Writer) error, error) {
+	reclaim(src.Batch)
+	b, err := src.Batch.Apply(v)
+	if err != nil {
+		return nil, fmt.Errorf("replay: candidate: %w", err)
 	}
 	if err := b.Validate(); err != nil {
 		return nil, fmt.Errorf("replay: candidate: %w", err)
@@ -526,6 +562,41 @@ func encodeBatch(b *fixtures.Batch, f fixtures.Format) (func(io.Writer) error, e
 		return nil
 	}, nil
 }
+
+// reclaimAbove is the recorded storage from which building a candidate
+// first collects the garbage.
+const reclaimAbove = 64 << 20
+
+// reclaim collects the garbage before a candidate of a large batch is
+// built. A candidate's storage is garbage once it was written, but the
+// collector runs only when an allocation crosses its goal, and a candidate
+// is one allocation as large as the live heap: without this the last
+// candidate and the next one are both resident, twice the memory. The
+// collection is cheap (the storage holds no pointers to scan) and rare
+// next to a replay's process.
+func reclaim(b *fixtures.Batch) {
+	var n int
+	for _, e := range b.Tensors {
+		n += len(e.Data)
+	}
+	if n >= reclaimAbove {
+		runtime.GC()
+	}
+}
+
+// bound is what New binds every backend to: the source its candidates are
+// views of, and the pool its processes run in (with its launcher).
+type bound struct {
+	src  *fixtures.Source
+	pool *Pool
+}
+
+// provenance is where the backend's replays ran (Provenance).
+func (b *bound) provenance() LaunchInfo { return b.pool.info() }
+
+// release closes the pool's launcher (cancelling what is still in flight,
+// and waiting until it is gone) and the source.
+func (b *bound) release() error { return errors.Join(b.pool.close(), b.src.Close()) }
 
 // processGone reports whether pid no longer runs: it does not exist, or is
 // a zombie (dead, waiting for a parent to reap it).

@@ -14,16 +14,19 @@ import (
 	"reduce/fixtures"
 )
 
-// goBackend re-executes the reduce binary as `reduce __worker --device D
-// FILE`, one process per candidate, FILE the candidate written into the
-// run's directory (which the worker maps, as fixtures.Read does a large
-// file).
+// goBackend re-executes the reduce binary as its worker, one process per
+// candidate: `reduce __worker --device D --view` reads the source's path
+// and the view on its standard input, maps the file and applies the view
+// (fixtures.SourceFile.Apply), so that a candidate costs a copy of the rows
+// it keeps, in the worker, and no file. On Slurm without --shared-dir,
+// whose node may not see the file, the candidate is built here and
+// travels as its file: `reduce __worker --device D FILE`.
 type goBackend struct {
+	bound
 	exe    string
 	device string
 	args   []string
 	env    []string
-	pool   *Pool
 	set    Settings
 	closed atomic.Bool
 }
@@ -49,7 +52,7 @@ func newGoBackend(o Options) (Backend, error) {
 	if _, err := os.Stat(exe); err != nil {
 		return nil, fmt.Errorf("replay: go backend: worker binary: %w", err)
 	}
-	g := &goBackend{exe: exe, device: dev, args: []string{WorkerCommand, "--device", dev}}
+	g := &goBackend{bound: bound{src: o.src, pool: o.pool(DeviceCUDA)}, exe: exe, device: dev, args: []string{WorkerCommand, "--device", dev}}
 	if o.Abort {
 		g.args = append(g.args, "--abort")
 	}
@@ -61,7 +64,6 @@ func newGoBackend(o Options) (Backend, error) {
 	}
 	g.env = append(g.env, o.env()...)
 	g.set = o.settings(KindGo, dev)
-	g.pool = o.pool(DeviceCUDA)
 	return g, nil
 }
 
@@ -69,44 +71,28 @@ func (g *goBackend) Kind() Kind { return KindGo }
 
 func (g *goBackend) Settings() Settings { return g.set }
 
-func (g *goBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, error) {
+func (g *goBackend) Replay(ctx context.Context, v *fixtures.View) (Verdict, error) {
 	if g.closed.Load() {
 		return Verdict{Backend: KindGo, Device: g.device}, ErrClosed
 	}
 	start := time.Now()
-	data, err := encodeBatch(b, fixtures.FormatBin)
-	if err != nil {
-		return Verdict{Backend: KindGo, Device: g.device}, err
+	args := g.args[:len(g.args):len(g.args)]
+	c := Command{Path: g.exe, Env: g.env}
+	if g.pool.remote() {
+		data, err := candidateFile(g.src, v, fixtures.FormatBin)
+		if err != nil {
+			return Verdict{Backend: KindGo, Device: g.device}, err
+		}
+		c.Args = append(args, RunDirArg+"/candidate.bin")
+		c.Streams = map[string]func(io.Writer) error{"candidate.bin": data}
+	} else {
+		in, err := json.Marshal(viewRequest{Source: g.src.Path, View: v})
+		if err != nil {
+			return Verdict{Backend: KindGo, Device: g.device}, fmt.Errorf("replay: go backend: view: %w", err)
+		}
+		c.Args, c.Stdin, c.TempDir = append(args, "--view"), in, true
 	}
-	args := append(g.args[:len(g.args):len(g.args)], RunDirArg+"/candidate.bin")
-	res := g.pool.Run(ctx, Command{Path: g.exe, Args: args, Env: g.env,
-		Streams: map[string]func(io.Writer) error{"candidate.bin": data}})
-	return verdictOf(ctx, KindGo, g.device, res, start)
-}
-
-// Views: the worker applies a view to the mapped file wherever it can
-// read it: not on Slurm without --shared-dir, whose node may not see it.
-func (g *goBackend) Views() bool { return !g.pool.remote() }
-
-// SourceDir: see Viewer.
-func (g *goBackend) SourceDir() string { return g.pool.sourceDir() }
-
-// ReplayView runs `reduce __worker --device D --view`, with the source's
-// path and the view on its standard input: the worker maps the file and
-// applies the view (fixtures.Batch.Apply), so that the candidate costs a
-// copy of the rows it keeps, in the worker, and no file.
-func (g *goBackend) ReplayView(ctx context.Context, src *fixtures.Source, v *fixtures.View) (Verdict, error) {
-	if g.closed.Load() {
-		return Verdict{Backend: KindGo, Device: g.device}, ErrClosed
-	}
-	start := time.Now()
-	in, err := json.Marshal(viewRequest{Source: src.Path, View: v})
-	if err != nil {
-		return Verdict{Backend: KindGo, Device: g.device}, fmt.Errorf("replay: go backend: view: %w", err)
-	}
-	args := append(g.args[:len(g.args):len(g.args)], "--view")
-	res := g.pool.Run(ctx, Command{Path: g.exe, Args: args, Env: g.env, Stdin: in, TempDir: true})
-	return verdictOf(ctx, KindGo, g.device, res, start)
+	return verdictOf(ctx, KindGo, g.device, g.pool.Run(ctx, c), start)
 }
 
 // viewRequest is what the go worker reads on its standard input with
@@ -117,6 +103,8 @@ type viewRequest struct {
 }
 
 func (g *goBackend) Close() error {
-	g.closed.Store(true)
-	return nil
+	if !g.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	return g.release()
 }

@@ -65,27 +65,37 @@ func goOptions(t testing.TB, device string) Options {
 	return Options{Kind: KindGo, Device: device, Exe: exe, Env: []string{goWorkerEnv + "=1"}, Timeout: 30 * time.Second}
 }
 
-func newBackend(t testing.TB, o Options) Backend {
+// newBackend is o's backend bound to b (as read from o.File, when set),
+// closed with the test.
+func newBackend(t testing.TB, o Options, b *fixtures.Batch) Backend {
 	t.Helper()
-	b, err := New(o)
+	o.Batch = b
+	be, err := New(o)
 	if err != nil {
 		t.Fatalf("New(%+v): %v", o, err)
 	}
-	t.Cleanup(func() { b.Close() })
-	return b
+	t.Cleanup(func() { be.Close() })
+	return be
 }
 
-func replayOK(t testing.TB, be Backend, b *fixtures.Batch) Verdict {
+// whole is the view of the batch a backend is bound to, as it is.
+var whole = &fixtures.View{}
+
+// keep is the view that keeps the samples idx, in that order.
+func keep(idx []int64) *fixtures.View { return &fixtures.View{Rows: idx} }
+
+func replayOK(t testing.TB, be Backend, v *fixtures.View) Verdict {
 	t.Helper()
-	v, err := be.Replay(context.Background(), b)
+	got, err := be.Replay(context.Background(), v)
 	if err != nil {
 		t.Fatalf("%s: Replay: %v", be.Kind(), err)
 	}
-	return v
+	return got
 }
 
 type example struct {
 	name  string
+	path  string // the example's file
 	batch *fixtures.Batch
 	want  struct {
 		Culprits []int64 `json:"culprits"`
@@ -150,6 +160,7 @@ func loadExamples(t testing.TB) []example {
 	for _, p := range paths {
 		var ex example
 		ex.name = strings.TrimSuffix(filepath.Base(p), ".bin")
+		ex.path = p
 		if ex.batch, err = fixtures.Read(p); err != nil {
 			t.Fatal(err)
 		}
@@ -163,32 +174,6 @@ func loadExamples(t testing.TB) []example {
 		out = append(out, ex)
 	}
 	return out
-}
-
-// subset keeps the samples idx of b, layout preserved.
-func subset(t testing.TB, b *fixtures.Batch, idx []int64) *fixtures.Batch {
-	t.Helper()
-	nb := *b
-	nb.Tensors = nil
-	nb.Samples = int64(len(idx))
-	if b.SampleIDs != nil {
-		nb.SampleIDs = nil
-		for _, i := range idx {
-			nb.SampleIDs = append(nb.SampleIDs, b.SampleIDs[i])
-		}
-	}
-	for _, e := range b.Tensors {
-		ne := *e
-		if e.BatchDim != nil {
-			sel, err := e.Tensor.Select(*e.BatchDim, idx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ne.Tensor = sel
-		}
-		nb.Tensors = append(nb.Tensors, &ne)
-	}
-	return &nb
 }
 
 // without returns 0..n-1 without drop.
@@ -231,8 +216,9 @@ func TestGoBackendExamples(t *testing.T) {
 			}
 			co, go_ := goOptions(t, "cpu"), goOptions(t, "cuda")
 			co.DeviceMemory, go_.DeviceMemory = ex.deviceMemory(t), ex.deviceMemory(t)
-			cpu, cuda := newBackend(t, co), newBackend(t, go_)
-			vc := replayOK(t, cpu, ex.batch)
+			co.File, go_.File = ex.path, ex.path
+			cpu, cuda := newBackend(t, co, ex.batch), newBackend(t, go_, ex.batch)
+			vc := replayOK(t, cpu, whole)
 			want := recordedSignature(ex.want.Error.Text)
 			if vc.Signature.Family != want.Family || vc.Signature.Expression != want.Expression ||
 				want.Family != signature.FamilyHostCheck && want.Family != signature.FamilyOOM {
@@ -247,10 +233,10 @@ func TestGoBackendExamples(t *testing.T) {
 				// OOM is the device's).
 				e := ex.want
 				for _, be := range []Backend{cpu, cuda} {
-					if v := replayOK(t, be, subset(t, ex.batch, first(e.LargestPassing))); v.Signature.Family != signature.FamilyPass {
+					if v := replayOK(t, be, keep(first(e.LargestPassing))); v.Signature.Family != signature.FamilyPass {
 						t.Errorf("go %s, %d samples: %v\n%s", be.(*goBackend).device, e.LargestPassing, v.Signature, v.Result.Stderr)
 					}
-					v := replayOK(t, be, subset(t, ex.batch, first(e.SmallestFailing)))
+					v := replayOK(t, be, keep(first(e.SmallestFailing)))
 					if v.Signature.Family != signature.FamilyOOM || be == cpu && !v.Signature.Matches(vc.Signature, signature.MatchStrict) {
 						t.Errorf("go %s, %d samples: %v, want %v\n%s", be.(*goBackend).device, e.SmallestFailing, v.Signature, vc.Signature, v.Result.Stderr)
 					}
@@ -263,18 +249,18 @@ func TestGoBackendExamples(t *testing.T) {
 				// samples too, the batch passes. (CPU only: on CUDA both
 				// bugs are scatter's one device assert.)
 				rest := without(ex.batch.Samples, ex.want.Culprits)
-				v := replayOK(t, cpu, subset(t, ex.batch, rest))
+				v := replayOK(t, cpu, keep(rest))
 				if v.Signature.Family != signature.FamilyHostCheck || v.Signature.Matches(vc.Signature, signature.MatchStrict) ||
 					v.Signature.Expression != recordedSignature(ex.want.OtherFailureSamples[0].Error).Expression {
 					t.Errorf("go cpu without the culprits: %v, want the other failure %q\n%s", v.Signature, ex.want.OtherFailureSamples[0].Error, v.Result.Stderr)
 				}
 				clean := without(ex.batch.Samples, append(ex.otherSamples(), ex.want.Culprits...))
-				if v := replayOK(t, cpu, subset(t, ex.batch, clean)); v.Signature.Family != signature.FamilyPass {
+				if v := replayOK(t, cpu, keep(clean)); v.Signature.Family != signature.FamilyPass {
 					t.Errorf("go cpu without the culprits and the other samples: %v\n%s", v.Signature, v.Result.Stderr)
 				}
 				return
 			}
-			vg := replayOK(t, cuda, ex.batch)
+			vg := replayOK(t, cuda, whole)
 			if c := kernelClass(t, vg.Signature); c == "" || c != kernelClass(t, vc.Signature) {
 				t.Errorf("go cuda: %v (class %q), cpu %v (class %q)", vg.Signature, c, vc.Signature, kernelClass(t, vc.Signature))
 			}
@@ -282,7 +268,7 @@ func TestGoBackendExamples(t *testing.T) {
 				t.Errorf("go cuda: %v, want a device_assert\nstderr:\n%s", vg.Signature, vg.Result.Stderr)
 			}
 			if ex.want.Culprits != nil {
-				rest := subset(t, ex.batch, without(ex.batch.Samples, ex.want.Culprits))
+				rest := keep(without(ex.batch.Samples, ex.want.Culprits))
 				for _, be := range []Backend{cpu, cuda} {
 					if v := replayOK(t, be, rest); v.Signature.Family != signature.FamilyPass {
 						t.Errorf("%s without the culprits: %v\n%s", v.Device, v.Signature, v.Result.Stderr)
@@ -298,16 +284,30 @@ func TestGoBackendExamples(t *testing.T) {
 
 func exampleBatch(t testing.TB, name string) *fixtures.Batch {
 	t.Helper()
-	b, err := fixtures.Read("../fixtures/examples/" + name + ".bin")
+	b, err := fixtures.Read(examplePath(name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
 }
 
+// examplesDir is where the examples are, whatever directory a test
+// changes to.
+var examplesDir, _ = filepath.Abs("../fixtures/examples")
+
+func examplePath(name string) string { return filepath.Join(examplesDir, name+".bin") }
+
+// exampleBackend is o's backend bound to the example name, as read from
+// its file.
+func exampleBackend(t testing.TB, o Options, name string) Backend {
+	t.Helper()
+	o.File = examplePath(name)
+	return newBackend(t, o, exampleBatch(t, name))
+}
+
 func encodeForTest(t testing.TB, b *fixtures.Batch) []byte {
 	t.Helper()
-	write, err := encodeBatch(b, fixtures.FormatBin)
+	write, err := candidateFile(&fixtures.Source{Batch: b}, whole, fixtures.FormatBin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,8 +382,8 @@ func TestWorkerHarness(t *testing.T) {
 	}
 	// Through the backend: a harness failure is infra, never a verdict on
 	// the candidate.
-	be := newBackend(t, goOptions(t, "cpu"))
-	v := replayOK(t, be, &noOp)
+	be := newBackend(t, goOptions(t, "cpu"), &noOp)
+	v := replayOK(t, be, whole)
 	if !v.Result.Harness || v.Signature.Family != signature.FamilyInfra {
 		t.Errorf("no op through the backend: %+v", v.Signature)
 	}
@@ -393,8 +393,7 @@ func TestGoBackendAbort(t *testing.T) {
 	t.Parallel()
 	o := goOptions(t, "cuda")
 	o.Abort = true
-	be := newBackend(t, o)
-	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
+	v := replayOK(t, exampleBackend(t, o, "four_class_targets"), whole)
 	if v.Result.Signal != syscall.SIGABRT || v.Result.CoreDump {
 		t.Fatalf("signal %v core %v; stderr:\n%s", v.Result.Signal, v.Result.CoreDump, v.Result.Stderr)
 	}
@@ -405,7 +404,7 @@ func TestGoBackendAbort(t *testing.T) {
 		t.Errorf("stderr:\n%s", v.Result.Stderr)
 	}
 	// A host-side failure is not a device failure: no abort.
-	v = replayOK(t, be, exampleBatch(t, "one_hot_labels"))
+	v = replayOK(t, exampleBackend(t, o, "one_hot_labels"), whole)
 	if v.Result.Signal != 0 || v.Result.ExitCode != 1 || v.Signature.Family != signature.FamilyHostCheck {
 		t.Errorf("one_hot_labels with --abort: %v exit %d signal %v", v.Signature, v.Result.ExitCode, v.Result.Signal)
 	}
@@ -416,12 +415,11 @@ func TestGoBackendConcurrent(t *testing.T) {
 	o := goOptions(t, "cuda")
 	o.Jobs = 3
 	o.GPUs = []string{"0", "1"}
-	be := newBackend(t, o)
-	b := exampleBatch(t, "transposed_index")
+	be := exampleBackend(t, o, "transposed_index")
 	errs := make(chan error, 6)
 	for range 6 {
 		go func() {
-			v, err := be.Replay(context.Background(), b)
+			v, err := be.Replay(context.Background(), whole)
 			if err == nil && v.Signature.Class() != signature.ClassIndexSelect {
 				err = fmt.Errorf("signature %v", v.Signature)
 			}
@@ -436,15 +434,15 @@ func TestGoBackendConcurrent(t *testing.T) {
 }
 
 func TestGoBackendCanceled(t *testing.T) {
-	be := newBackend(t, goOptions(t, "cpu"))
+	be := exampleBackend(t, goOptions(t, "cpu"), "four_class_targets")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	v, err := be.Replay(ctx, exampleBatch(t, "four_class_targets"))
+	v, err := be.Replay(ctx, whole)
 	if err == nil || v.Signature.Family != signature.FamilyInfra {
 		t.Errorf("canceled: %v, %v", v.Signature, err)
 	}
 	be.Close()
-	if _, err := be.Replay(context.Background(), exampleBatch(t, "four_class_targets")); err != ErrClosed {
+	if _, err := be.Replay(context.Background(), whole); err != ErrClosed {
 		t.Errorf("Replay after Close: %v", err)
 	}
 }
@@ -473,6 +471,9 @@ func TestNewOptionErrors(t *testing.T) {
 		{Options{Kind: "exec", Replay: "python3 {batch}", ReplayFormat: "csv"}, "--replay-format"},
 		{Options{Kind: "exec", Replay: "python3 {batch}", Device: "cuda:1"}, "--device"},
 	} {
+		if tc.o.Batch == nil {
+			tc.o.Batch = exampleBatch(t, "four_class_targets")
+		}
 		b, err := New(tc.o)
 		if err == nil {
 			b.Close()

@@ -37,25 +37,27 @@ func embeddingBatch(n, length, dim int64) *fixtures.Batch {
 // With --device-memory, an op whose output does not fit fails as torch does
 // out of memory, with one strict signature whatever the sizes; the go
 // worker and real torch agree on the largest batch that fits (1 MiB of
-// output per sample, a limit of 47.5 MiB: 47 samples pass, 48 fail).
+// output per sample, a limit of 47.5 MiB: 47 samples pass, 48 fail). The
+// candidates are the first n samples of one batch.
 func TestDeviceMemoryGoMatchesTorch(t *testing.T) {
 	t.Parallel()
 	const limit = 47<<20 + 512<<10
+	batch := embeddingBatch(64, 64, 4096)
 	cpuOpts := goOptions(t, "cpu")
 	cpuOpts.DeviceMemory = limit
 	cudaOpts := goOptions(t, "cuda")
 	cudaOpts.DeviceMemory = limit
-	gcpu, gcuda := newBackend(t, cpuOpts), newBackend(t, cudaOpts)
+	gcpu, gcuda := newBackend(t, cpuOpts, batch), newBackend(t, cudaOpts, batch)
 	tmp := t.TempDir()
 	to := torchOptions(t, tmp)
 	to.DeviceMemory = limit
-	tb := newBackend(t, to)
+	tb := newBackend(t, to, batch)
 	to.NoZygote = true
-	tn := newBackend(t, to)
+	tn := newBackend(t, to, batch)
 
-	var first signature.Signature
+	var firstOOM signature.Signature
 	for _, n := range []int64{1, 46, 47, 48, 49, 64} {
-		b := embeddingBatch(n, 64, 4096)
+		b := keep(first(n))
 		wantPass := n <= 47
 		bes := []Backend{gcpu, tb}
 		if n == 47 || n == 48 {
@@ -69,10 +71,10 @@ func TestDeviceMemoryGoMatchesTorch(t *testing.T) {
 				t.Errorf("%s, %d samples: %v, want a pass\n%s", be.Kind(), n, s, v.Result.Stderr)
 			case !wantPass && (s.Family != signature.FamilyOOM || s.Backend != signature.BackendCPU || s.Class() != signature.ClassHostOOM):
 				t.Errorf("%s, %d samples: %v, want a host oom\n%s", be.Kind(), n, s, v.Result.Stderr)
-			case !wantPass && first.Family == "":
-				first = s
-			case !wantPass && !s.Matches(first, signature.MatchStrict):
-				t.Errorf("%s, %d samples: %v does not match %v strictly", be.Kind(), n, s, first)
+			case !wantPass && firstOOM.Family == "":
+				firstOOM = s
+			case !wantPass && !s.Matches(firstOOM, signature.MatchStrict):
+				t.Errorf("%s, %d samples: %v does not match %v strictly", be.Kind(), n, s, firstOOM)
 			}
 		}
 		// CUDA emulation: the caching allocator rounds a large request to
@@ -95,15 +97,15 @@ func TestDeviceMemoryGoMatchesTorch(t *testing.T) {
 // New, and so is a limit for exec (the user's command sees no flag).
 func TestDeviceMemoryOptions(t *testing.T) {
 	t.Parallel()
-	if v := replayOK(t, newBackend(t, goOptions(t, "cpu")), embeddingBatch(48, 64, 4096)); v.Signature.Family != signature.FamilyPass {
+	if v := replayOK(t, newBackend(t, goOptions(t, "cpu"), embeddingBatch(48, 64, 4096)), whole); v.Signature.Family != signature.FamilyPass {
 		t.Errorf("no limit: %v\n%s", v.Signature, v.Result.Stderr)
 	}
 	o := goOptions(t, "cpu")
-	o.DeviceMemory = -1
+	o.DeviceMemory, o.Batch = -1, embeddingBatch(1, 64, 4096)
 	if _, err := New(o); err == nil {
 		t.Error("New with DeviceMemory -1: no error")
 	}
-	if _, err := New(Options{Kind: KindExec, Replay: "true {batch}", DeviceMemory: 1 << 20}); err == nil {
+	if _, err := New(Options{Batch: o.Batch, Kind: KindExec, Replay: "true {batch}", DeviceMemory: 1 << 20}); err == nil {
 		t.Error("New exec with DeviceMemory: no error")
 	}
 }
@@ -116,7 +118,7 @@ func TestDeviceMemoryTextsMatchCorpus(t *testing.T) {
 	for device, name := range map[string]string{"cuda": "oom_old_cuda_class", "cpu": "cpu_alloc_oom"} {
 		o := goOptions(t, device)
 		o.DeviceMemory = 1 << 20
-		v := replayOK(t, newBackend(t, o), embeddingBatch(4, 64, 4096))
+		v := replayOK(t, newBackend(t, o, embeddingBatch(4, 64, 4096)), whole)
 		want := corpusSignature(t, name)
 		if !v.Signature.Matches(want, signature.MatchStrict) || !want.Matches(v.Signature, signature.MatchStrict) || v.Signature.Exception != want.Exception {
 			t.Errorf("go %s: %v, want %v (%s)\n%s", device, v.Signature, want, name, v.Result.Stderr)

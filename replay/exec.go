@@ -22,18 +22,20 @@ import (
 const BatchArg = "{batch}"
 
 // execBackend runs the user's command, {batch} replaced by a candidate file
-// in the per-run directory. A Python command that the fork server can run
-// (see pythonProgramOf) runs warm: each candidate in a child forked from a
-// zygote of the torch backend's kind (warm) that has imported torch and the
-// --warm-import modules, started with the command's own interpreter.
+// in the per-run directory: the candidate is built here from the view and
+// the batch (candidateFile) and encoded straight into that file. A Python
+// command that the fork server can run (see pythonProgramOf) runs warm:
+// each candidate in a child forked from a zygote of the torch backend's
+// kind (warm) that has imported torch and the --warm-import modules,
+// started with the command's own interpreter.
 type execBackend struct {
+	bound
 	path   string   // argv[0], looked up
 	args   []string // argv[1:], {batch} replaced by {rundir}/<file>
 	file   string   // the candidate's file name
 	format fixtures.Format
 	device string
 	env    []string
-	pool   *Pool
 	set    Settings
 	warm   *torchBackend // nil: every candidate runs the command itself (cold)
 	closed atomic.Bool
@@ -65,7 +67,7 @@ func newExecBackend(o Options) (Backend, error) {
 	if kind == "" || strings.Contains(o.Device, ":") {
 		return nil, fmt.Errorf("replay: --device %q: the exec backend takes cpu, cuda or rocm (it only sets the environment; the command picks its device)", o.Device)
 	}
-	e := &execBackend{path: path, file: "batch" + format.Ext(), format: format, device: kind}
+	e := &execBackend{bound: bound{src: o.src}, path: path, file: "batch" + format.Ext(), format: format, device: kind}
 	target := RunDirArg + "/" + e.file
 	shell := isShell(argv[0])
 	for i, a := range argv[1:] {
@@ -79,15 +81,15 @@ func newExecBackend(o Options) (Backend, error) {
 	e.env = append(append(PythonEnv(), DeviceEnv(kind, o.blocking())...), o.env()...)
 	e.set = o.settings(KindExec, kind)
 	e.pool = o.pool(kind)
-	if o.NoZygote && o.launcher == nil {
+	if o.NoZygote && o.slurm == nil {
 		return e, nil // asked for: no notice
 	}
 	var why string
 	switch prog, reason := pythonProgramOf(argv, e.args, e.file); {
 	case reason != "":
 		why = reason
-	case o.launcher != nil:
-		why = "the " + o.launcher.Name() + " launcher runs each replay as a job of its own"
+	case o.slurm != nil:
+		why = "the " + string(LauncherSlurm) + " launcher runs each replay as a job of its own"
 	default:
 		prog.warm = o.WarmImport
 		e.warm, why, err = warmExec(o, path, prog, e)
@@ -224,12 +226,12 @@ func (e *execBackend) Kind() Kind { return KindExec }
 
 func (e *execBackend) Settings() Settings { return e.set }
 
-func (e *execBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, error) {
+func (e *execBackend) Replay(ctx context.Context, v *fixtures.View) (Verdict, error) {
 	if e.closed.Load() {
 		return Verdict{Backend: KindExec, Device: e.device}, ErrClosed
 	}
 	start := time.Now()
-	data, err := encodeBatch(b, e.format)
+	data, err := candidateFile(e.src, v, e.format)
 	if err != nil {
 		return Verdict{Backend: KindExec, Device: e.device}, fmt.Errorf("replay: --replay-format %s: %w", e.format, err)
 	}
@@ -250,11 +252,14 @@ func (e *execBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, e
 
 // Close stops the fork server, if any.
 func (e *execBackend) Close() error {
-	e.closed.Store(true)
-	if e.warm != nil {
-		return e.warm.Close()
+	if !e.closed.CompareAndSwap(false, true) {
+		return nil
 	}
-	return nil
+	var err error
+	if e.warm != nil {
+		err = e.warm.Close()
+	}
+	return errors.Join(err, e.release())
 }
 
 func isShell(prog string) bool {

@@ -30,14 +30,13 @@ func TestExecBackendFormats(t *testing.T) {
 	t.Parallel()
 	py := plainPython(t)
 	script := filepath.Join(entryDir(t), "exec_reader.py")
-	b := exampleBatch(t, "four_class_targets")
-	rest := subset(t, b, []int64{0, 1})
+	rest := keep([]int64{0, 1})
 	for _, format := range []fixtures.Format{"", fixtures.FormatBin, fixtures.FormatNPZ, fixtures.FormatSafetensors} {
 		t.Run("format="+string(format), func(t *testing.T) {
 			tmp := t.TempDir()
-			be := newBackend(t, Options{Kind: KindExec, Replay: shellQuote(py) + " " + shellQuote(script) + " {batch}",
-				ReplayFormat: format, TempRoot: tmp})
-			v := replayOK(t, be, b)
+			be := exampleBackend(t, Options{Kind: KindExec, Replay: shellQuote(py) + " " + shellQuote(script) + " {batch}",
+				ReplayFormat: format, TempRoot: tmp}, "four_class_targets")
+			v := replayOK(t, be, whole)
 			if v.Signature.Family != signature.FamilyHostCheck || v.Signature.Expression != "IndexError: Target N is out of bounds." ||
 				v.Signature.Class() != signature.ClassNLLTargetBounds || v.Backend != KindExec {
 				t.Errorf("failing batch: %v\n%s", v.Signature, v.Result.Stderr)
@@ -60,8 +59,8 @@ func TestExecBackendFormats(t *testing.T) {
 func TestExecBackendForeign86(t *testing.T) {
 	t.Parallel()
 	py := plainPython(t)
-	be := newBackend(t, Options{Kind: KindExec, Replay: py + " " + filepath.Join(entryDir(t), "exec_reader.py") + " {batch} --exit 86"})
-	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
+	be := exampleBackend(t, Options{Kind: KindExec, Replay: py + " " + filepath.Join(entryDir(t), "exec_reader.py") + " {batch} --exit 86"}, "four_class_targets")
+	v := replayOK(t, be, whole)
 	if v.Result.Harness || v.Result.ExitCode != HarnessExitCode || v.Signature.Family != signature.FamilyHostCheck || v.Signature.Expression != "exit status 86" {
 		t.Errorf("exit 86: harness %v, exit %d, %v", v.Result.Harness, v.Result.ExitCode, v.Signature)
 	}
@@ -77,9 +76,9 @@ func TestExecBackendShell(t *testing.T) {
 		t.Fatal(err)
 	}
 	script := filepath.Join(entryDir(t), "exec_reader.py")
-	be := newBackend(t, Options{Kind: KindExec, TempRoot: tmp,
-		Replay: "sh -c " + shellQuote(shellQuote(py)+" "+shellQuote(script)+" {batch} 2>&1 | tail -n 1 >&2; exit 7")})
-	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
+	be := exampleBackend(t, Options{Kind: KindExec, TempRoot: tmp,
+		Replay: "sh -c " + shellQuote(shellQuote(py)+" "+shellQuote(script)+" {batch} 2>&1 | tail -n 1 >&2; exit 7")}, "four_class_targets")
+	v := replayOK(t, be, whole)
 	if v.Result.ExitCode != 7 || !bytes.Contains(v.Result.Stderr, []byte("IndexError: Target 4 is out of bounds.")) {
 		t.Errorf("sh -c: exit %d, %v\nstderr %q", v.Result.ExitCode, v.Signature, v.Result.Stderr)
 	}

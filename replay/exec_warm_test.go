@@ -19,15 +19,16 @@ import (
 )
 
 // warmPair is an exec backend for cmd run warm (a fork server) and one run
-// cold (--no-zygote), with the notices each gave.
+// cold (--no-zygote), both bound to the four_class_targets example, with
+// the notices each gave.
 func warmPair(t *testing.T, o Options) (warm, cold Backend, notices []string) {
 	t.Helper()
 	var mu sync.Mutex
 	o.Kind = KindExec
 	o.Notice = func(msg string) { mu.Lock(); notices = append(notices, msg); mu.Unlock() }
-	warm = newBackend(t, o)
+	warm = exampleBackend(t, o, "four_class_targets")
 	o.NoZygote = true
-	cold = newBackend(t, o)
+	cold = exampleBackend(t, o, "four_class_targets")
 	return warm, cold, notices
 }
 
@@ -36,7 +37,6 @@ func warmPair(t *testing.T, o Options) (warm, cold Backend, notices []string) {
 func TestExecWarmMatchesCold(t *testing.T) {
 	py := testenv.Python(t, "torch")
 	dir := filepath.Join(entryDir(t), "warm")
-	b := exampleBatch(t, "four_class_targets")
 	t.Chdir(dir) // the commands' working directory is the reducer's
 	for _, mode := range []string{"ok", "index", "exit3", "abort", "env", "sibling"} {
 		t.Run(mode, func(t *testing.T) {
@@ -44,7 +44,7 @@ func TestExecWarmMatchesCold(t *testing.T) {
 			warm, cold, notices := warmPair(t, Options{Replay: py + " -u step.py " + mode + " {batch}", TempRoot: tmp,
 				Env: []string{"WARM_TEST=yes"}, Timeout: time.Minute})
 			assert.Empty(t, notices)
-			w, c := replayOK(t, warm, b), replayOK(t, cold, b)
+			w, c := replayOK(t, warm, whole), replayOK(t, cold, whole)
 			assert.True(t, w.Zygote, "warm replay forked")
 			assert.False(t, c.Zygote)
 			assert.Equal(t, c.Signature, w.Signature, "cold stderr:\n%s\nwarm stderr:\n%s", c.Result.Stderr, w.Result.Stderr)
@@ -82,12 +82,11 @@ func TestExecWarmMatchesCold(t *testing.T) {
 // argv[0] the module's file, the same traceback).
 func TestExecWarmModule(t *testing.T) {
 	py := testenv.Python(t, "torch")
-	b := exampleBatch(t, "four_class_targets")
 	t.Chdir(filepath.Join(entryDir(t), "warm"))
 	for _, extra := range []string{"", " index"} {
 		warm, cold, notices := warmPair(t, Options{Replay: py + " -m pkg.mod {batch}" + extra, TempRoot: t.TempDir()})
 		assert.Empty(t, notices)
-		w, c := replayOK(t, warm, b), replayOK(t, cold, b)
+		w, c := replayOK(t, warm, whole), replayOK(t, cold, whole)
 		assert.True(t, w.Zygote)
 		assert.Equal(t, c.Signature, w.Signature)
 		assert.Equal(t, string(c.Result.Stdout), string(w.Result.Stdout))
@@ -99,7 +98,6 @@ func TestExecWarmModule(t *testing.T) {
 // and says why once.
 func TestExecWarmFallback(t *testing.T) {
 	py := testenv.Python(t, "torch")
-	b := exampleBatch(t, "four_class_targets")
 	t.Chdir(filepath.Join(entryDir(t), "warm"))
 	noTorch := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(noTorch, "torch.py"), []byte("raise ImportError('no torch here')\n"), 0o644))
@@ -117,24 +115,25 @@ func TestExecWarmFallback(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var notices []string
-			be := newBackend(t, Options{Kind: KindExec, Replay: tc.replay, Env: tc.env, Notice: func(m string) { notices = append(notices, m) }})
+			be := exampleBackend(t, Options{Kind: KindExec, Replay: tc.replay, Env: tc.env, Notice: func(m string) { notices = append(notices, m) }}, "four_class_targets")
 			require.Len(t, notices, 1)
 			assert.Contains(t, notices[0], "--replay runs cold")
 			assert.Contains(t, notices[0], tc.want)
-			v := replayOK(t, be, b)
+			v := replayOK(t, be, whole)
 			assert.False(t, v.Zygote)
-			replayOK(t, be, b)
+			replayOK(t, be, whole)
 			assert.Len(t, notices, 1, "said once")
 		})
 	}
 	// --warm-import with a command that cannot run warm, or a module that
 	// cannot be imported: errors, not notes.
-	_, err := New(Options{Kind: KindExec, Replay: "sh -c 'true {batch}'", WarmImport: []string{"json"}})
+	b := exampleBatch(t, "four_class_targets")
+	_, err := New(Options{Batch: b, Kind: KindExec, Replay: "sh -c 'true {batch}'", WarmImport: []string{"json"}})
 	assert.ErrorContains(t, err, "--warm-import: the --replay command cannot run warm: sh is not a Python interpreter")
-	_, err = New(Options{Kind: KindExec, Replay: py + " step.py ok {batch}", WarmImport: []string{"no_such_module_here"}})
+	_, err = New(Options{Batch: b, Kind: KindExec, Replay: py + " step.py ok {batch}", WarmImport: []string{"no_such_module_here"}})
 	assert.ErrorContains(t, err, "--warm-import no_such_module_here: cannot import it")
-	be := newBackend(t, Options{Kind: KindExec, Replay: py + " step.py sibling {batch}", WarmImport: []string{"sibling_helper"}})
-	v := replayOK(t, be, b)
+	be := newBackend(t, Options{Kind: KindExec, Replay: py + " step.py sibling {batch}", WarmImport: []string{"sibling_helper"}}, b)
+	v := replayOK(t, be, whole)
 	assert.True(t, v.Zygote)
 	assert.Contains(t, string(v.Result.Stdout), "sibling 42 True")
 }
@@ -184,12 +183,11 @@ func TestPythonProgramOf(t *testing.T) {
 // timeout verdict, nothing left behind; the fork server lives on.
 func TestExecWarmTimeout(t *testing.T) {
 	py := testenv.Python(t, "torch")
-	b := exampleBatch(t, "four_class_targets")
 	t.Chdir(filepath.Join(entryDir(t), "warm"))
 	tmp := t.TempDir()
-	be := newBackend(t, Options{Kind: KindExec, Replay: py + " step.py hang {batch}", TempRoot: tmp,
-		Timeout: 3 * time.Second, Grace: 300 * time.Millisecond})
-	v := replayOK(t, be, b)
+	be := exampleBackend(t, Options{Kind: KindExec, Replay: py + " step.py hang {batch}", TempRoot: tmp,
+		Timeout: 3 * time.Second, Grace: 300 * time.Millisecond}, "four_class_targets")
+	v := replayOK(t, be, whole)
 	assert.True(t, v.Zygote)
 	assert.True(t, v.Result.TimedOut)
 	assert.Equal(t, signature.FamilyTimeout, v.Signature.Family, "%s", v.Result.Stderr)

@@ -1,25 +1,27 @@
 package replay
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"time"
-
-	"reduce/fixtures"
 )
 
-// Launchers, the values of Options.Launcher (the --launcher flag).
+// Launcher is where replays run: a closed set, the values of the
+// --launcher flag. Every backend runs its replays through its Pool, which
+// starts them here or as Slurm jobs; either way the one supervisor watches
+// each of them (supervisor.go).
+type Launcher string
+
+// Launchers.
 const (
 	// LauncherLocal runs every replay as a process of this machine (the
 	// default).
-	LauncherLocal = "local"
+	LauncherLocal Launcher = "local"
 	// LauncherSlurm runs every replay as a Slurm job of its own, through
-	// srun: one job, one step, one task (see the slurm launcher).
-	LauncherSlurm = "slurm"
+	// srun: one job, one step, one task (see slurm.go).
+	LauncherSlurm Launcher = "slurm"
 )
 
 // DefaultRetries is how many times a replay whose Slurm job was lost
@@ -31,30 +33,10 @@ const DefaultRetries = 2
 // queue before it counts as lost (srun --immediate).
 const DefaultQueueTimeout = 10 * time.Minute
 
-// A Launcher starts the processes of a Pool: here (Runner.Run itself), or
-// somewhere else with the Runner still owning the local end (the process
-// group, the timeout's bookkeeping, the bounded capture, the cleanup).
-// Every backend runs its replays through its Pool, so a launcher serves the
-// three of them alike.
-type Launcher interface {
-	// Name is LauncherLocal or LauncherSlurm.
-	Name() string
-	// Run runs c as r.Run would, wherever the launcher runs things, and
-	// returns only when nothing it started for c is left, here or on the
-	// cluster. Result.Launch says where it ran.
-	Run(ctx context.Context, r *Runner, c Command) Result
-	// Info is the provenance of the replays run so far.
-	Info() LaunchInfo
-	// Close stops every run still in flight (their Results say Canceled)
-	// and returns when none of them is left anywhere.
-	Close() error
-}
-
 // Launch is where one Command ran, when a launcher other than the local one
 // ran it (Result.Launch).
 type Launch struct {
-	// Launcher is the launcher's Name.
-	Launcher string
+	Launcher Launcher
 	// JobID and Node are the Slurm job that ran the command (its last
 	// attempt) and the node its step ran on; empty when it never started.
 	JobID, Node string
@@ -89,8 +71,7 @@ const (
 // LaunchInfo is the provenance of a backend's replays, for the fixture's
 // record: where they ran, with which options, on which nodes.
 type LaunchInfo struct {
-	// Launcher is LauncherLocal or LauncherSlurm.
-	Launcher string `json:"launcher"`
+	Launcher Launcher `json:"launcher"`
 	// Version is the scheduler's ("slurm-wlm 22.05.8"), "" for local.
 	Version string `json:"version,omitempty"`
 	// Options are the user's srun options (--slurm-args), split.
@@ -116,20 +97,26 @@ type LaunchInfo struct {
 	Canceled   int            `json:"canceled,omitempty"`
 }
 
-// Provenance is where b's replays ran: b's launcher's LaunchInfo, or this
-// host for a backend that runs them locally.
+// Provenance is where b's replays ran: the Slurm launcher's LaunchInfo,
+// or this host for a backend that runs them locally (and for one that is
+// none of New's).
 func Provenance(b Backend) LaunchInfo {
-	if l, ok := b.(interface{ Launcher() Launcher }); ok {
-		return l.Launcher().Info()
+	if p, ok := b.(interface{ provenance() LaunchInfo }); ok {
+		return p.provenance()
 	}
+	return localInfo()
+}
+
+// localInfo is the provenance of local replays: this host.
+func localInfo() LaunchInfo {
 	host, _ := os.Hostname()
 	return LaunchInfo{Launcher: LauncherLocal, Nodes: []string{host}}
 }
 
-// newLauncher builds o's launcher: nil for local (the Pool runs the Runner
-// itself).
-func newLauncher(o *Options) (Launcher, error) {
-	switch strings.ToLower(strings.TrimSpace(o.Launcher)) {
+// newLauncher builds o's Slurm launcher, or nil for local (the Pool runs
+// the Runner itself).
+func newLauncher(o *Options) (*slurm, error) {
+	switch Launcher(strings.ToLower(strings.TrimSpace(string(o.Launcher)))) {
 	case "", LauncherLocal:
 		for _, f := range []struct {
 			set  bool
@@ -146,58 +133,27 @@ func newLauncher(o *Options) (Launcher, error) {
 	return nil, fmt.Errorf("replay: --launcher %q: want local or slurm", o.Launcher)
 }
 
-// launched is a backend whose replays go through a launcher other than the
-// local one: closing it closes the launcher too, and Provenance asks the
-// launcher.
-type launched struct {
-	Backend
-	l Launcher
-}
-
-func (b *launched) Launcher() Launcher { return b.l }
-
-// Views, SourceDir and ReplayView are the backend's, when it is a Viewer.
-func (b *launched) Views() bool {
-	v, ok := b.Backend.(Viewer)
-	return ok && v.Views()
-}
-
-func (b *launched) SourceDir() string {
-	if v, ok := b.Backend.(Viewer); ok {
-		return v.SourceDir()
-	}
-	return ""
-}
-
-func (b *launched) ReplayView(ctx context.Context, src *fixtures.Source, view *fixtures.View) (Verdict, error) {
-	v, ok := b.Backend.(Viewer)
-	if !ok || !v.Views() {
-		return Verdict{Backend: b.Kind()}, fmt.Errorf("replay: the %s backend on this launcher takes candidates built, not views", b.Kind())
-	}
-	return v.ReplayView(ctx, src, view)
-}
-
-// Close closes the backend first (no new replays), then the launcher
-// (cancels what is still in flight and waits until it is gone).
-func (b *launched) Close() error {
-	return errors.Join(b.Backend.Close(), b.l.Close())
-}
-
 // remote reports whether the Pool's processes run on another machine,
 // which sees none of this one's files: a Command's Files then travel with
-// it (the slurm launcher without a shared directory).
-func (p *Pool) remote() bool {
-	s, ok := p.Launcher.(*slurm)
-	return ok && s.sharedDir == ""
+// it, and a candidate is built here (Slurm without a shared directory).
+func (p *Pool) remote() bool { return p.slurm != nil && p.slurm.sharedDir == "" }
+
+// info is the provenance of the pool's replays so far.
+func (p *Pool) info() LaunchInfo {
+	if p.slurm != nil {
+		return p.slurm.Info()
+	}
+	return localInfo()
 }
 
-// sourceDir is where a view's source must lie for the pool's processes to
-// read it: the shared directory on Slurm, "" (anywhere) locally.
-func (p *Pool) sourceDir() string {
-	if s, ok := p.Launcher.(*slurm); ok {
-		return s.sharedDir
+// close stops every Slurm job still in flight (their Results say Canceled)
+// and returns when none of them is left in the queue; nothing for local
+// replays, which their callers wait for.
+func (p *Pool) close() error {
+	if p.slurm != nil {
+		return p.slurm.Close()
 	}
-	return ""
+	return nil
 }
 
 // sortedKeys returns m's keys in order.

@@ -28,9 +28,10 @@ type Pool struct {
 	// Kind is the device kind (DeviceCUDA, DeviceROCm); it says which
 	// visible-devices variables are set. "" is CUDA's.
 	Kind string
-	// Launcher runs the commands somewhere else (a Slurm job each); nil
-	// runs them here, through Runner.
-	Launcher Launcher
+
+	// slurm runs the commands as Slurm jobs (LauncherSlurm); nil runs them
+	// here.
+	slurm *slurm
 
 	once  sync.Once
 	free  chan int // the free slots: a bounded semaphore that names them
@@ -84,8 +85,8 @@ func (p *Pool) Run(ctx context.Context, c Command) Result {
 	if r == nil {
 		r = &Runner{}
 	}
-	if p.Launcher != nil {
-		return p.Launcher.Run(ctx, r, c)
+	if p.slurm != nil {
+		return p.slurm.run(ctx, r, c)
 	}
 	return r.Run(ctx, c)
 }

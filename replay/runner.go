@@ -94,6 +94,10 @@ type Command struct {
 	// backend's user command): its exit status 86 is its own, and
 	// Result.Harness is never set.
 	Foreign bool
+
+	// as, when set, is the started program as the supervisor is to see it:
+	// the Slurm launcher's srun stands for its job (slurmJob).
+	as func(*execProc) proc
 }
 
 // Result is what happened to one Command.
@@ -344,7 +348,7 @@ func removeAll(dir string) error {
 //
 // Run only starts the process (startProcess); watching it is the
 // supervisor's (supervise), the same one that watches a torch zygote's
-// child.
+// child and a Slurm job.
 func (r *Runner) Run(ctx context.Context, c Command) (res Result) {
 	res.ExitCode = -1
 	if err := ctx.Err(); err != nil {
@@ -415,7 +419,11 @@ func (r *Runner) Run(ctx context.Context, c Command) (res Result) {
 	if inW != nil {
 		out.feed(inW, c.Stdin)
 	}
-	return r.supervise(ctx, supervised{proc: p, name: c.Path, start: start, timeout: r.timeout(&c),
+	var sp proc = p
+	if c.as != nil {
+		sp = c.as(p)
+	}
+	return r.supervise(ctx, supervised{proc: sp, name: c.Path, start: start, timeout: r.timeout(&c),
 		foreign: c.Foreign, out: out, dir: dir})
 }
 

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -32,8 +33,10 @@ import (
 // next to a torch replay's second.
 //
 // The Runner still runs the local end: srun is the process it starts, in a
-// process group of its own, its output captured and bounded. The launcher
-// adds what the cluster needs:
+// process group of its own, its output captured and bounded, and the one
+// supervisor watches the job through it (slurmJob: its interrupt, kill and
+// reap are scancel's and squeue's). The launcher adds what the cluster
+// needs:
 //
 //   - The candidate reaches the node without a shared file system: the
 //     Command's Files travel on srun's standard input, which Slurm forwards
@@ -49,12 +52,13 @@ import (
 //     Launch.Log): the signature is parsed from the same text as locally.
 //   - The timeout runs from the job's start, not its submission: queue
 //     time is bounded by --queue-timeout (srun --immediate) instead. When
-//     it expires the step gets SIGINT (scancel --signal=INT), so that
-//     Python prints where it hung, and after the grace the job is
-//     cancelled (scancel); srun exits when the job ends.
-//   - Ctrl-C (ctx done) and Close cancel every job in flight. A run
-//     returns only once its job is out of the queue (squeue), and Close
-//     once no job of this launcher is, so none is left when reduce exits.
+//     it expires, or on Ctrl-C (ctx done) or Close, the supervisor ends the
+//     job as it ends any process: the step gets SIGINT (scancel
+//     --signal=INT), so that Python prints where it hung, and after the
+//     grace the job is cancelled (scancel); srun exits when the job ends.
+//     A run returns only once its job is out of the queue (squeue), and
+//     Close once no job of this launcher is, so none is left when reduce
+//     exits.
 //   - A job lost to the cluster (cancelled from outside, preempted, its
 //     node failed, never started within the queue timeout, srun could not
 //     allocate) says nothing about the candidate: it is submitted again, up
@@ -177,8 +181,6 @@ func newSlurm(o *Options) (*slurm, error) {
 	return s, nil
 }
 
-func (s *slurm) Name() string { return LauncherSlurm }
-
 func (s *slurm) Info() LaunchInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -196,9 +198,10 @@ func (s *slurm) Info() LaunchInfo {
 	return info
 }
 
-// Run runs c as a Slurm job, again when the job is lost (up to retries
-// times).
-func (s *slurm) Run(ctx context.Context, r *Runner, c Command) Result {
+// run runs c as a Slurm job, again when the job is lost (up to retries
+// times). It returns only when nothing it started for c is left, here or
+// on the cluster; Result.Launch says where it ran.
+func (s *slurm) run(ctx context.Context, r *Runner, c Command) Result {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -207,6 +210,16 @@ func (s *slurm) Run(ctx context.Context, r *Runner, c Command) Result {
 	s.runs.Add(1)
 	s.mu.Unlock()
 	defer s.runs.Done()
+	// Close cancels every job in flight, as ctx does.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 
 	var jobs []string
 	for attempt := 1; ; attempt++ {
@@ -235,42 +248,39 @@ func (s *slurm) Run(ctx context.Context, r *Runner, c Command) Result {
 	}
 }
 
-// runOnce submits c as one job and waits for it to end and leave the
-// queue.
+// runOnce submits c as one job, which the supervisor watches as any
+// replay (slurmJob), and reads what srun, slurmstepd and the job's wrapper
+// said of it.
 func (s *slurm) runOnce(ctx context.Context, r *Runner, c Command) Result {
 	name := fmt.Sprintf("%s-%d", s.prefix, s.seq.Add(1))
 	cmd, err := s.command(c, name)
 	if err != nil {
 		return Result{ExitCode: -1, Err: err, Launch: &Launch{Launcher: LauncherSlurm}}
 	}
-	// srun is interrupted by the watcher (runCtx), never by the Runner's
-	// own timer or by ctx directly: the job must be cancelled in Slurm,
-	// not just its local srun.
-	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stop()
-	done := make(chan struct{})
-	var w watch
-	start := time.Now()
-	go s.watch(ctx, name, r.timeout(&c), start, done, stop, &w)
+	// The job's timeout is c's, from the job's start (slurmJob.extend).
+	cmd.Timeout = r.timeout(&c)
+	if cmd.Timeout == 0 {
+		cmd.Timeout = -1
+	}
+	cmd.as = func(p *execProc) proc { return &slurmJob{execProc: p, s: s, name: name, submitted: time.Now()} }
 	rr := *r
 	rr.Environ = outsideJob(r.environ())
-	res := rr.Run(runCtx, cmd)
-	close(done)
+	res := rr.Run(ctx, cmd)
 
 	var log []byte
 	res.Stderr, log = splitSlurmLog(res.Stderr)
 	out := parseSlurmLog(log)
 	res.Launch = &Launch{Launcher: LauncherSlurm, JobID: out.jobID, Node: out.node, Log: log, Detail: out.detail}
-	clean := true
+	lost := false
 	switch {
 	case !res.Started:
 		return res // srun itself could not be started: an error of Replay
-	case w.timedOut.Load():
-		res.TimedOut, res.Canceled, res.Harness = true, false, false
-		clean = false
-	case w.canceled.Load():
-		res.Canceled, res.Harness = true, false
-		clean = false
+	case res.TimedOut || res.Canceled:
+		// The supervisor ended the job (and its reap waited until it was
+		// gone): whatever srun and the job printed then says nothing.
+		s.mu.Lock()
+		s.canceled++
+		s.mu.Unlock()
 	case out.timeLimit:
 		// The user's --time ran out: as slow as a hang, and as little
 		// evidence.
@@ -278,17 +288,13 @@ func (s *slurm) runOnce(ctx context.Context, r *Runner, c Command) Result {
 	case out.infra != "":
 		res.Launch.Infra = out.infra
 		res.Harness = false
-		clean = false
+		lost = true
 	case !out.started:
 		res.Launch.Infra, res.Launch.Detail = SlurmLost, "the job's wrapper never ran: "+lastLine(log)
-		clean = false
+		lost = true
 	}
-	if w.timedOut.Load() || w.canceled.Load() {
-		s.mu.Lock()
-		s.canceled++
-		s.mu.Unlock()
-	}
-	if !clean || res.Err != nil {
+	if lost || res.Err != nil {
+		// A job lost to the cluster is gone before it is submitted again.
 		if err := s.ensureGone(name); err != nil {
 			res.Err = errors.Join(res.Err, err)
 		}
@@ -296,77 +302,48 @@ func (s *slurm) runOnce(ctx context.Context, r *Runner, c Command) Result {
 	return res
 }
 
-// watch is what the watcher saw.
-type watch struct{ timedOut, canceled atomic.Bool }
+// slurmJob is a Slurm job as the supervisor sees it: srun, which submitted
+// it and exits when it ends, is the process of this machine that stands
+// for it. Its interrupt is SIGINT to the job's step (scancel
+// --signal=INT: Python prints where it hung); its kill cancels the job
+// (scancel), and kills srun when it does not exit after that; its reap
+// waits, when the job was signalled, until squeue no longer lists it.
+type slurmJob struct {
+	*execProc // srun
+	s         *slurm
+	name      string
+	submitted time.Time
+	signalled atomic.Bool
+}
 
-// watch enforces c's timeout from the job's start and cancels the job when
-// ctx is done or the launcher closes; stop interrupts the local srun when
-// the job does not end after that.
-func (s *slurm) watch(ctx context.Context, name string, timeout time.Duration, start time.Time, done <-chan struct{}, stop func(), w *watch) {
-	var timerC <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		timerC = t.C
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				w.canceled.Store(true)
-				s.kill(name, done, stop, false)
-				return
-			case <-s.closing:
-				w.canceled.Store(true)
-				s.kill(name, done, stop, false)
-				return
-			case <-timerC:
-				if d := s.untilTimeout(name, start, timeout); d > 0 {
-					t.Reset(d)
-					continue
-				}
-				w.timedOut.Store(true)
-				s.kill(name, done, stop, true)
-				return
-			}
-		}
-	}
+func (j *slurmJob) interrupt() bool {
+	j.signalled.Store(true)
+	_, err := j.s.tool(j.s.scancel, "--signal=INT", "--quiet", "--name="+j.name)
+	return err == nil
+}
+
+func (j *slurmJob) kill() {
+	j.signalled.Store(true)
+	j.s.cancel(j.name)
+	t := time.NewTimer(killWait + j.s.grace)
+	defer t.Stop()
 	select {
-	case <-done:
-	case <-ctx.Done():
-		w.canceled.Store(true)
-		s.kill(name, done, stop, false)
-	case <-s.closing:
-		w.canceled.Store(true)
-		s.kill(name, done, stop, false)
+	case <-j.exited():
+	case <-t.C:
+		signalGroup(j.pid(), syscall.SIGKILL)
 	}
 }
 
-// kill ends job name: SIGINT to its step first when interrupt (a timeout:
-// Python prints its traceback), the grace, then scancel; if srun has not
-// exited after that, stop makes the Runner kill it.
-func (s *slurm) kill(name string, done <-chan struct{}, stop func(), interrupt bool) {
-	wait := func(d time.Duration) bool {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-done:
-			return true
-		case <-t.C:
-			return false
-		}
+func (j *slurmJob) extend(timeout time.Duration) time.Duration {
+	return j.s.untilTimeout(j.name, j.submitted, timeout)
+}
+
+func (j *slurmJob) reap() (exitStatus, error) {
+	st, err := j.execProc.reap()
+	if j.signalled.Load() {
+		err = errors.Join(err, j.s.ensureGone(j.name))
 	}
-	if interrupt && s.grace > 0 {
-		s.cancel(name, "--signal=INT")
-		if wait(s.grace) {
-			return
-		}
-	}
-	s.cancel(name)
-	if wait(killWait + s.grace) {
-		return
-	}
-	stop()
+	return st, err
 }
 
 // untilTimeout is how much of timeout job name has left, 0 when it is

@@ -18,13 +18,12 @@ import (
 //	go test -run '^$' -bench SlurmVsLocal -benchtime 40x ./replay/
 func BenchmarkSlurmVsLocal(b *testing.B) {
 	requireSlurm(b)
-	batch := exampleBatch(b, "four_class_targets")
 	lo := goOptions(b, "cpu")
 	lo.Jobs = 2
-	local := newBackend(b, lo)
-	remote := newBackend(b, slurmOptions(lo))
+	local := exampleBackend(b, lo, "four_class_targets")
+	remote := exampleBackend(b, slurmOptions(lo), "four_class_targets")
 	rate := func(be Backend) float64 {
-		if v := replayOK(b, be, batch); v.Signature.Family != signature.FamilyHostCheck {
+		if v := replayOK(b, be, whole); v.Signature.Family != signature.FamilyHostCheck {
 			b.Fatalf("%s: %v\n%s", be.Kind(), v.Signature, v.Result.Stderr)
 		}
 		var next atomic.Int64
@@ -36,7 +35,7 @@ func BenchmarkSlurmVsLocal(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				for next.Add(1) <= int64(b.N) {
-					v, err := be.Replay(context.Background(), batch)
+					v, err := be.Replay(context.Background(), whole)
 					if err != nil || v.Signature.Family != signature.FamilyHostCheck {
 						failed.Store(v.Signature.String() + " " + string(v.Result.Stderr))
 						return

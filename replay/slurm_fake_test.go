@@ -20,7 +20,6 @@ func TestSlurmFakeLost(t *testing.T) {
 	fake, err := filepath.Abs("testdata/fakeslurm")
 	require.NoError(t, err)
 	t.Setenv("PATH", fake+string(os.PathListSeparator)+os.Getenv("PATH"))
-	batch := exampleBatch(t, "four_class_targets")
 	for _, tc := range []struct {
 		name, text, exit string
 		started          bool
@@ -45,8 +44,8 @@ func TestSlurmFakeLost(t *testing.T) {
 				t.Setenv("FAKE_SRUN_ONCE", once)
 				o := goOptions(t, "cpu")
 				o.Launcher, o.Retries = LauncherSlurm, retries
-				be := newBackend(t, o)
-				v := replayOK(t, be, batch)
+				be := exampleBackend(t, o, "four_class_targets")
+				v := replayOK(t, be, whole)
 				info := Provenance(be)
 				assert.Equal(t, map[string]int{tc.reason: 1}, info.Unresolved)
 				if retries == 0 {
@@ -77,8 +76,8 @@ func TestSlurmFakeTorchFilesTravel(t *testing.T) {
 	require.NoError(t, err)
 	t.Setenv("PATH", fake+string(os.PathListSeparator)+os.Getenv("PATH"))
 	t.Setenv("FAKE_SRUN_ONCE", "")
-	be := newBackend(t, Options{Kind: KindTorch, Python: python, NoZygote: true, Launcher: LauncherSlurm, Timeout: 2 * time.Minute})
-	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
+	be := exampleBackend(t, Options{Kind: KindTorch, Python: python, NoZygote: true, Launcher: LauncherSlurm, Timeout: 2 * time.Minute}, "four_class_targets")
+	v := replayOK(t, be, whole)
 	assert.Equal(t, signature.FamilyHostCheck, v.Signature.Family, "%s\n%s", v.Result.Stderr, v.Result.Launch.Log)
 	assert.Equal(t, "IndexError: Target N is out of bounds.", v.Signature.Expression)
 	assert.Regexp(t, `/reduce-run-\w+/reduce_batch\.py", line \d+, in run_op`, string(v.Result.Stderr))

@@ -44,11 +44,26 @@ func ours(t testing.TB, l *slurm) []string {
 	return left
 }
 
+// boundOf is what New bound be to: its source and its pool.
+func boundOf(t testing.TB, be Backend) *bound {
+	t.Helper()
+	switch b := be.(type) {
+	case *goBackend:
+		return &b.bound
+	case *torchBackend:
+		return &b.bound
+	case *execBackend:
+		return &b.bound
+	}
+	t.Fatalf("backend %T is none of New's", be)
+	return nil
+}
+
 func launcherOf(t testing.TB, be Backend) *slurm {
 	t.Helper()
-	lb, ok := be.(*launched)
-	require.True(t, ok, "backend %T has no launcher", be)
-	return lb.l.(*slurm)
+	l := boundOf(t, be).pool.slurm
+	require.NotNil(t, l, "backend %T has no launcher", be)
+	return l
 }
 
 func slurmOptions(o Options) Options {
@@ -168,6 +183,7 @@ func TestSlurmOptionErrors(t *testing.T) {
 		{Options{SharedDir: "/tmp"}, "--shared-dir is for --launcher slurm"},
 		{Options{QueueTimeout: time.Second}, "--queue-timeout is for --launcher slurm"},
 	} {
+		tc.o.Batch = exampleBatch(t, "four_class_targets")
 		_, err := New(tc.o)
 		if assert.Error(t, err) {
 			assert.Contains(t, err.Error(), tc.want)
@@ -184,7 +200,7 @@ func TestSlurmOptionErrorsCluster(t *testing.T) {
 		{"-I 5", "use --queue-timeout"},
 		{"--partition=no-such-partition", "srun --test-only"},
 	} {
-		_, err := New(slurmOptions(Options{Kind: KindExec, Replay: "true {batch}", SlurmArgs: tc.args}))
+		_, err := New(slurmOptions(Options{Batch: exampleBatch(t, "four_class_targets"), Kind: KindExec, Replay: "true {batch}", SlurmArgs: tc.args}))
 		if assert.Error(t, err, tc.args) {
 			assert.Contains(t, err.Error(), tc.want)
 		}
@@ -197,12 +213,12 @@ func TestSlurmBackends(t *testing.T) {
 	requireSlurm(t)
 	batch := exampleBatch(t, "four_class_targets")
 	check := func(t *testing.T, local, remote Options) {
-		lb := newBackend(t, local)
-		rb := newBackend(t, slurmOptions(remote))
-		want := replayOK(t, lb, batch)
+		lb := exampleBackend(t, local, "four_class_targets")
+		rb := exampleBackend(t, slurmOptions(remote), "four_class_targets")
+		want := replayOK(t, lb, whole)
 		seen := map[string]bool{}
 		for range 2 {
-			v := replayOK(t, rb, batch)
+			v := replayOK(t, rb, whole)
 			assert.Equal(t, want.Signature, v.Signature, "slurm stderr:\n%s\nlog:\n%s", v.Result.Stderr, v.Result.Launch.Log)
 			assert.Equal(t, LauncherSlurm, v.Launcher)
 			assert.Regexp(t, `^[0-9]+$`, v.JobID)
@@ -241,32 +257,27 @@ func TestSlurmBackends(t *testing.T) {
 	})
 	// With --shared-dir the go and torch workers build views of a source
 	// copied once into the shared directory: the same verdicts as local
-	// views, and no view without it.
+	// views. Without it the candidates are built here: the source is the
+	// batch in memory, no file.
 	views := func(t *testing.T, o Options) {
 		shared := t.TempDir()
 		path := filepath.Join(t.TempDir(), "batch.bin")
 		require.NoError(t, fixtures.Write(path, batch, fixtures.WithCompression(fixtures.CompressionNone)))
-		lb := newBackend(t, o).(Viewer)
+		o.File = path
+		lb := newBackend(t, o, batch)
 		r := o
 		r.SharedDir = shared
-		rb := newBackend(t, slurmOptions(r)).(Viewer)
-		require.True(t, rb.Views())
-		require.Equal(t, shared, rb.SourceDir())
-		src, err := fixtures.NewSource(path, batch, rb.SourceDir())
-		require.NoError(t, err)
-		defer src.Close()
+		rb := newBackend(t, slurmOptions(r), batch)
+		src := boundOf(t, rb).src
 		require.True(t, strings.HasPrefix(src.Path, shared), "the source %s is copied into the shared directory", src.Path)
 		for _, rows := range [][]int64{{2, 0}, {0, 1}} {
-			v := &fixtures.View{Rows: rows}
-			want, err := lb.ReplayView(context.Background(), src, v)
-			require.NoError(t, err)
-			got, err := rb.ReplayView(context.Background(), src, v)
-			require.NoError(t, err)
+			want := replayOK(t, lb, keep(rows))
+			got := replayOK(t, rb, keep(rows))
 			assert.Equal(t, want.Signature, got.Signature, "%v: slurm stderr:\n%s\nlog:\n%s", rows, got.Result.Stderr, got.Result.Launch.Log)
 			assert.Equal(t, LauncherSlurm, got.Launcher)
 		}
-		nb := newBackend(t, slurmOptions(o)).(Viewer)
-		assert.False(t, nb.Views(), "no views on Slurm without --shared-dir")
+		nb := newBackend(t, slurmOptions(o), batch)
+		assert.Empty(t, boundOf(t, nb).src.Path, "no source file on Slurm without --shared-dir")
 	}
 	t.Run("go-views-shared-dir", func(t *testing.T) { views(t, goOptions(t, "cuda")) })
 	t.Run("torch-views-shared-dir", func(t *testing.T) {
@@ -281,8 +292,8 @@ func TestSlurmInsideJob(t *testing.T) {
 	t.Setenv("SLURM_JOB_ID", "999999")
 	t.Setenv("SLURM_JOBID", "999999")
 	t.Setenv("SLURM_EXPORT_ENV", "NONE")
-	be := newBackend(t, slurmOptions(goOptions(t, "cpu")))
-	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
+	be := exampleBackend(t, slurmOptions(goOptions(t, "cpu")), "four_class_targets")
+	v := replayOK(t, be, whole)
 	assert.Equal(t, signature.FamilyHostCheck, v.Signature.Family, "%s\n%s", v.Result.Stderr, v.Result.Launch.Log)
 	assert.NotEqual(t, "999999", v.JobID)
 	assert.Regexp(t, `^[0-9]+$`, v.JobID)
@@ -297,11 +308,11 @@ func TestSlurmTimeout(t *testing.T) {
 	// Python, not a shell: Slurm's proctrack/linuxproc (the local cluster's)
 	// loses track of a process whose parent exited, and a leftover sleep
 	// would hold the step's output open until it ends.
-	be := newBackend(t, slurmOptions(Options{Kind: KindExec, Timeout: 1500 * time.Millisecond, Grace: time.Second,
-		Replay: `/usr/bin/python3 -c 'import sys, time; print("started", file=sys.stderr); time.sleep(60)' {batch}`}))
+	be := exampleBackend(t, slurmOptions(Options{Kind: KindExec, Timeout: 1500 * time.Millisecond, Grace: time.Second,
+		Replay: `/usr/bin/python3 -c 'import sys, time; print("started", file=sys.stderr); time.sleep(60)' {batch}`}), "four_class_targets")
 	l := launcherOf(t, be)
 	start := time.Now()
-	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
+	v := replayOK(t, be, whole)
 	took := time.Since(start)
 	assert.Equal(t, signature.FamilyTimeout, v.Signature.Family, "%s\n%s", v.Result.Stderr, v.Result.Launch.Log)
 	assert.Contains(t, string(v.Result.Stderr), "KeyboardInterrupt", "the step was not interrupted first")
@@ -337,9 +348,9 @@ func fillNode(t *testing.T, d time.Duration) {
 func TestSlurmTimeoutAfterQueue(t *testing.T) {
 	requireSlurm(t)
 	fillNode(t, 3*time.Second)
-	be := newBackend(t, slurmOptions(Options{Kind: KindExec, Timeout: 1500 * time.Millisecond, Replay: `sh -c 'exec sleep 0.3' {batch}`}))
+	be := exampleBackend(t, slurmOptions(Options{Kind: KindExec, Timeout: 1500 * time.Millisecond, Replay: `sh -c 'exec sleep 0.3' {batch}`}), "four_class_targets")
 	start := time.Now()
-	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
+	v := replayOK(t, be, whole)
 	assert.Equal(t, signature.FamilyPass, v.Signature.Family, "%s", v.Result.Launch.Log)
 	assert.Greater(t, time.Since(start), 1500*time.Millisecond, "the job did not wait in the queue")
 }
@@ -351,7 +362,6 @@ func TestSlurmCancelledFromOutside(t *testing.T) {
 	mark := filepath.Join(t.TempDir(), "first")
 	// The first attempt hangs until cancelled; the second passes.
 	replay := `sh -c 'if mkdir ` + mark + ` 2>/dev/null; then sleep 60; fi; exit 0' {batch}`
-	batch := exampleBatch(t, "four_class_targets")
 	cancelFirst := func(t *testing.T, l *slurm) {
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
@@ -367,10 +377,10 @@ func TestSlurmCancelledFromOutside(t *testing.T) {
 	}
 	t.Run("retried", func(t *testing.T) {
 		os.Remove(mark)
-		be := newBackend(t, slurmOptions(Options{Kind: KindExec, Replay: replay}))
+		be := exampleBackend(t, slurmOptions(Options{Kind: KindExec, Replay: replay}), "four_class_targets")
 		l := launcherOf(t, be)
 		go cancelFirst(t, l)
-		v := replayOK(t, be, batch)
+		v := replayOK(t, be, whole)
 		assert.Equal(t, signature.FamilyPass, v.Signature.Family, "%s", v.Result.Launch.Log)
 		assert.Equal(t, 1, v.Requeued)
 		assert.Len(t, v.Result.Launch.Jobs, 2)
@@ -385,9 +395,9 @@ func TestSlurmCancelledFromOutside(t *testing.T) {
 	})
 	t.Run("no-retries", func(t *testing.T) {
 		os.Remove(mark)
-		be := newBackend(t, slurmOptions(Options{Kind: KindExec, Replay: replay, Retries: -1}))
+		be := exampleBackend(t, slurmOptions(Options{Kind: KindExec, Replay: replay, Retries: -1}), "four_class_targets")
 		go cancelFirst(t, launcherOf(t, be))
-		v := replayOK(t, be, batch)
+		v := replayOK(t, be, whole)
 		assert.Equal(t, signature.Signature{Family: signature.FamilyInfra, Expression: "slurm: " + SlurmCancelled}, v.Signature)
 		assert.False(t, signature.Failing(v.Signature), "a lost job is never a reproduction")
 	})
@@ -398,8 +408,8 @@ func TestSlurmCancelledFromOutside(t *testing.T) {
 func TestSlurmQueueTimeout(t *testing.T) {
 	requireSlurm(t)
 	fillNode(t, 60*time.Second)
-	be := newBackend(t, slurmOptions(Options{Kind: KindExec, Replay: "true {batch}", QueueTimeout: time.Second, Retries: 1}))
-	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
+	be := exampleBackend(t, slurmOptions(Options{Kind: KindExec, Replay: "true {batch}", QueueTimeout: time.Second, Retries: 1}), "four_class_targets")
+	v := replayOK(t, be, whole)
 	assert.Equal(t, signature.Signature{Family: signature.FamilyInfra, Expression: "slurm: " + SlurmQueueTimeout}, v.Signature, "%s", v.Result.Launch.Log)
 	assert.Equal(t, 1, v.Requeued)
 	assert.Empty(t, v.JobID)
@@ -413,7 +423,7 @@ func TestSlurmQueueTimeout(t *testing.T) {
 // never a verdict on the candidate.
 func TestSlurmNodeFailure(t *testing.T) {
 	requireSlurm(t)
-	be := newBackend(t, slurmOptions(Options{Kind: KindExec, Replay: `sh -c 'exec sleep 60' {batch}`, Retries: -1}))
+	be := exampleBackend(t, slurmOptions(Options{Kind: KindExec, Replay: `sh -c 'exec sleep 60' {batch}`, Retries: -1}), "four_class_targets")
 	l := launcherOf(t, be)
 	var node string
 	t.Cleanup(func() {
@@ -448,7 +458,7 @@ func TestSlurmNodeFailure(t *testing.T) {
 		}
 		t.Error("the job never ran")
 	}()
-	v := replayOK(t, be, exampleBatch(t, "four_class_targets"))
+	v := replayOK(t, be, whole)
 	assert.Equal(t, signature.Signature{Family: signature.FamilyInfra, Expression: "slurm: " + SlurmNodeFail}, v.Signature, "%s", v.Result.Launch.Log)
 	assert.Empty(t, ours(t, l))
 }
@@ -457,9 +467,8 @@ func TestSlurmNodeFailure(t *testing.T) {
 // returns with none of them in the queue.
 func TestSlurmCanceled(t *testing.T) {
 	requireSlurm(t)
-	be := newBackend(t, slurmOptions(Options{Kind: KindExec, Jobs: 2, Replay: `sh -c 'sleep 60' {batch}`}))
+	be := exampleBackend(t, slurmOptions(Options{Kind: KindExec, Jobs: 2, Replay: `sh -c 'sleep 60' {batch}`}), "four_class_targets")
 	l := launcherOf(t, be)
-	batch := exampleBatch(t, "four_class_targets")
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
@@ -468,7 +477,7 @@ func TestSlurmCanceled(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			verdicts[i], errs[i] = be.Replay(ctx, batch)
+			verdicts[i], errs[i] = be.Replay(ctx, whole)
 		}()
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -491,11 +500,11 @@ func TestSlurmCanceled(t *testing.T) {
 // Close with replays in flight cancels them.
 func TestSlurmClose(t *testing.T) {
 	requireSlurm(t)
-	be := newBackend(t, slurmOptions(Options{Kind: KindExec, Replay: `sh -c 'sleep 60' {batch}`}))
+	be := exampleBackend(t, slurmOptions(Options{Kind: KindExec, Replay: `sh -c 'sleep 60' {batch}`}), "four_class_targets")
 	l := launcherOf(t, be)
 	done := make(chan error, 1)
 	go func() {
-		_, err := be.Replay(context.Background(), exampleBatch(t, "four_class_targets"))
+		_, err := be.Replay(context.Background(), whole)
 		done <- err
 	}()
 	deadline := time.Now().Add(30 * time.Second)

@@ -16,11 +16,13 @@ import (
 
 // The supervisor: the one lifecycle of every replay process, however it was
 // started. A starter (Runner.Run execs a program; the torch backend has its
-// zygote fork a child) hands it a started process (proc) with its output;
-// from there on the supervisor alone decides when to interrupt it (timeout,
-// ctx), escalates from SIGINT to SIGKILL of its process group, gives up on
-// it after killWait, collects its bounded output, removes its per-run
-// directory once it is gone, and says what happened in a Result.
+// zygote fork a child; the Slurm launcher has srun submit a job) hands it a
+// started process (proc) with its output; from there on the supervisor
+// alone decides when to interrupt it (timeout, ctx), escalates from the
+// interrupt (SIGINT) to the kill (SIGKILL of its process group), gives up
+// on it after killWait, collects its bounded output, removes its per-run
+// directory once it is gone, and says what happened in a Result. A proc
+// says only what its interrupt, its kill and its reap are.
 
 // killWait is how long the supervisor waits for a process to die after
 // SIGKILL before it gives up on it (a process in uninterruptible sleep in a
@@ -28,18 +30,31 @@ import (
 // tests.
 var killWait = 10 * time.Second
 
-// proc is a started process as the supervisor sees it.
+// proc is a started process as the supervisor sees it: a program of this
+// machine (execProc), a child of the torch zygote (zygoteChild), or a Slurm
+// job with the srun that submitted it (slurmJob).
 type proc interface {
 	// pid is the process's id, which is also its process group's id.
 	pid() int
 	// exited is closed once the process has exited. Until then its pid,
 	// the group's id, cannot have been reused, so the supervisor may
-	// signal the group; once it is closed the supervisor never does.
+	// signal the group (interrupt, kill); once it is closed it never does.
 	exited() <-chan struct{}
+	// interrupt asks the process to stop, as Ctrl-C would, so that Python
+	// prints where it was (SIGINT to its group). It reports false when
+	// there was nothing to ask (a Slurm job still in the queue), so that
+	// no grace is waited for nothing.
+	interrupt() bool
+	// kill ends the process (SIGKILL to its group).
+	kill()
+	// extend says, once the timeout has run out, how much longer the
+	// process may run: 0 but for a Slurm job, whose timeout runs from its
+	// start, not from its submission.
+	extend(timeout time.Duration) time.Duration
 	// reap is called once, after exited is closed. It makes sure nothing
 	// is left of the process group (SIGKILL while the group's id is still
-	// reserved) and says how the process ended. An error means that is
-	// unknown.
+	// reserved), or of the Slurm job, and says how the process ended. An
+	// error means that is unknown.
 	reap() (exitStatus, error)
 }
 
@@ -93,6 +108,15 @@ func startProcess(cmd *exec.Cmd) (*execProc, error) {
 func (p *execProc) pid() int { return p.cmd.Process.Pid }
 
 func (p *execProc) exited() <-chan struct{} { return p.done }
+
+func (p *execProc) interrupt() bool {
+	signalGroup(p.pid(), syscall.SIGINT)
+	return true
+}
+
+func (p *execProc) kill() { signalGroup(p.pid(), syscall.SIGKILL) }
+
+func (p *execProc) extend(time.Duration) time.Duration { return 0 }
 
 // reap kills what is left of the group while the leader is a zombie (so
 // that no child it forked outlives it or keeps its output pipes open), and
@@ -278,21 +302,30 @@ type supervised struct {
 func (r *Runner) supervise(ctx context.Context, s supervised) (res Result) {
 	res = Result{ExitCode: -1, Started: true, PID: s.pid()}
 	exited := s.exited()
+	var timer *time.Timer
 	var timeoutC <-chan time.Time
 	if s.timeout > 0 {
-		t := time.NewTimer(s.timeout)
-		defer t.Stop()
-		timeoutC = t.C
+		timer = time.NewTimer(s.timeout)
+		defer timer.Stop()
+		timeoutC = timer.C
 	}
 	interrupted := false
-	select {
-	case <-exited:
-	case <-timeoutC:
-		res.TimedOut, interrupted = true, true
-	case <-ctx.Done():
-		res.Canceled, interrupted = true, true
+wait:
+	for {
+		select {
+		case <-exited:
+		case <-timeoutC:
+			if d := s.extend(s.timeout); d > 0 {
+				timer.Reset(d)
+				continue
+			}
+			res.TimedOut, interrupted = true, true
+		case <-ctx.Done():
+			res.Canceled, interrupted = true, true
+		}
+		break wait
 	}
-	if interrupted && !r.interrupt(ctx, res.PID, exited, res.TimedOut) {
+	if interrupted && !r.interrupt(ctx, s.proc, res.TimedOut) {
 		res.Duration = time.Since(s.start)
 		s.out.stop()
 		s.out.collect(&res, 0)
@@ -326,13 +359,14 @@ func (r *Runner) supervise(ctx context.Context, s supervised) (res Result) {
 	return res
 }
 
-// interrupt ends a process the supervisor stopped waiting for: SIGINT to
-// its group, and after the Runner's grace (cut short when ctx is done
-// during the grace of a timeout) SIGKILL. It reports false when the
-// process has still not exited killWait after SIGKILL.
-func (r *Runner) interrupt(ctx context.Context, pid int, exited <-chan struct{}, timedOut bool) bool {
-	if g := r.grace(); g > 0 {
-		signalGroup(pid, syscall.SIGINT)
+// interrupt ends a process the supervisor stopped waiting for: its
+// interrupt (SIGINT to its group), and after the Runner's grace (cut short
+// when ctx is done during the grace of a timeout) its kill (SIGKILL). It
+// reports false when the process has still not exited killWait after the
+// kill.
+func (r *Runner) interrupt(ctx context.Context, p proc, timedOut bool) bool {
+	exited := p.exited()
+	if g := r.grace(); g > 0 && p.interrupt() {
 		var cancelC <-chan struct{}
 		if timedOut {
 			cancelC = ctx.Done() // cancelled during the grace: no more of it
@@ -351,7 +385,7 @@ func (r *Runner) interrupt(ctx context.Context, pid int, exited <-chan struct{},
 		return true
 	default:
 	}
-	signalGroup(pid, syscall.SIGKILL)
+	p.kill()
 	t := time.NewTimer(killWait)
 	defer t.Stop()
 	select {

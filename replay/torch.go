@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,16 +21,22 @@ import (
 // The torch backend: a Python with torch runs the embedded reduce_replay.py,
 // written beside the reduce_batch.py it imports.
 //
-// By default each candidate runs in a child forked from a zygote (see
+// A candidate reaches the worker as a plan (fixtures.Batch.Plan: the view
+// laid out for a process that builds the candidate from the recorded file
+// itself, reduce_batch.load_view), an encoding of the view made here. By
+// default each candidate runs in a child forked from a zygote (see
 // zygote): `python reduce_replay.py zygote` imports torch (and the --entry
 // module) once; its children, forked ahead of need, initialize the device
 // and wait for one candidate each. With NoZygote every candidate gets an
 // interpreter of its own through the Runner: `python reduce_replay.py replay
-// FILE --device D [--entry M:F] [--device-memory BYTES]`, which pays for
-// `import torch` every time. With --device-memory the candidate's process
+// - --device D [--entry M:F] [--device-memory BYTES]`, the plan on its
+// standard input, which pays for `import torch` every time. On Slurm without
+// --shared-dir the candidate is built here and travels as a file, with the
+// worker (`replay FILE`). With --device-memory the candidate's process
 // limits what the op may allocate once the batch is loaded
 // (limit_device_memory in reduce_batch.py).
 type torchBackend struct {
+	bound
 	python  string
 	device  string // the torch device: cpu, cuda, cuda:N
 	kind    string // DeviceCPU, DeviceCUDA, DeviceROCm
@@ -44,7 +49,6 @@ type torchBackend struct {
 	module  string // reduce_replay.py in dir
 	env     []string
 	runner  *Runner
-	pool    *Pool
 	noZyg   bool
 	set     Settings
 	slotEnv []map[string]string // the environment of pool's slot i, for the zygote's child of slot i
@@ -182,6 +186,7 @@ func newTorchBackend(o Options) (Backend, error) {
 		return nil, err
 	}
 	t := &torchBackend{
+		bound:  bound{src: o.src},
 		python: python, device: dev, kind: kind, entry: o.Entry, memory: o.DeviceMemory, runner: o.runner(),
 		noZyg: o.NoZygote, seenPIDs: map[int]bool{}, trust: o.TrustStep,
 	}
@@ -205,7 +210,7 @@ func newTorchBackend(o Options) (Backend, error) {
 	if err := t.setUp(o.pool(kind)); err != nil {
 		return nil, err
 	}
-	if t.noZyg && o.launcher != nil {
+	if t.noZyg && o.slurm != nil {
 		// The interpreter runs on the cluster's nodes, which may see
 		// another Python, and GPUs this login node lacks: a Python that
 		// cannot import torch shows in the replays' verdicts (infra).
@@ -305,14 +310,6 @@ func (t *torchBackend) verdictKind() Kind {
 	return KindTorch
 }
 
-// candidateFile is the name of the candidate's file in its run directory.
-func (t *torchBackend) candidateFile() string {
-	if t.program != nil {
-		return t.program.file
-	}
-	return "candidate.bin"
-}
-
 func (t *torchBackend) Settings() Settings { return t.set }
 
 // memoryArgs pass Options.DeviceMemory to reduce_replay.py (replay and
@@ -324,63 +321,48 @@ func (t *torchBackend) memoryArgs() []string {
 	return []string{"--device-memory", strconv.FormatInt(t.memory, 10)}
 }
 
-func (t *torchBackend) Replay(ctx context.Context, b *fixtures.Batch) (Verdict, error) {
+// Replay replays the candidate v describes: built by the worker from the
+// source's file and the plan made of v here (fixtures.Batch.Plan,
+// reduce_batch.load_view), which the zygote's child gets in its request
+// and a cold worker on its standard input; on a node that may not see the
+// file, built here and sent with the worker.
+func (t *torchBackend) Replay(ctx context.Context, v *fixtures.View) (Verdict, error) {
+	return t.replay(ctx, t.src, v)
+}
+
+// replay is Replay of a view of src: the tests replay many batches with
+// one zygote.
+func (t *torchBackend) replay(ctx context.Context, src *fixtures.Source, v *fixtures.View) (Verdict, error) {
 	start := time.Now()
 	if t.isClosed() {
 		return Verdict{Backend: KindTorch, Device: t.device}, ErrClosed
 	}
-	data, err := encodeBatch(b, fixtures.FormatBin)
-	if err != nil {
-		return Verdict{Backend: KindTorch, Device: t.device}, err
-	}
-	if t.noZyg {
-		module, files := t.module, map[string][]byte{}
-		if t.pool.remote() {
-			// The node does not see this machine's files: the worker
-			// and the module it imports travel with the candidate.
-			module = RunDirArg + "/" + WorkerModuleName
-			maps.Copy(files, pythonFiles())
+	args := []string{t.module, "replay", "-", "--device", t.device}
+	args = append(append(args, t.entryArgs()...), t.memoryArgs()...)
+	if t.pool.remote() {
+		data, err := candidateFile(src, v, fixtures.FormatBin)
+		if err != nil {
+			return Verdict{Backend: KindTorch, Device: t.device}, err
 		}
-		args := []string{module, "replay", RunDirArg + "/candidate.bin", "--device", t.device}
-		args = append(append(args, t.entryArgs()...), t.memoryArgs()...)
-		res := t.pool.Run(ctx, Command{Path: t.python, Args: args, Env: t.env, Files: files,
+		// The worker and the module it imports travel with the candidate.
+		args[0], args[2] = RunDirArg+"/"+WorkerModuleName, RunDirArg+"/candidate.bin"
+		res := t.pool.Run(ctx, Command{Path: t.python, Args: args, Env: t.env, Files: pythonFiles(),
 			Streams: map[string]func(io.Writer) error{"candidate.bin": data}})
 		return verdictOf(ctx, KindTorch, t.device, res, start)
 	}
-	return t.replayZygote(ctx, zygoteInput{data: data}, start)
-}
-
-// Views: the worker builds a plan's candidate wherever it can read the
-// file: not on Slurm without --shared-dir, whose node may not see it, nor for the exec
-// backend's command, which reads a file of its own.
-func (t *torchBackend) Views() bool { return !t.pool.remote() && t.program == nil }
-
-// SourceDir: see Viewer.
-func (t *torchBackend) SourceDir() string { return t.pool.sourceDir() }
-
-// ReplayView replays the candidate v describes, built by the worker from
-// the source's file (reduce_batch.load_view of fixtures.Batch.Plan): the
-// zygote's child gets the plan in its request, a cold worker on its
-// standard input. No candidate file is written.
-func (t *torchBackend) ReplayView(ctx context.Context, src *fixtures.Source, v *fixtures.View) (Verdict, error) {
-	start := time.Now()
-	if t.isClosed() {
-		return Verdict{Backend: KindTorch, Device: t.device}, ErrClosed
-	}
 	plan, err := src.Batch.Plan(v, src.Path)
+	var raw []byte
 	if err == nil {
-		var raw []byte
-		if raw, err = json.Marshal(plan); err == nil {
-			if t.noZyg {
-				args := []string{t.module, "replay", "-", "--device", t.device}
-				args = append(append(args, t.entryArgs()...), t.memoryArgs()...)
-				res := t.pool.Run(ctx, Command{Path: t.python, Args: args, Env: t.env, Stdin: raw, TempDir: true})
-				return verdictOf(ctx, KindTorch, t.device, res, start)
-			}
-			return t.replayZygote(ctx, zygoteInput{plan: raw}, start)
-		}
+		raw, err = json.Marshal(plan)
 	}
-	return Verdict{Backend: KindTorch, Device: t.device}, fmt.Errorf("replay: torch backend: plan: %w", err)
+	if err != nil {
+		return Verdict{Backend: KindTorch, Device: t.device}, fmt.Errorf("replay: torch backend: plan: %w", err)
+	}
+	if t.noZyg {
+		res := t.pool.Run(ctx, Command{Path: t.python, Args: args, Env: t.env, Stdin: raw, TempDir: true})
+		return verdictOf(ctx, KindTorch, t.device, res, start)
+	}
+	return t.replayZygote(ctx, zygoteInput{plan: raw}, start)
 }
 
 func (t *torchBackend) isClosed() bool {
@@ -393,6 +375,10 @@ func (t *torchBackend) isClosed() bool {
 // backend's files. Replays still running come back as infra verdicts.
 func (t *torchBackend) Close() error {
 	t.zmu.Lock()
+	if t.closed {
+		t.zmu.Unlock()
+		return nil
+	}
 	t.closed = true
 	z := t.z
 	t.z = nil
@@ -403,6 +389,11 @@ func (t *torchBackend) Close() error {
 	}
 	if rerr := os.RemoveAll(t.dir); rerr != nil {
 		err = errors.Join(err, rerr)
+	}
+	if t.program == nil {
+		// The exec backend's fork server shares that backend's pool and
+		// has no source: the exec backend releases them.
+		err = errors.Join(err, t.release())
 	}
 	return err
 }

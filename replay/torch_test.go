@@ -46,6 +46,28 @@ func torchOptions(t testing.TB, tmp string) Options {
 	return Options{Kind: KindTorch, Python: torchPython(t), TempRoot: tmp, Timeout: 60 * time.Second}
 }
 
+// replayBatch replays the view v of b on the torch backend be, whichever
+// batch be is bound to: the zygote is be's, the source b's (a test seam,
+// so that many batches share one zygote).
+func replayBatch(t testing.TB, be Backend, b *fixtures.Batch, v *fixtures.View) Verdict {
+	t.Helper()
+	got, err := replayBatchErr(context.Background(), t, be, b, v)
+	if err != nil {
+		t.Fatalf("torch: Replay: %v", err)
+	}
+	return got
+}
+
+func replayBatchErr(ctx context.Context, t testing.TB, be Backend, b *fixtures.Batch, v *fixtures.View) (Verdict, error) {
+	t.Helper()
+	src, err := fixtures.NewSource("", b, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	return be.(*torchBackend).replay(ctx, src, v)
+}
+
 // withMeta is b with meta[key] = value.
 func withMeta(b *fixtures.Batch, key, value string) *fixtures.Batch {
 	nb := *b
@@ -66,28 +88,30 @@ func TestTorchMatchesGoOnExamples(t *testing.T) {
 	tmp := t.TempDir()
 	o := torchOptions(t, tmp)
 	o.Jobs = 2
-	tb := newBackend(t, o)
-	gcpu := newBackend(t, goOptions(t, "cpu"))
-	gcuda := newBackend(t, goOptions(t, "cuda"))
+	// One zygote for every example (replayBatch).
+	shared := exampleBackend(t, o, "four_class_targets")
 	for _, ex := range loadExamples(t) {
 		t.Run(ex.name, func(t *testing.T) {
 			if ex.batch.Op == "" {
 				torchStepExample(t, ex)
 				return
 			}
-			tb, gcpu, gcuda := tb, gcpu, gcuda
+			torch := func(v *fixtures.View) Verdict { return replayBatch(t, shared, ex.batch, v) }
+			co, cu := goOptions(t, "cpu"), goOptions(t, "cuda")
+			co.File, cu.File = ex.path, ex.path
 			if m := ex.deviceMemory(t); m > 0 {
 				// A failure of the batch size: replayed on an emulated
 				// device of the recorded size (--device-memory).
 				to := torchOptions(t, t.TempDir())
-				to.DeviceMemory = m
-				co, cu := goOptions(t, "cpu"), goOptions(t, "cuda")
+				to.DeviceMemory, to.File = m, ex.path
+				tb := newBackend(t, to, ex.batch)
+				torch = func(v *fixtures.View) Verdict { return replayOK(t, tb, v) }
 				co.DeviceMemory, cu.DeviceMemory = m, m
-				tb, gcpu, gcuda = newBackend(t, to), newBackend(t, co), newBackend(t, cu)
 			}
-			vt := replayOK(t, tb, ex.batch)
-			vc := replayOK(t, gcpu, ex.batch)
-			vg := replayOK(t, gcuda, ex.batch)
+			gcpu, gcuda := newBackend(t, co, ex.batch), newBackend(t, cu, ex.batch)
+			vt := torch(whole)
+			vc := replayOK(t, gcpu, whole)
+			vg := replayOK(t, gcuda, whole)
 			if !vt.Zygote {
 				t.Errorf("torch replay did not run in a zygote child")
 			}
@@ -115,23 +139,23 @@ func TestTorchMatchesGoOnExamples(t *testing.T) {
 			}
 			if ex.want.Mode == "size" {
 				e := ex.want
-				if v := replayOK(t, tb, subset(t, ex.batch, first(e.LargestPassing))); v.Signature.Family != signature.FamilyPass {
+				if v := torch(keep(first(e.LargestPassing))); v.Signature.Family != signature.FamilyPass {
 					t.Errorf("torch, %d samples: %v\n%s", e.LargestPassing, v.Signature, v.Result.Stderr)
 				}
-				if v := replayOK(t, tb, subset(t, ex.batch, first(e.SmallestFailing))); !v.Signature.Matches(st, signature.MatchStrict) {
+				if v := torch(keep(first(e.SmallestFailing))); !v.Signature.Matches(st, signature.MatchStrict) {
 					t.Errorf("torch, %d samples: %v, want %v\n%s", e.SmallestFailing, v.Signature, st, v.Result.Stderr)
 				}
 			}
 			if ex.want.Culprits != nil {
-				rest := subset(t, ex.batch, without(ex.batch.Samples, append(ex.otherSamples(), ex.want.Culprits...)))
-				if v := replayOK(t, tb, rest); v.Signature.Family != signature.FamilyPass || !bytes.Contains(v.Result.Stdout, []byte("reduce_batch: ok "+ex.batch.Op)) {
+				rest := keep(without(ex.batch.Samples, append(ex.otherSamples(), ex.want.Culprits...)))
+				if v := torch(rest); v.Signature.Family != signature.FamilyPass || !bytes.Contains(v.Result.Stdout, []byte("reduce_batch: ok "+ex.batch.Op)) {
 					t.Errorf("torch without the culprits: %v\nstdout %q\nstderr:\n%s", v.Signature, v.Result.Stdout, v.Result.Stderr)
 				}
 			}
 			t.Logf("%-20s torch cpu: %v | go cpu: %v | go cuda: %v | class %s", ex.name, st, sc, vg.Signature, ct)
 		})
 	}
-	if err := tb.Close(); err != nil {
+	if err := shared.Close(); err != nil {
 		t.Error(err)
 	}
 	emptyDir(t, tmp)
@@ -155,9 +179,10 @@ func torchStepExample(t *testing.T, ex example) {
 	// The worker runs in this package's folder, and the step lies in
 	// fixtures/examples: outside it (TestTorchStepTrust).
 	o.TrustStep = true
-	tb := newBackend(t, o)
+	o.File = ex.path
+	tb := newBackend(t, o, ex.batch)
 	want := recordedSignature(ex.want.Error.Text)
-	v := replayOK(t, tb, ex.batch)
+	v := replayOK(t, tb, whole)
 	if !v.Zygote {
 		t.Errorf("torch replay did not run in a zygote child")
 	}
@@ -165,11 +190,11 @@ func torchStepExample(t *testing.T, ex example) {
 		t.Errorf("torch cpu %v, recorded %v\nstderr:\n%s", v.Signature, want, v.Result.Stderr)
 	}
 	if ex.want.Culprits == nil {
-		if one := replayOK(t, tb, subset(t, ex.batch, first(1))); !one.Signature.Matches(v.Signature, signature.MatchStrict) {
+		if one := replayOK(t, tb, keep(first(1))); !one.Signature.Matches(v.Signature, signature.MatchStrict) {
 			t.Errorf("torch, one sample: %v, want %v\n%s", one.Signature, v.Signature, one.Result.Stderr)
 		}
 	} else {
-		rest := subset(t, ex.batch, without(ex.batch.Samples, ex.want.Culprits))
+		rest := keep(without(ex.batch.Samples, ex.want.Culprits))
 		if r := replayOK(t, tb, rest); r.Signature.Family != signature.FamilyPass ||
 			!bytes.Contains(r.Result.Stdout, []byte("reduce_batch: ok "+ex.batch.Step.Entry())) {
 			t.Errorf("torch without the culprits: %v\nstdout %q\nstderr:\n%s", r.Signature, r.Result.Stdout, r.Result.Stderr)
@@ -211,7 +236,7 @@ func TestTorchStepTrust(t *testing.T) {
 	} {
 		for _, noZygote := range []bool{false, true} {
 			o := torchOptions(t, tmp)
-			o.Step, o.NoZygote = c.step, noZygote
+			o.Step, o.NoZygote, o.Batch = c.step, noZygote, b
 			be, err := New(o)
 			if err == nil {
 				be.Close()
@@ -229,7 +254,7 @@ func TestTorchStepTrust(t *testing.T) {
 	o := torchOptions(t, tmp)
 	o.Step = &fixtures.Step{Module: "outstep", Qualname: "step", File: step, Cwd: outside}
 	o.TrustStep = true
-	v := replayOK(t, newBackend(t, o), b)
+	v := replayOK(t, newBackend(t, o, b), whole)
 	if v.Signature.Expression != "IndexError: Target N is out of bounds." {
 		t.Errorf("the trusted step: %v\n%s", v.Signature, v.Result.Stderr)
 	}
@@ -245,27 +270,28 @@ func TestTorchEntry(t *testing.T) {
 	o := torchOptions(t, tmp)
 	o.Entry = "myproj.step:step"
 	o.Env = []string{"PYTHONPATH=" + entryDir(t)}
-	be := newBackend(t, o)
 	b := exampleBatch(t, "four_class_targets")
 	b.Op, b.Attrs = "", nil // a batch recorded for the user's own step
-	v := replayOK(t, be, b)
+	be := newBackend(t, o, b)
+	v := replayOK(t, be, whole)
 	if v.Signature.Family != signature.FamilyHostCheck || v.Signature.Kernel != "cross_entropy" ||
 		v.Signature.Expression != "IndexError: Target N is out of bounds." || !bytes.Contains(v.Result.Stderr, []byte("myproj/step.py")) {
 		t.Errorf("entry on the failing batch: %v\n%s", v.Signature, v.Result.Stderr)
 	}
-	pass := replayOK(t, be, subset(t, b, []int64{0, 1}))
+	pass := replayOK(t, be, keep([]int64{0, 1}))
 	if pass.Signature.Family != signature.FamilyPass || !bytes.Contains(pass.Result.Stdout, []byte("ok myproj.step:step (cpu): float32[] first=")) {
 		t.Errorf("entry on the passing subset: %v\nstdout %q\nstderr %s", pass.Signature, pass.Result.Stdout, pass.Result.Stderr)
 	}
 	// A .py path works as the module too; a bad entry is an error of New.
 	o.Entry = filepath.Join(entryDir(t), "myproj", "step.py") + ":step"
 	o.Env = nil
-	be2 := newBackend(t, o)
-	if v := replayOK(t, be2, b); v.Signature.Kernel != "cross_entropy" {
+	be2 := newBackend(t, o, b)
+	if v := replayOK(t, be2, whole); v.Signature.Kernel != "cross_entropy" {
 		t.Errorf("entry by path: %v\n%s", v.Signature, v.Result.Stderr)
 	}
 	o.Entry = "myproj.step:no_such_function"
 	o.Env = []string{"PYTHONPATH=" + entryDir(t)}
+	o.Batch = b
 	if bad, err := New(o); err == nil {
 		bad.Close()
 		t.Errorf("New with a missing entry function: no error")
@@ -281,8 +307,7 @@ func TestTorchNoZygote(t *testing.T) {
 	o := torchOptions(t, tmp)
 	o.NoZygote = true
 	o.Jobs = 2
-	be := newBackend(t, o)
-	b := exampleBatch(t, "transposed_index")
+	be := exampleBackend(t, o, "transposed_index")
 	var wg sync.WaitGroup
 	var v [2]Verdict
 	var errs [2]error
@@ -290,9 +315,9 @@ func TestTorchNoZygote(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			in := b
+			in := whole
 			if i == 1 {
-				in = subset(t, b, []int64{0, 1, 2})
+				in = keep([]int64{0, 1, 2})
 			}
 			v[i], errs[i] = be.Replay(context.Background(), in)
 		}()
@@ -321,12 +346,12 @@ func TestZygoteFaults(t *testing.T) {
 	o.Jobs = 2
 	o.Timeout = 5 * time.Second
 	o.Grace = time.Second
-	be := newBackend(t, o)
-	tb := be.(*torchBackend)
 	base := exampleBatch(t, "four_class_targets")
+	be := newBackend(t, o, base)
+	tb := be.(*torchBackend)
 	fault := func(f string) Verdict {
 		t.Helper()
-		return replayOK(t, be, withMeta(base, "fault", f))
+		return replayBatch(t, be, withMeta(base, "fault", f), whole)
 	}
 	expect := func(f string, check func(v Verdict) bool) Verdict {
 		t.Helper()
@@ -388,7 +413,7 @@ func TestZygoteFaults(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			v, err := be.Replay(context.Background(), withMeta(base, "fault", f))
+			v, err := replayBatchErr(context.Background(), t, be, withMeta(base, "fault", f), whole)
 			if err != nil || (f == "pass") != (v.Signature.Family == signature.FamilyPass) {
 				t.Errorf("concurrent %s: %v %v", f, v.Signature, err)
 			}
@@ -424,7 +449,7 @@ func TestZygoteFaults(t *testing.T) {
 		t.Errorf("processes left after Close: %v", left)
 	}
 	emptyDir(t, tmp)
-	if _, err := be.Replay(context.Background(), base); err != ErrClosed {
+	if _, err := be.Replay(context.Background(), whole); err != ErrClosed {
 		t.Errorf("Replay after Close: %v", err)
 	}
 }
@@ -435,10 +460,10 @@ func TestZygoteCancel(t *testing.T) {
 	tmp := t.TempDir()
 	o := torchOptions(t, tmp)
 	o.Entry = filepath.Join(entryDir(t), "faults.py") + ":run"
-	be := newBackend(t, o)
+	be := newBackend(t, o, withMeta(exampleBatch(t, "four_class_targets"), "fault", "hang"))
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(1500 * time.Millisecond); cancel() }()
-	v, err := be.Replay(ctx, withMeta(exampleBatch(t, "four_class_targets"), "fault", "hang"))
+	v, err := be.Replay(ctx, whole)
 	if err == nil || !v.Result.Canceled || v.Signature.Family != signature.FamilyInfra {
 		t.Errorf("cancelled hang: %v, %v", v.Signature, err)
 	}
@@ -461,6 +486,7 @@ func TestTorchDeviceErrors(t *testing.T) {
 	if info, _ := checkPython(o.Python); info.CUDAAvailable {
 		t.Skip("this machine has a GPU: scripts/gpu-check.sh covers it")
 	}
+	o.Batch = exampleBatch(t, "four_class_targets")
 	if b, err := New(o); err == nil {
 		b.Close()
 		t.Errorf("--device cuda without a GPU: no error")
@@ -472,7 +498,7 @@ func TestTorchDeviceErrors(t *testing.T) {
 func TestZygoteProtocolErrors(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
-	be := newBackend(t, torchOptions(t, tmp))
+	be := exampleBackend(t, torchOptions(t, tmp), "one_hot_labels")
 	tb := be.(*torchBackend)
 	tb.zmu.Lock()
 	z := tb.z
@@ -490,7 +516,7 @@ func TestZygoteProtocolErrors(t *testing.T) {
 		t.Fatal("no answer to a bad request")
 	}
 	// The zygote is still fine.
-	v := replayOK(t, be, exampleBatch(t, "one_hot_labels"))
+	v := replayOK(t, be, whole)
 	if v.Signature.Expression != "RuntimeError: ND or ND target tensor expected, multi-target not supported" {
 		t.Errorf("after a bad request: %v", v.Signature)
 	}
@@ -506,9 +532,9 @@ func TestZygoteSlotsFromPool(t *testing.T) {
 	o := torchOptions(t, tmp)
 	o.Entry = filepath.Join(entryDir(t), "faults.py") + ":run"
 	o.Jobs, o.GPUs = 2, []string{"0", "1"}
-	be := newBackend(t, o)
+	be := newBackend(t, o, withMeta(exampleBatch(t, "four_class_targets"), "fault", "visible"))
 	pool := be.(*torchBackend).pool
-	visible := withMeta(exampleBatch(t, "four_class_targets"), "fault", "visible")
+	visible := whole
 	held, err := pool.take(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -444,8 +444,9 @@ const maxInlinePlan = 48 << 10
 // planFile is the name of a large plan's file in the run directory.
 const planFile = "plan.json"
 
-// zygoteInput is the candidate of one zygote request: a file the
-// candidate is written into (data), or a plan the child builds it from.
+// zygoteInput is the candidate of one zygote request: a plan the child
+// builds it from (the torch backend's), or the writer of the file it is
+// written into (data: the exec backend's command reads a file).
 type zygoteInput struct {
 	data func(io.Writer) error
 	plan json.RawMessage
@@ -482,6 +483,15 @@ func (k zygoteChild) pid() int { return k.leader }
 
 func (k zygoteChild) exited() <-chan struct{} { return k.c.done }
 
+func (k zygoteChild) interrupt() bool {
+	signalGroup(k.leader, syscall.SIGINT)
+	return true
+}
+
+func (k zygoteChild) kill() { signalGroup(k.leader, syscall.SIGKILL) }
+
+func (k zygoteChild) extend(time.Duration) time.Duration { return 0 }
+
 func (k zygoteChild) reap() (exitStatus, error) {
 	st := exitStatus{code: -1}
 	switch {
@@ -512,7 +522,7 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data zygoteInpu
 	files := &Command{TempDir: true}
 	switch {
 	case data.plan == nil:
-		files.Streams = map[string]func(io.Writer) error{t.candidateFile(): data.data}
+		files.Streams = map[string]func(io.Writer) error{t.program.file: data.data}
 	case len(data.plan) > maxInlinePlan:
 		files.Files = map[string][]byte{planFile: data.plan}
 	}
@@ -582,7 +592,7 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data zygoteInpu
 	req := map[string]any{"id": id, "slot": slot, "stdout": paths[0], "stderr": paths[1], "run_dir": dir}
 	switch {
 	case data.plan == nil:
-		req["path"] = filepath.Join(dir, t.candidateFile())
+		req["path"] = filepath.Join(dir, t.program.file)
 	case len(data.plan) > maxInlinePlan:
 		req["plan_path"] = filepath.Join(dir, planFile)
 	default:

@@ -34,7 +34,7 @@ func backendFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "no-zygote", Usage: "torch and exec backends: one interpreter per candidate instead of forking from a zygote (exec: a Python --replay command runs warm by default)"},
 		&cli.StringSliceFlag{Name: "warm-import", Usage: "exec backend: `MODULES` (comma-separated) the fork server of a Python --replay command imports once, besides torch"},
 		&cli.BoolFlag{Name: "async", Usage: "do not set CUDA_LAUNCH_BLOCKING=1 / AMD_SERIALIZE_KERNEL=3 for replays"},
-		&cli.StringFlag{Name: "launcher", Value: replay.LauncherLocal, Usage: "run replays with `LAUNCHER`: local, or slurm (each replay a Slurm job through srun; -j is the jobs in flight)"},
+		&cli.StringFlag{Name: "launcher", Value: string(replay.LauncherLocal), Usage: "run replays with `LAUNCHER`: local, or slurm (each replay a Slurm job through srun; -j is the jobs in flight)"},
 		&cli.StringFlag{Name: "slurm-args", Usage: "slurm launcher: srun `OPTIONS` for every job, such as '--partition=gpu --gres=gpu:1 --time=5'"},
 		&cli.StringFlag{Name: "shared-dir", Usage: "slurm launcher: a `DIR` the nodes see at the same path; candidates go through it instead of the job's standard input"},
 		&cli.DurationFlag{Name: "queue-timeout", Value: replay.DefaultQueueTimeout, Usage: "slurm launcher: a job not started within `DURATION` is lost (retried, then counted as infra)"},
@@ -43,8 +43,8 @@ func backendFlags() []cli.Flag {
 	}
 }
 
-// newBackend builds the backend the flags describe for the batch b, read
-// from path. Before anything is replayed it refuses a batch the backend has
+// newBackend builds the backend the flags describe, bound to the batch b
+// read from path: every candidate it replays is a view of b. Before anything is replayed it refuses a batch the backend has
 // nothing to run for (replay.Step), and notes on stderr a backend that
 // --entry, --replay or the step the batch records chose. A batch that
 // records its step and no op replays it on the torch backend, with the
@@ -105,7 +105,7 @@ func newBackend(c *cli.Context, path string, b *fixtures.Batch) (replay.Backend,
 	// `reduce replay` as for the reduction that wrote a fixture.
 	seed := c.Int64("seed")
 	be, err := replay.New(replay.Options{
-		Kind: kind, Device: device, Python: python, Entry: o.Entry, Step: o.Step, StepClass: o.StepClass, TrustStep: c.Bool("trust-step"),
+		Batch: b, File: path, Kind: kind, Device: device, Python: python, Entry: o.Entry, Step: o.Step, StepClass: o.StepClass, TrustStep: c.Bool("trust-step"),
 		Replay: o.Replay, ReplayFormat: fixtures.Format(c.String("replay-format")), Jobs: c.Int("jobs"),
 		GPUs: gpus, Timeout: c.Duration("timeout"), NoZygote: c.Bool("no-zygote"), WarmImport: c.StringSlice("warm-import"),
 		Notice: func(msg string) {
@@ -115,7 +115,7 @@ func newBackend(c *cli.Context, path string, b *fixtures.Batch) (replay.Backend,
 		},
 		Blocking: &blocking,
 		Seed:     &seed, DeviceMemory: deviceMemory,
-		Launcher: c.String("launcher"), SlurmArgs: c.String("slurm-args"), SharedDir: c.String("shared-dir"),
+		Launcher: replay.Launcher(c.String("launcher")), SlurmArgs: c.String("slurm-args"), SharedDir: c.String("shared-dir"),
 		QueueTimeout: slurmFlag(c, "queue-timeout", c.Duration("queue-timeout")), Retries: retriesFlag(c),
 	})
 	if err != nil {
@@ -189,22 +189,6 @@ type replayVerdict struct {
 	Node     string             `json:"node,omitempty"`
 }
 
-// replayWhole replays the batch b read from path: the file itself, when
-// the backend's process can read it (replay.Viewer), else b written to a
-// candidate file.
-func replayWhole(ctx context.Context, be replay.Backend, path string, b *fixtures.Batch) (replay.Verdict, error) {
-	vw, ok := be.(replay.Viewer)
-	if !ok || !vw.Views() {
-		return be.Replay(ctx, b)
-	}
-	src, err := fixtures.NewSource(path, b, vw.SourceDir())
-	if err != nil {
-		return replay.Verdict{}, err
-	}
-	defer src.Close()
-	return vw.ReplayView(ctx, src, &fixtures.View{})
-}
-
 func replayOnce(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return usagef("replay takes one batch file, got %d arguments", c.NArg())
@@ -225,7 +209,8 @@ func replayOnce(c *cli.Context) error {
 	defer be.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	v, err := replayWhole(ctx, be, path, b)
+	v, err := be.Replay(ctx, &fixtures.View{}) // the batch itself
+
 	if err != nil {
 		if ctx.Err() != nil {
 			return withCode(ExitInterrupted, fmt.Errorf("replay %s: interrupted", path))
@@ -237,28 +222,25 @@ func replayOnce(c *cli.Context) error {
 		Exit: v.Exit, Seconds: v.Duration.Seconds(), Stderr: string(v.Result.Stderr),
 	}
 	if v.Launcher != replay.LauncherLocal {
-		out.Launcher, out.JobID, out.Node = v.Launcher, v.JobID, v.Node
+		out.Launcher, out.JobID, out.Node = string(v.Launcher), v.JobID, v.Node
 	}
+	// What the replay must show: the recorded failure (one that names no
+	// assert is reproduced by an assert it allows, as the reduction's
+	// confirmation would keep it), a pass for a fixture's boundary or
+	// neighbour batch, any failure for a batch that records none.
+	judge := signature.Judge{Level: level}
 	expectPass := b.Meta[regress.MetaExpect] == regress.ExpectPass
 	switch {
 	case expectPass:
-		// A fixture's boundary or neighbour batch: it must pass.
 		out.Expect = regress.ExpectPass
-		out.Reproduces = v.Signature.Family == signature.FamilyPass
+		judge.Want = signature.Signature{Family: signature.FamilyPass}
 	case b.Error != nil:
 		rec := signature.Recorded(b.Error.Text)
 		out.Recorded = &rec
-		out.Reproduces = signature.Reproduces(v.Signature, rec, level)
-		if !out.Reproduces && level != signature.MatchAny && signature.Refines(v.Signature, rec) {
-			// The recording names no assert (or only its file): the
-			// replay's assert is one it allows, as the reduction's
-			// confirmation would keep it.
-			out.Reproduces = true
-			out.Note = "the recording " + rec.Partial() + ": the replay's assert is one it allows"
-		}
-	default:
-		out.Reproduces = signature.Failing(v.Signature)
+		judge.Want, judge.Recorded = rec, true
 	}
+	ruling := judge.Rule(v.Signature)
+	out.Reproduces, out.Note = ruling.Outcome == signature.Reproduces, ruling.Note
 	if c.Bool("json") {
 		enc := json.NewEncoder(c.App.Writer)
 		enc.SetEscapeHTML(false)

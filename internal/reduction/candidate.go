@@ -2,9 +2,7 @@ package reduction
 
 import (
 	"encoding/json"
-	"fmt"
 	"maps"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,47 +11,50 @@ import (
 	"reduce/kernels"
 )
 
-// candidate describes a batch made from the recorded one: which recorded
-// samples it keeps, in its order, and which elements of them it sets to
-// other values. Every phase describes its candidates this way (samples,
-// neutralize and size by rows, elements and boundary by edits of a
-// culprit set's elements), and the journal keys answers by the
+// candidate is a batch made from the recorded one, as the backend replays
+// it: a fixtures.View (which recorded samples it keeps, in its order; the
+// elements of them it sets to other values; the dims it cuts; the
+// per-sample values it changes). Every phase describes its candidates this
+// way (samples, neutralize and size by rows, elements and boundary by
+// edits of a culprit set's elements, shape by a cut of a finding's batch,
+// relation by its values), and the journal keys answers by the
 // description, so the same batch asked for by two phases is replayed once.
-// A description is built before its batch: a candidate answered already
-// costs no copy.
+// An edit stays in units until the candidate is replayed (view): the key
+// names its elements by unit, and one answered already costs no packing.
 type candidate struct {
-	// rows are positions in the recorded batch along its batch axis, in
-	// the candidate's order; repeats are allowed (neutralize fills a batch
-	// with copies of a benign sample). nil keeps every sample, as recorded.
-	rows []int64
+	// View's Rows are positions in the recorded batch along its batch
+	// axis, in the candidate's order; repeats are allowed (neutralize
+	// fills a batch with copies of a benign sample). nil keeps every
+	// sample, as recorded. Set is empty: edit holds the elements set.
+	fixtures.View
 	// edit, when set, changes elements of its space's batch, whose rows
-	// are the candidate's (rows is then unused).
+	// are View.Rows.
 	edit *edit
-	// narrow, when set, cuts dims of base's batch to a size (rows and
-	// edit are then unused): the shape search's candidates.
-	narrow *narrowing
-	// values, when set, changes per-sample Python values of base's batch
-	// (rows and edit are then unused): the relation search's candidates.
-	values *valueEdit
-	base   *candidate
 	// size is what progress reports of the candidate (samples, or
 	// elements kept); it is not part of the description.
 	size int
 }
 
-// valueEdit sets the per-sample value at path of the batch's sample k to
-// set[k].
-type valueEdit struct {
-	path string
-	set  map[int]json.RawMessage
+// keepRows is the candidate that keeps rows r (nil: every sample).
+func keepRows(r []int64, size int) *candidate {
+	return &candidate{View: fixtures.View{Rows: r}, size: size}
 }
 
-// narrowing keeps the first size positions of dim dims[k] of each tensor
-// tensors[k] (a padded dim's lengths clipped to it), layout kept.
-type narrowing struct {
-	tensors []int
-	dims    []int
-	size    int64
+// narrowed is base with the first size positions of dim dims[k] of each
+// tensor tensors[k] kept (a padded dim's lengths clipped to it), layout
+// kept: the shape search's candidates.
+func (base *candidate) narrowed(tensors, dims []int, size int64) *candidate {
+	c := *base
+	c.Narrow, c.size = &fixtures.Narrowing{Tensors: tensors, Dims: dims, Size: size}, int(size)
+	return &c
+}
+
+// withValues is base with the per-sample value at path of its sample k set
+// to set[k]: the relation search's candidates.
+func (base *candidate) withValues(path string, set map[int]json.RawMessage) *candidate {
+	c := *base
+	c.Values = &fixtures.SampleValues{Path: path, Set: set}
+	return &c
 }
 
 // edit sets elements of a unit space's batch: the searched units not in
@@ -192,42 +193,43 @@ func (sp *unitSpace) same(u int, a, b value) bool {
 // key is the description of a candidate as text: its rows as shrink
 // writes candidates ({0-3,7}; a run of one repeated sample as 5x100),
 // then for an edit its donors (donors{...}) when it has any, the ids of
-// the neutralized units and the units set, id=value. A unit set to its
-// original value is no edit, and one set to its neutral value is
-// neutralized, so that a boundary probe at either is the element search's
-// candidate; an element already at its neutral value is no unit. A
-// narrowing is its base's description and narrow{tensor:dim,...}=size, a
-// value edit its base's and values{"path",k=value,...}.
+// the neutralized units and the units set, id=value; then a cut,
+// narrow{tensor:dim,...}=size, and values set, values{"path",k=value,...}.
+// A unit set to its original value is no edit, and one set to its neutral
+// value is neutralized, so that a boundary probe at either is the element
+// search's candidate; an element already at its neutral value is no unit.
 func (c *candidate) key(samples int64) string {
 	var b strings.Builder
-	if c.narrow != nil {
-		b.WriteString(c.base.key(samples) + " narrow{")
-		for k, ti := range c.narrow.tensors {
+	writeRows(&b, c.Rows, samples)
+	if c.edit != nil {
+		c.edit.writeKey(&b)
+	}
+	if n := c.Narrow; n != nil {
+		b.WriteString(" narrow{")
+		for k, ti := range n.Tensors {
 			if k > 0 {
 				b.WriteByte(',')
 			}
-			b.WriteString(strconv.Itoa(ti) + ":" + strconv.Itoa(c.narrow.dims[k]))
+			b.WriteString(strconv.Itoa(ti) + ":" + strconv.Itoa(n.Dims[k]))
 		}
-		b.WriteString("}=" + strconv.FormatInt(c.narrow.size, 10))
-		return b.String()
+		b.WriteString("}=" + strconv.FormatInt(n.Size, 10))
 	}
-	if c.values != nil {
-		b.WriteString(c.base.key(samples) + " values{" + strconv.Quote(c.values.path))
-		for _, k := range slices.Sorted(maps.Keys(c.values.set)) {
-			b.WriteString("," + strconv.Itoa(k) + "=" + string(c.values.set[k]))
+	if v := c.Values; v != nil {
+		b.WriteString(" values{" + strconv.Quote(v.Path))
+		for _, k := range slices.Sorted(maps.Keys(v.Set)) {
+			b.WriteString("," + strconv.Itoa(k) + "=" + string(v.Set[k]))
 		}
 		b.WriteString("}")
-		return b.String()
 	}
-	if c.edit == nil {
-		writeRows(&b, c.rows, samples)
-		return b.String()
-	}
-	sp := c.edit.space
-	writeRows(&b, sp.rows, samples)
+	return b.String()
+}
+
+// writeKey writes the edit's part of its candidate's key.
+func (e *edit) writeKey(b *strings.Builder) {
+	sp := e.space
 	if sp.donors != nil {
 		b.WriteString(" donors")
-		writeRanges(&b, sp.donors)
+		writeRanges(b, sp.donors)
 	}
 	var neutral []int64
 	type setTo struct {
@@ -235,7 +237,7 @@ func (c *candidate) key(samples int64) string {
 		v  string
 	}
 	var set []setTo
-	c.edit.changes(func(u int, v value, isNeutral bool) {
+	e.changes(func(u int, v value, isNeutral bool) {
 		switch {
 		case isNeutral:
 			neutral = append(neutral, sp.units[u].id)
@@ -249,14 +251,13 @@ func (c *candidate) key(samples int64) string {
 		}
 	})
 	if len(neutral) == 0 && len(set) == 0 {
-		return b.String()
+		return
 	}
 	b.WriteString(" neutral")
-	writeRanges(&b, neutral)
+	writeRanges(b, neutral)
 	for _, s := range set {
 		b.WriteString(" " + strconv.FormatInt(s.id, 10) + "=" + s.v)
 	}
-	return b.String()
 }
 
 // writeRows writes rows (nil: 0 to samples-1) as {a-b,c,dxk}.
@@ -319,49 +320,22 @@ func (e *edit) changes(fn func(u int, v value, isNeutral bool)) {
 	}
 }
 
-// build makes the candidate's batch from the recorded one: its view
-// applied (fixtures.Batch.Apply: the rows selected, dtype, per-sample
-// shape and layout kept, then the edit on copies of the tensors it
-// touches, the dims cut, the values set), as the go worker applies it to
+// build makes the candidate's batch from the recorded one, for a fixture:
+// its view applied (fixtures.Batch.Apply), as the go worker applies it to
 // the mapped file.
 func (c *candidate) build(orig *fixtures.Batch) (*fixtures.Batch, error) {
-	reclaim(orig)
-	v, err := c.view()
-	if err != nil {
-		return nil, err
-	}
-	return orig.Apply(v)
+	return orig.Apply(c.view())
 }
 
-// view is the candidate's description as a replay's process takes it
-// (fixtures.View): the rows, the elements an edit changes with their
-// bytes, the narrowing, the values set.
-func (c *candidate) view() (*fixtures.View, error) {
-	if c.narrow != nil || c.values != nil {
-		base, err := c.base.view()
-		if err != nil {
-			return nil, err
-		}
-		v := *base
-		if c.narrow != nil {
-			if v.Narrow != nil {
-				return nil, fmt.Errorf("candidate %s: a narrowing of a narrowing", c.key(0))
-			}
-			v.Narrow = &fixtures.Narrowing{Tensors: c.narrow.tensors, Dims: c.narrow.dims, Size: c.narrow.size}
-		}
-		if c.values != nil {
-			if v.Values != nil {
-				return nil, fmt.Errorf("candidate %s: values set twice", c.key(0))
-			}
-			v.Values = &fixtures.SampleValues{Path: c.values.path, Set: c.values.set}
-		}
-		return &v, nil
-	}
+// view is the candidate as a replay's process takes it (fixtures.View):
+// for an edit, the elements it changes packed with their bytes, per
+// tensor.
+func (c *candidate) view() *fixtures.View {
 	if c.edit == nil {
-		return &fixtures.View{Rows: c.rows}, nil
+		return &c.View
 	}
 	sp := c.edit.space
-	v := &fixtures.View{Rows: sp.rows}
+	v := c.View
 	sets := map[int]*fixtures.ElementSet{}
 	c.edit.changes(func(u int, x value, _ bool) {
 		un := sp.units[u]
@@ -376,28 +350,7 @@ func (c *candidate) view() (*fixtures.View, error) {
 	for _, ti := range slices.Sorted(maps.Keys(sets)) {
 		v.Set = append(v.Set, *sets[ti])
 	}
-	return v, nil
-}
-
-// reclaimAbove is the recorded storage from which building a candidate
-// first collects the garbage.
-const reclaimAbove = 64 << 20
-
-// reclaim collects the garbage before a candidate of a large batch is
-// built. A candidate's storage is garbage once it was replayed, but the
-// collector runs only when an allocation crosses its goal, and a candidate
-// is one allocation as large as the live heap: without this the last
-// candidate and the next one are both resident, twice the memory. The
-// collection is cheap (the storage holds no pointers to scan) and rare
-// next to a replay's process.
-func reclaim(orig *fixtures.Batch) {
-	var n int
-	for _, e := range orig.Tensors {
-		n += len(e.Data)
-	}
-	if n >= reclaimAbove {
-		runtime.GC()
-	}
+	return &v
 }
 
 // rowsOf are the positions of a shrink candidate's units.

@@ -17,13 +17,14 @@ import (
 // the one kept. A recording that names no assert (the recorder keeps the
 // exception's text, "CUDA error: device-side assert triggered", and the
 // assert line went to the process's output) or only the file that raised
-// it is refined by the first replay whose assert it allows
-// (signature.Refines): that assert is the one kept, and r.wantNote says
-// so.
+// it is reproduced by a replay whose assert it allows (the judge's note,
+// signature.Judge.Recorded): the first such assert is the one kept, and
+// r.wantNote says so. Once a replay reproduced the failure, the failure
+// kept is no recording's text any more.
 func (r *run) confirm(ctx context.Context) error {
 	n := r.o.Confirm
 	r.setPhase(PhaseConfirm, int(r.batch.Samples))
-	orig := &candidate{size: int(r.batch.Samples)}
+	orig := keepRows(nil, int(r.batch.Samples))
 	fails := 0
 	var seen []signature.Signature
 	lastStderr := ""
@@ -45,30 +46,31 @@ func (r *run) confirm(ctx context.Context) error {
 		seen = append(seen, sig)
 		switch {
 		case !signature.Failing(sig):
-		case a.outcome == shrink.Fail:
-			fails++
-		case r.recorded == nil && fails == 0:
-			// The first failure of a batch that recorded none is the one
-			// kept (answer matched it against none).
-			r.want = sig
-			fails++
-		case r.recorded != nil && fails == 0 && r.want == *r.recorded && signature.Refines(sig, r.want):
-			r.setWantNote(fmt.Sprintf("the recording %s: the first replay's assert is kept: %s", r.recorded.Partial(), sig))
-			r.logf("confirm: %s", r.wantNote)
-			r.want = sig
+		case a.outcome != shrink.Fail:
+			r.other(sig)
+		case fails > 0:
 			fails++
 		default:
-			r.other(sig)
-			continue
+			// The first reproduction: a batch that recorded none keeps its
+			// failure, and a recording that names no assert the replay's.
+			if a.note != "" {
+				r.setWantNote(fmt.Sprintf("%s; the first replay's is kept: %s", a.note, sig))
+				r.logf("confirm: %s", r.wantNote)
+			}
+			if a.note != "" || r.recorded == nil {
+				r.judge.Want = sig
+			}
+			r.judge.Recorded = false
+			fails++
 		}
-		if r.raised == nil && v != nil && r.batch.Op == "" && signature.Failing(sig) {
+		if r.raised == nil && v != nil && r.batch.Op == "" && a.outcome == shrink.Fail {
 			// Whose code raised the failure kept, for the report (a
 			// step's own check, or torch's): the replay's traceback says.
 			r.raised = signature.RaisedAt(v.Result.Stderr)
 		}
 	}
-	r.logf("confirm: %d of %d replays reproduce %s", fails, n, r.want)
-	if p := r.want.Partial(); p != "" && fails > 0 && r.wantNote == "" {
+	r.logf("confirm: %d of %d replays reproduce %s", fails, n, r.judge.Want)
+	if p := r.judge.Want.Partial(); p != "" && fails > 0 && r.wantNote == "" {
 		r.setWantNote(fmt.Sprintf("the failure %s, and neither do its replays: it reproduces only replays that name none either (an assert of a known kind is another failure, since this one might be any)", p))
 		r.logf("confirm: %s", r.wantNote)
 	}
@@ -78,7 +80,7 @@ func (r *run) confirm(ctx context.Context) error {
 	if j := r.jobs(); j < r.o.Jobs {
 		r.logf("-j %d: a replay takes %s, too little for speculation to pay: the searches replay one candidate at a time", r.o.Jobs, r.confirmTook.Round(time.Millisecond))
 	}
-	r.emit(&Confirmed{Event: "confirm", Replays: n, Reproduced: fails, Signature: r.want, Note: r.wantNote})
+	r.emit(&Confirmed{Event: "confirm", Replays: n, Reproduced: fails, Signature: r.judge.Want, Note: r.wantNote})
 	if fails > 0 {
 		return nil
 	}
@@ -103,12 +105,12 @@ func (r *run) confirm(ctx context.Context) error {
 		return errorf(ErrNoRepro, "%s records no failure and none of %d replays failed: %s (try --trials, another --backend or --device)",
 			r.o.Source, n, what)
 	}
-	if p := r.want.Partial(); p != "" {
+	if p := r.judge.Want.Partial(); p != "" {
 		// Partial information is no wildcard: say what it allows.
 		what += "; the recording " + p + ", so only a device assert it allows reproduces it"
 	}
 	return errorf(ErrNoRepro, "%s does not reproduce: wanted %s, %s (try --match family, --trials, another --backend or --device)",
-		r.o.Source, r.want, what)
+		r.o.Source, r.judge.Want, what)
 }
 
 // lastLines returns the last n non-empty lines of out, joined by " | ".
@@ -137,7 +139,7 @@ func allSame(s []signature.Signature) bool {
 	return true
 }
 
-// setWantNote records why r.want is what it is, for the log, the Confirmed
+// setWantNote records why r.judge.Want is what it is, for the log, the Confirmed
 // event and the result.
 func (r *run) setWantNote(note string) {
 	r.mu.Lock()

@@ -29,7 +29,7 @@ func (r *run) without(ctx context.Context, set []int) ([]int64, *fixtures.Batch,
 	if len(rows) == 0 {
 		return nil, nil, nil
 	}
-	o, err := r.askTrials(ctx, &candidate{rows: rows, size: len(rows)})
+	o, err := r.askTrials(ctx, keepRows(rows, len(rows)))
 	if err != nil || o != shrink.Pass {
 		return nil, nil, err
 	}

@@ -46,7 +46,7 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 		return elementResult{}, nil
 	}
 	keeping := func(keep []int, set map[int]value) *candidate {
-		return &candidate{edit: &edit{space: sp, keep: keep, set: set}, size: len(keep)}
+		return &candidate{View: fixtures.View{Rows: sp.rows}, edit: &edit{space: sp, keep: keep, set: set}, size: len(keep)}
 	}
 	build := func(keep []int, set map[int]value) *fixtures.Batch {
 		b, _ := keeping(keep, set).build(r.batch) // an edit's build cannot fail

@@ -99,7 +99,7 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 	r.mu.Unlock()
 	set := r.be.Settings()
 	rec := regress.Record{
-		Version: regress.RecordVersion, Op: r.batch.Op, Signature: r.want, Match: string(r.o.Match),
+		Version: regress.RecordVersion, Op: r.batch.Op, Signature: r.judge.Want, Match: string(r.o.Match),
 		Mode: string(r.mode), ModeReason: r.modeReason, Culprits: culprits, Finding: k, Size: r.size,
 		Diagnosis: r.diagnosis(f), Replays: replays, Phases: phases, OtherFailures: others,
 		Seconds: time.Since(r.start).Seconds(), Partial: f.Partial,
@@ -112,11 +112,11 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 		}
 		rec.Replay = &rs
 	}
-	if (rec.Step != "" || rec.Entry != "") && set.Device == "cpu" && r.want.Exception != "" {
+	if (rec.Step != "" || rec.Entry != "") && set.Device == "cpu" && r.judge.Want.Exception != "" {
 		// The step (recorded, or --entry) failed on the CPU in the replays:
 		// the test expects the same class there (its message was normalized
 		// into the signature).
-		rec.CPU = &regress.CPUFailure{Exception: r.want.Exception}
+		rec.CPU = &regress.CPUFailure{Exception: r.judge.Want.Exception}
 	}
 	if set.Kind == replay.KindExec {
 		if args, err := replay.SplitCommand(set.Replay); err == nil {
@@ -182,13 +182,13 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 
 // environment is where the replays ran.
 func (r *run) environment(set replay.Settings) regress.RecordEnv {
-	env := regress.RecordEnv{Backend: string(set.Kind), Device: set.Device, Launcher: replay.LauncherLocal,
+	env := regress.RecordEnv{Backend: string(set.Kind), Device: set.Device, Launcher: string(replay.LauncherLocal),
 		Jobs: r.o.Jobs, Reduce: reduceVersion(), GoOS: runtime.GOOS, GoArch: runtime.GOARCH}
 	if env.Device == "" {
 		env.Device = "cpu"
 	}
 	info := replay.Provenance(r.be)
-	env.Launcher = info.Launcher
+	env.Launcher = string(info.Launcher)
 	if info.Launcher != replay.LauncherSlurm {
 		return env
 	}
@@ -274,23 +274,23 @@ func (r *run) diagnosis(f Finding) string {
 	}
 	switch {
 	case f.Shape != nil:
-		return fmt.Sprintf("%s: %s with %s: %s", op, r.want.Family, where, f.Shape.Text)
+		return fmt.Sprintf("%s: %s with %s: %s", op, r.judge.Want.Family, where, f.Shape.Text)
 	case f.Relation != nil && len(f.Elements) == 0:
 		return fmt.Sprintf("%s: %s in %s: %s: equal per-sample values fail, either one changed to a value found nowhere in the batch passes",
-			op, r.want.Family, where, f.Relation.Text)
+			op, r.judge.Want.Family, where, f.Relation.Text)
 	case r.mode == ModeSize && r.size != nil:
-		return fmt.Sprintf("%s: %s at batch size %d; %d samples pass", op, r.want.Family, r.size.SmallestFailing, r.size.LargestPassing)
+		return fmt.Sprintf("%s: %s at batch size %d; %d samples pass", op, r.judge.Want.Family, r.size.SmallestFailing, r.size.LargestPassing)
 	case f.ContentFree && longer != "":
-		return fmt.Sprintf("%s: %s with %s: %s", op, r.want.Family, where, longer)
+		return fmt.Sprintf("%s: %s with %s: %s", op, r.judge.Want.Family, where, longer)
 	case f.ContentFree && len(values) > 0:
 		relation := ""
 		if len(f.Indices) > 1 {
 			relation = ", a relation between them"
 		}
 		return fmt.Sprintf("%s: %s whatever the tensor values of %s: the cause is in their per-sample values (%s)%s",
-			op, r.want.Family, where, strings.Join(values, ", "), relation)
+			op, r.judge.Want.Family, where, strings.Join(values, ", "), relation)
 	case f.ContentFree:
-		return fmt.Sprintf("%s: %s with %s of %s neutralized: the cause is a shape, dtype or size, not a value", op, r.want.Family, r.neutralized(), where)
+		return fmt.Sprintf("%s: %s with %s of %s neutralized: the cause is a shape, dtype or size, not a value", op, r.judge.Want.Family, r.neutralized(), where)
 	case len(f.Elements) > 0:
 		var parts []string
 		if f.Relation != nil {
@@ -314,9 +314,9 @@ func (r *run) diagnosis(f Finding) string {
 			}
 			parts = append(parts, s)
 		}
-		return fmt.Sprintf("%s: %s in %s: %s", op, r.want.Family, where, strings.Join(parts, "; "))
+		return fmt.Sprintf("%s: %s in %s: %s", op, r.judge.Want.Family, where, strings.Join(parts, "; "))
 	}
-	return fmt.Sprintf("%s: %s needs %s", op, r.want.Family, where)
+	return fmt.Sprintf("%s: %s needs %s", op, r.judge.Want.Family, where)
 }
 
 // joinInts writes v's numbers separated by sep.

@@ -33,7 +33,7 @@ func (r *run) neutralizeMode(ctx context.Context, first Finding) ([]Finding, err
 	benign := -1
 	r.setPhase(PhaseNeutralize, n)
 	for _, cand := range candidates[:min(len(candidates), 4)] {
-		o, err := r.ask(ctx, &candidate{rows: repeat(int64(cand), n), size: n}, 0)
+		o, err := r.ask(ctx, keepRows(repeat(int64(cand), n), n), 0)
 		if err != nil {
 			return []Finding{first}, err
 		}
@@ -58,7 +58,7 @@ func (r *run) neutralizeMode(ctx context.Context, first Finding) ([]Finding, err
 	}
 	oracle := func(ctx context.Context, cand shrink.Candidate) (shrink.Outcome, error) {
 		units := cand.Units()
-		return r.ask(ctx, &candidate{rows: build(units), size: len(units)}, cand.Trial())
+		return r.ask(ctx, keepRows(build(units), len(units)), cand.Trial())
 	}
 	opts := r.shrinkOptions()
 	opts.MaxCulprits = r.o.MaxFindings

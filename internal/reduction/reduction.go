@@ -179,15 +179,14 @@ type Element struct {
 // run is one reduction: the batch, the backend, the failure kept, and
 // what was observed along the way.
 type run struct {
-	o     Options
-	batch *fixtures.Batch
-	be    replay.Backend
-	// viewer replays candidates as views of source, when be builds them
-	// itself (replay.Viewer); nil, and each candidate is built here.
-	viewer   replay.Viewer
-	source   *fixtures.Source
-	srcHash  string
-	want     signature.Signature
+	o       Options
+	batch   *fixtures.Batch
+	be      replay.Backend
+	srcHash string
+	// judge judges every answer against the failure kept (judge.Want);
+	// until a replay reproduced it, judge.Recorded says that it is the
+	// recording's own text.
+	judge    signature.Judge
 	recorded *signature.Signature
 	// wantNote says why want is not the recorded signature, or what it
 	// matches when it names no assert; "" when there is nothing to say.
@@ -209,8 +208,9 @@ type run struct {
 	others      map[string]*regress.OtherFailure
 }
 
-// Run reduces b, read from o.Source, replaying candidates with be, and
-// writes a regression fixture per finding under o.Out. On ErrInterrupted
+// Run reduces b, read from o.Source, replaying candidates with be (a
+// backend bound to b, replay.Options.Batch), and writes a regression
+// fixture per finding under o.Out. On ErrInterrupted
 // the Result may hold partial fixtures, and the journal is kept for
 // Options.Resume; on any other error nothing was written, and the journal
 // is kept only when the search itself failed after the confirmation.
@@ -228,22 +228,15 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 	if err != nil {
 		return nil, errorf(ErrUsage, "read batch %s: %v", o.Source, err)
 	}
-	r := &run{o: o, batch: b, be: be, srcHash: srcHash, start: time.Now(),
+	r := &run{o: o, batch: b, be: be, srcHash: srcHash, start: time.Now(), judge: signature.Judge{Level: o.Match},
 		phases: map[Phase]PhaseCount{}, others: map[string]*regress.OtherFailure{}}
 	if b.Error != nil {
 		s := signature.Recorded(b.Error.Text)
-		r.recorded, r.want = &s, s
-	}
-	if v, ok := be.(replay.Viewer); ok && v.Views() {
-		src, err := fixtures.NewSource(o.Source, b, v.SourceDir())
-		if err != nil {
-			return nil, errorf(ErrUsage, "read batch %s: %v", o.Source, err)
-		}
-		defer src.Close()
-		r.viewer, r.source = v, src
+		r.recorded = &s
+		r.judge.Want, r.judge.Recorded = s, true
 	}
 	jpath := journalPath(o.Out, srcHash)
-	head := journalHeader{Source: srcHash, Settings: be.Settings(), Trials: o.Trials, Match: o.Match, Want: r.want}
+	head := journalHeader{Source: srcHash, Settings: be.Settings(), Trials: o.Trials, Match: o.Match, Want: r.judge.Want}
 	var replaced bool
 	if r.journal, replaced, err = openJournal(jpath, head, o.Resume); err != nil {
 		return nil, err
@@ -262,7 +255,7 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 		return nil, err
 	}
 	var found []Finding
-	if r.want.Family == signature.FamilyOOM {
+	if r.judge.Want.Family == signature.FamilyOOM {
 		found, err = r.sizeMode(ctx, "the failure is out of memory, which depends on how many samples there are, not on which")
 	} else {
 		found, err = r.sampleMode(ctx)
@@ -303,7 +296,7 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 func (r *run) result(found []Finding, dirs []string, partial bool) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := &Result{Want: r.want, Recorded: r.recorded, WantNote: r.wantNote, Mode: r.mode, ModeReason: r.modeReason, Size: r.size,
+	res := &Result{Want: r.judge.Want, Recorded: r.recorded, WantNote: r.wantNote, Mode: r.mode, ModeReason: r.modeReason, Size: r.size,
 		Findings: found, Fixtures: dirs, Phases: maps.Clone(r.phases), OtherFailures: r.otherFailures(),
 		Launch: replay.Provenance(r.be), Seconds: time.Since(r.start).Seconds(), Partial: partial}
 	for _, pc := range r.phases {
@@ -398,45 +391,67 @@ func allTrials(n int, ask func(trial int) (shrink.Outcome, error)) (shrink.Outco
 	return out, nil
 }
 
-// answered is a candidate's answer: what its replay showed, that matched
-// against the failure kept, and where it came from.
+// answered is a candidate's answer: what its replay showed, that judged
+// against the failure kept (with the judge's note), and where it came
+// from.
 type answered struct {
 	sig     signature.Signature
 	outcome shrink.Outcome
+	note    string
 	src     int
 	verdict *replay.Verdict // nil when the journal answered
 }
 
 // answer gives trial of candidate c: the journal's answer when it has one,
-// else that of a replay of the candidate's batch (built only then),
-// counted in its phase, journaled and reported. The signature is matched
-// here, once. A replay stopped by cancellation says nothing about the
-// candidate: it is ctx's error.
+// else that of a replay of the candidate's view, counted in its phase,
+// journaled and reported. The signature is judged here, once. A replay
+// stopped by cancellation says nothing about the candidate: it is ctx's
+// error.
 func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, error) {
 	key := c.key(r.batch.Samples)
-	if s, ok, fromFile := r.journal.lookup(key, trial); ok {
-		a := answered{sig: s, outcome: r.classify(s), src: fromCache}
-		if !fromFile {
-			return a, nil
+	a := answered{src: fromReplay}
+	s, ok, fromFile := r.journal.lookup(key, trial)
+	switch {
+	case ok && fromFile:
+		a.sig, a.src = s, fromJournal
+	case ok:
+		a.sig, a.src = s, fromCache
+	default:
+		verdict, err := r.be.Replay(ctx, c.view())
+		if ctx.Err() != nil {
+			return answered{}, ctx.Err()
 		}
+		if err != nil {
+			return answered{}, err
+		}
+		a.sig, a.verdict = verdict.Signature, &verdict
+	}
+	// The judgement: the kept failure is Fail, no failure is Pass, and a
+	// different failure is Unresolved: it is counted, reported, and never
+	// followed.
+	ruling := r.judge.Rule(a.sig)
+	switch ruling.Outcome {
+	case signature.Reproduces:
+		a.outcome, a.note = shrink.Fail, ruling.Note
+	case signature.Passes:
+		a.outcome = shrink.Pass
+	default:
+		a.outcome = shrink.Unresolved
+	}
+	switch a.src {
+	case fromCache:
+		return a, nil
+	case fromJournal:
 		// Counted where this run's replays are, so that the summary and
 		// the fixture tell the whole reduction.
-		a.src = fromJournal
 		r.mu.Lock()
 		phase := r.count(func(pc *PhaseCount) { pc.Resumed++ })
 		r.mu.Unlock()
 		r.emit(&Replayed{Event: "replay", Phase: phase, Key: keyWithTrial(key, trial), Size: c.size,
-			Outcome: a.outcome, Signature: s, Resumed: true})
+			Outcome: a.outcome, Signature: a.sig, Resumed: true})
 		return a, nil
 	}
-	verdict, err := r.replay(ctx, c)
-	if ctx.Err() != nil {
-		return answered{}, ctx.Err()
-	}
-	if err != nil {
-		return answered{}, err
-	}
-	a := answered{sig: verdict.Signature, outcome: r.classify(verdict.Signature), src: fromReplay, verdict: &verdict}
+	verdict := a.verdict
 	r.mu.Lock()
 	phase := r.count(func(pc *PhaseCount) { pc.Replays++ })
 	r.mu.Unlock()
@@ -444,27 +459,10 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, er
 	ev := &Replayed{Event: "replay", Phase: phase, Key: keyWithTrial(key, trial), Size: c.size, Outcome: a.outcome,
 		Signature: a.sig, Seconds: verdict.Duration.Seconds()}
 	if verdict.Launcher != "" && verdict.Launcher != replay.LauncherLocal {
-		ev.Launcher, ev.JobID, ev.Node, ev.Requeued = verdict.Launcher, verdict.JobID, verdict.Node, verdict.Requeued
+		ev.Launcher, ev.JobID, ev.Node, ev.Requeued = string(verdict.Launcher), verdict.JobID, verdict.Node, verdict.Requeued
 	}
 	r.emit(ev)
 	return a, nil
-}
-
-// replay replays candidate c: as its view, where the backend's processes
-// build it from the source themselves, else built here and handed over.
-func (r *run) replay(ctx context.Context, c *candidate) (replay.Verdict, error) {
-	if r.viewer != nil {
-		v, err := c.view()
-		if err != nil {
-			return replay.Verdict{}, err
-		}
-		return r.viewer.ReplayView(ctx, r.source, v)
-	}
-	b, err := c.build(r.batch)
-	if err != nil {
-		return replay.Verdict{}, err
-	}
-	return r.be.Replay(ctx, b)
 }
 
 // count updates the current phase's count and returns the phase; mu is
@@ -477,19 +475,6 @@ func (r *run) count(add func(*PhaseCount)) Phase {
 }
 
 func keyWithTrial(key string, trial int) string { return fmt.Sprintf("%s#%d", key, trial) }
-
-// classify turns a replay's signature into an outcome: the kept failure
-// is Fail, no failure is Pass, and a different failure is Unresolved: it
-// is counted, reported, and never followed.
-func (r *run) classify(s signature.Signature) shrink.Outcome {
-	switch {
-	case signature.Reproduces(s, r.want, r.o.Match):
-		return shrink.Fail
-	case s.Family == signature.FamilyPass:
-		return shrink.Pass
-	}
-	return shrink.Unresolved
-}
 
 func (r *run) other(s signature.Signature) {
 	r.mu.Lock()

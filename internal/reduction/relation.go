@@ -193,7 +193,9 @@ func (r *run) valueRelation(ctx context.Context, f *Finding, base *candidate) er
 			continue
 		}
 		with := func(set map[int]json.RawMessage) *candidate {
-			return &candidate{base: base, values: &valueEdit{path: path, set: set}, size: len(f.Indices)}
+			c := base.withValues(path, set)
+			c.size = len(f.Indices)
+			return c
 		}
 		if holds, err := equality(ctx, r, group, fresh[0], fresh[1], with); err != nil {
 			return err

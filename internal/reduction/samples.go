@@ -23,7 +23,7 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 			// A batch without samples is not a candidate.
 			return shrink.Unresolved, nil
 		}
-		return r.ask(ctx, &candidate{rows: rowsOf(units), size: len(units)}, cand.Trial())
+		return r.ask(ctx, keepRows(rowsOf(units), len(units)), cand.Trial())
 	}
 	opts := r.shrinkOptions()
 	opts.StopAfterFirst = true

@@ -89,7 +89,7 @@ func (r *run) shape(ctx context.Context, f *Finding, base *candidate, why string
 			return nil, nil
 		}
 		cut := func(size int64) *candidate {
-			return &candidate{base: base, narrow: &narrowing{tensors: g.tensors, dims: g.dims, size: size}, size: int(size)}
+			return base.narrowed(g.tensors, g.dims, size)
 		}
 		r.setPhase(PhaseShape, int(g.size))
 		res, err := shrink.LargestPassing(ctx, 1, g.size-1, func(ctx context.Context, k int64, trial int) (shrink.Outcome, error) {

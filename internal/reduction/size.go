@@ -20,7 +20,7 @@ func (r *run) sizeMode(ctx context.Context, why string) ([]Finding, error) {
 	var mu sync.Mutex
 	smallestFail, largestPass := n, int64(0)
 	pred := func(ctx context.Context, k int64, trial int) (shrink.Outcome, error) {
-		o, err := r.ask(ctx, &candidate{rows: prefix(k), size: int(k)}, trial)
+		o, err := r.ask(ctx, keepRows(prefix(k), int(k)), trial)
 		if err == nil {
 			mu.Lock()
 			switch {

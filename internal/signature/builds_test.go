@@ -130,7 +130,7 @@ func TestBuildsCorpus(t *testing.T) {
 	allDiff, allSlips := 0, 0
 	for i, a := range cases {
 		for _, b := range cases[i+1:] {
-			ab, ba := Reproduces(a.sig, b.sig, MatchStrict), Reproduces(b.sig, a.sig, MatchStrict)
+			ab, ba := reproduces(a.sig, b.sig, MatchStrict), reproduces(b.sig, a.sig, MatchStrict)
 			if a.bug == b.bug {
 				g := byGroup[a.bug]
 				if g == nil {

@@ -79,7 +79,7 @@ func TestCauseCorpus(t *testing.T) {
 	if a.Cause() != CauseFault || b.Cause() != CauseFault {
 		t.Errorf("internal asserts: causes %q, %q, want %q", a.Cause(), b.Cause(), CauseFault)
 	}
-	if Reproduces(a, b, MatchStrict) {
+	if (Judge{Want: b, Level: MatchStrict}).Rule(a).Outcome == Reproduces {
 		t.Error("two internal asserts reproduce each other")
 	}
 }

@@ -4,10 +4,12 @@
 // away, matches two signatures at a level (strict, family, any), and maps
 // the forms one check takes on different builds (THC, THCUNN, THNN, ATen
 // 1.x and 2.x, HIP, Inductor, the CPU) to a shared class, so that at
-// strict one check is one failure whatever build printed it (Reproduces).
-// A text that names less (only the file that reported an assert, or
-// nothing) is partial information, never a wildcard; Refines says when a
-// replay's assert may stand for such a recording.
+// strict one check is one failure whatever build printed it. A text that
+// names less (only the file that reported an assert, or nothing) is partial
+// information, never a wildcard, except that a replay's assert may stand
+// for a recording that names none. Judge owns the verdict built on these
+// rules: reproduces, another failure, or passes, with a note when a
+// replay's assert stands for a recording's.
 //
 // It also says what a failure says of the inputs that raised it (Cause: a
 // value out of range, an argument check, a documented rule with its words,
@@ -24,5 +26,5 @@
 //
 // It is a leaf: it imports nothing of this project and does no I/O, so the
 // replay backends, the reduction and the regression writer all use the one
-// Signature type and the one matching rule (Reproduces).
+// Signature type and the one judgement of a replay (Judge).
 package signature

@@ -60,7 +60,7 @@ func TestReproducesAcrossBuilds(t *testing.T) {
 	}
 	for i, a := range all {
 		for _, b := range all[i+1:] {
-			ab, ba := Reproduces(a.sig, b.sig, MatchStrict), Reproduces(b.sig, a.sig, MatchStrict)
+			ab, ba := reproduces(a.sig, b.sig, MatchStrict), reproduces(b.sig, a.sig, MatchStrict)
 			if a.group == b.group && (!ab || !ba) {
 				t.Errorf("%s and %s (%s) must reproduce each other: %v, %v\n  %s\n  %s", a.name, b.name, a.group, ab, ba, a.sig, b.sig)
 			}
@@ -68,7 +68,7 @@ func TestReproducesAcrossBuilds(t *testing.T) {
 				t.Errorf("%s (%s) and %s (%s) must not match: %v, %v\n  %s\n  %s", a.name, a.group, b.name, b.group, ab, ba, a.sig, b.sig)
 			}
 			// --match family stays coarser than strict.
-			if ab && !Reproduces(a.sig, b.sig, MatchFamily) {
+			if ab && !reproduces(a.sig, b.sig, MatchFamily) {
 				t.Errorf("%s reproduces %s at strict but not at family", a.name, b.name)
 			}
 		}
@@ -89,7 +89,7 @@ func TestReproducesClasses(t *testing.T) {
 			if ac == "" || bc == "" || !Failing(a) || !Failing(b) {
 				continue
 			}
-			got := Reproduces(a, b, MatchStrict) || Reproduces(b, a, MatchStrict)
+			got := reproduces(a, b, MatchStrict) || reproduces(b, a, MatchStrict)
 			want := sameClass(ac, bc) && !otherSide(a, b)
 			if got != want {
 				t.Errorf("%s (%s) and %s (%s): match %v, want %v", an, ac, bn, bc, got, want)
@@ -127,35 +127,35 @@ func TestPartialInformation(t *testing.T) {
 				for _, c := range classes {
 					want = want || c == class
 				}
-				if got := Reproduces(s, partial, MatchStrict); got != want {
+				if got := reproduces(s, partial, MatchStrict); got != want {
 					t.Errorf("%s assert against a text naming only %s%s: %v, want %v", class, file, ext, got, want)
 				}
-				if got := Reproduces(partial, s, MatchStrict); got != want {
+				if got := reproduces(partial, s, MatchStrict); got != want {
 					t.Errorf("a text naming only %s%s against a %s assert: %v, want %v", file, ext, class, got, want)
 				}
 			}
-			if Reproduces(unknown, partial, MatchStrict) || Reproduces(partial, unknown, MatchStrict) {
+			if reproduces(unknown, partial, MatchStrict) || reproduces(partial, unknown, MatchStrict) {
 				t.Errorf("%s: a file-only text matches an assert of unknown kind", file)
 			}
-			if !Reproduces(fileOnly(file+".cu"), partial, MatchStrict) {
+			if !reproduces(fileOnly(file+".cu"), partial, MatchStrict) {
 				t.Errorf("%s: the .cu and %s texts of one file do not match", file, ext)
 			}
 		}
 	}
 	for class, s := range named {
-		if Reproduces(s, unknown, MatchStrict) || Reproduces(unknown, s, MatchStrict) || s.Matches(unknown, MatchStrict) {
+		if reproduces(s, unknown, MatchStrict) || reproduces(unknown, s, MatchStrict) || s.Matches(unknown, MatchStrict) {
 			t.Errorf("an assert of unknown kind matches the %s assert", class)
 		}
 		for other, o := range named {
-			if class != other && (Reproduces(s, o, MatchStrict) || Reproduces(s, o, MatchStrict)) {
+			if class != other && (reproduces(s, o, MatchStrict) || reproduces(s, o, MatchStrict)) {
 				t.Errorf("%s matches %s", class, other)
 			}
 		}
-		if !Reproduces(s, unknown, MatchFamily) {
+		if !reproduces(s, unknown, MatchFamily) {
 			t.Errorf("--match family: the %s assert does not match an assert of unknown kind", class)
 		}
 	}
-	if !Reproduces(unknown, unknown, MatchStrict) {
+	if !reproduces(unknown, unknown, MatchStrict) {
 		t.Error("an assert of unknown kind does not match itself")
 	}
 	// A file that raises no assert (where THC noticed an asynchronous
@@ -198,8 +198,8 @@ func TestRefines(t *testing.T) {
 		{"not a device assert recorded", nll, Signature{Family: FamilyOOM, Expression: exprDeviceOOM}, false},
 	}
 	for _, tc := range tests {
-		if got := Refines(tc.got, tc.recorded); got != tc.want {
-			t.Errorf("%s: Refines(%s, %s) = %v, want %v", tc.name, tc.got, tc.recorded, got, tc.want)
+		if got := refines(tc.got, tc.recorded); got != tc.want {
+			t.Errorf("%s: refines(%s, %s) = %v, want %v", tc.name, tc.got, tc.recorded, got, tc.want)
 		}
 	}
 }
@@ -318,7 +318,7 @@ func TestOOMAcrossForms(t *testing.T) {
 	}
 	for i := range sigs {
 		for j := range sigs {
-			if !Reproduces(sigs[i], sigs[j], MatchStrict) {
+			if !reproduces(sigs[i], sigs[j], MatchStrict) {
 				t.Errorf("%s does not reproduce %s:\n  %s\n  %s", names[i], names[j], sigs[i], sigs[j])
 			}
 		}

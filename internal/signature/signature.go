@@ -226,9 +226,9 @@ func (s Signature) String() string {
 type MatchLevel string
 
 const (
-	// MatchStrict (the default): the same failure. For Reproduces, the
-	// same known check (Class) whatever the build printed it, else (see
-	// Reproduces) the same family, kernel, expression and file (Matches).
+	// MatchStrict (the default): the same failure: the same known check
+	// (Class) whatever the build printed it, else (see Judge.Rule) the
+	// same family, kernel, expression and file (Matches).
 	MatchStrict MatchLevel = "strict"
 	// MatchFamily: same family, or what strict accepts (a CPU exception
 	// for a device assert of the same class).
@@ -276,8 +276,8 @@ func ParseMatchLevel(s string) (MatchLevel, error) {
 // indexSelectLargeIndex: which of the two runs depends on the number of
 // indices, so removing samples can switch it). An empty expression is no
 // wildcard: a device assert that names no assert (only "device-side assert
-// triggered") matches only another that names none; see Reproduces for the
-// classes, and Refines for what the reduction keeps when the recording
+// triggered") matches only another that names none; see Judge.Rule for the
+// classes, and refines for what a Judge allows when the recording
 // names no assert.
 //
 // The backend and the exception class are never compared: the same assert
@@ -597,58 +597,7 @@ func Parse(stderr []byte, exit ExitInfo) Signature {
 	return Signature{Family: FamilyHostCheck, Expression: fmt.Sprintf("exit status %d", exit.Code)}
 }
 
-// Reproduces reports whether a replay's signature got reproduces want, the
-// failure kept, at level. It is the one rule every replay is judged by.
-//
-// At MatchStrict it compares what the two failures are, not how a build
-// printed them:
-//
-//   - Both name a known check (Class): the same class (oom.device and
-//     oom.host are one: an OOM reproduces an OOM whatever allocator ran
-//     out), whatever the build, device or era printed them: a THNN CPU
-//     assert, a THCUNN, ATen, HIP or Inductor device assert and a 2.x CPU
-//     IndexError of nll_loss are one failure; two different classes never
-//     match. Two host messages of one class that name different halves of
-//     the check (one_hot's "non-negative" and "smaller than num_classes"
-//     on the CPU, where CUDA has one assert for both) are different
-//     failures.
-//   - One names a known check and the other only the file that reported
-//     it (File, see Classes): the check must be one that file raises.
-//   - Otherwise (a device assert of unknown kind, an exception no rule
-//     knows, the signals): Matches, by the texts. A device assert of
-//     unknown kind thus reproduces only another of unknown kind; it never
-//     matches a named assert, since it might be any of them.
-//
-// At MatchFamily: the same family, or what strict accepts. At MatchAny:
-// Matches.
-func Reproduces(got, want Signature, level MatchLevel) bool {
-	if !Failing(want) || level == MatchAny {
-		return got.Matches(want, level)
-	}
-	if level == MatchFamily && got.Family == want.Family {
-		return true
-	}
-	if !Failing(got) {
-		return false
-	}
-	gc, wc := got.Classes(), want.Classes()
-	switch {
-	case len(gc) == 1 && len(wc) == 1 && got.Class() != "" && want.Class() != "":
-		return sameClass(gc[0], wc[0]) && !otherSide(got, want)
-	case got.Class() != "" && len(wc) > 0:
-		return anyClassIn(gc, wc)
-	case want.Class() != "" && len(gc) > 0:
-		return anyClassIn(wc, gc)
-	case len(gc) > 0 && len(wc) > 0:
-		// Two texts that name only files: the same asserts possible.
-		return sameSet(gc, wc)
-	case len(gc) > 0 || len(wc) > 0:
-		return false // a known check or a file against an unknown kind
-	}
-	return got.Matches(want, MatchStrict)
-}
-
-// Refines reports whether got, a replay's signature, says more about the
+// refines reports whether got, a replay's signature, says more about the
 // failure recorded as recorded than recorded itself does, so that the
 // reduction should keep got as the failure it matches candidates against:
 // recorded is a device assert that names no assert (the recorder keeps the
@@ -657,7 +606,7 @@ func Reproduces(got, want Signature, level MatchLevel) bool {
 // reported it; and got is a device assert that names its check, of one of
 // that file's classes when recorded names a file (or names the file, when
 // recorded names nothing).
-func Refines(got, recorded Signature) bool {
+func refines(got, recorded Signature) bool {
 	if recorded.Family != FamilyDeviceAssert || got.Family != FamilyDeviceAssert || recorded.Expression != "" {
 		return false
 	}
