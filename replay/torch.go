@@ -348,7 +348,7 @@ func (t *torchBackend) Views() bool { return !t.pool.remote() && t.program == ni
 func (t *torchBackend) SourceDir() string { return t.pool.sourceDir() }
 
 // ReplayView replays the candidate v describes, built by the worker from
-// the source's file (reduce_batch.load_view of fixtures.Batch.Plan): the
+// the source's file (reduce_replay.load_view of fixtures.Batch.Plan): the
 // zygote's child gets the plan in its request, a cold worker on its
 // standard input. No candidate file is written.
 func (t *torchBackend) ReplayView(ctx context.Context, src *fixtures.Source, v *fixtures.View) (Verdict, error) {
