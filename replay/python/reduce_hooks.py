@@ -203,7 +203,6 @@ def lightning_step(batch, state):
     import inspect
 
     import torch
-
     from reduce_collect import HarnessError, resolve_step, restore_rng
 
     info = (state or {}).get("lightning") or {}
