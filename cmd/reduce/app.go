@@ -30,8 +30,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			"minimal input that still triggers the same failure, then writes a regression fixture:\n" +
 			"the minimal batch, fixture.json and report.md, in a directory named by op and content\n" +
 			"hash under --out, whose conftest.py (reduce's collector) turns every fixture into tests.\n" +
-			"Progress goes to stderr; the fixture path is\n" +
-			"the last line of stdout (--json: one JSON event per line, the last the summary).\n\n" +
+			"Progress goes to stderr; the fixture path is the last line of stdout (--json: one JSON\n" +
+			"event per line, the last the summary).\n\n" +
 			"Record a batch with the Python module that `reduce recorder` prints.\n\n" +
 			"Examples:\n" +
 			"   reduce --batch crash.bin                          # reduce with the built-in kernels\n" +

@@ -1,10 +1,5 @@
-"""Record a failing PyTorch batch to a file for `reduce`, and read it back.
-
-Printed by `reduce recorder` for your training repository; it needs the standard library and torch
-(numpy and zstandard when present). record_on_failure(path, batch, step=...) saves the batch when
-its block raises, save() writes a file, load() reads one back. How to record: reduce's README,
-"Recording a batch"; the format: its docs/FORMAT.md; framework hooks: `reduce recorder --hooks`.
-"""
+"""Record a failing PyTorch batch for `reduce` (record_on_failure, save) and read it back (load):
+`reduce recorder` prints this file. reduce's README, "Recording a batch", and docs/FORMAT.md."""
 
 import contextlib
 import ctypes
@@ -52,63 +47,49 @@ _EXCEPTION_NAME_RE = re.compile(
     r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?:Error|Exception|Warning|Exit|Interrupt)):")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
-
 class BatchFileError(ValueError):
     """A batch file that breaks docs/FORMAT.md; the message names the file and the field."""
-
 
 def _torch():
     import torch  # imported on first use, so that importing this module stays cheap
     return torch
 
-
 def _warn(msg):
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(f"reduce_batch: {msg}\n")
-
 
 def _clean_str(s):
     # A lone surrogate (from undecodable bytes) cannot be UTF-8: U+FFFD, as Go writes it.
     return _SURROGATE_RE.sub("\ufffd", s)
 
-
 def encode_manifest(obj):
-    """The manifest's canonical bytes (docs/FORMAT.md): compact JSON, keys sorted, ASCII with \\u
-    escapes; NaN and infinities refused."""
+    """The manifest's canonical bytes (docs/FORMAT.md): compact ASCII JSON, keys sorted, no NaN."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("ascii")
-
 
 def _align(n):
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
-
 def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
-
 
 def _need(ok, exc, msg, *args):
     """Raise exc(msg % args) unless ok: a writer's check of its arguments, on one line."""
     if not ok:
         raise exc(msg % args if args else msg)
 
-
 # Writing -----------------------------------------------------------------------------------------
 
-
 def saved_offset(recorded_offset, itemsize):
-    """(storage offset written to the file, first storage element saved) for a view whose storage
-    offset is recorded_offset, by the rule of docs/FORMAT.md."""
+    """(the offset written, the first storage element saved) of a view at recorded_offset (FORMAT.md)."""
     a = _OFFSET_BYTES // itemsize
     if recorded_offset < a:
         return recorded_offset, 0
     offset = a + recorded_offset % a
     return offset, recorded_offset - offset
 
-
 def _encode_tensor(torch, name, t, batch_dim, compression):
-    """The manifest entry (payload.offset 0) and the stored bytes of one tensor (strided, of a format
-    dtype: _Flattener checked): the span of its storage the view reaches, from the first element
-    docs/FORMAT.md says to save, little-endian."""
+    """The manifest entry (payload.offset 0) and the stored bytes of a tensor _Flattener accepted: the
+    span of its storage the view reaches, from the first element docs/FORMAT.md saves, little-endian."""
     where, dtname = f"tensor {name!r}", str(t.dtype).replace("torch.", "")
     _need(t.dim() <= MAX_DIMS, ValueError, "%s: %d dims, at most %d are supported", where, t.dim(), MAX_DIMS)
     t, (itemsize, raw_name) = t.detach().resolve_neg(), _DTYPES[dtname]
@@ -129,8 +110,7 @@ def _encode_tensor(torch, name, t, batch_dim, compression):
             raw = torch.as_strided(t, (have,), (1,), start).view(getattr(torch, raw_name)).cpu().contiguous()
             if sys.byteorder != "little" and itemsize > 1:
                 raw = raw.view(torch.uint8).view(-1, itemsize).flip(1).contiguous()
-            try:
-                import numpy  # noqa: F401  (optional)
+            try:  # numpy, where it is there
                 data = memoryview(raw.numpy().view("uint8"))
             except (ImportError, RuntimeError, TypeError):
                 data = ctypes.string_at(raw.data_ptr(), have * itemsize)
@@ -147,28 +127,12 @@ def _encode_tensor(torch, name, t, batch_dim, compression):
             raise RuntimeError("compression 'zstd' needs the Python module 'zstandard' (pip install zstandard); "
                                "write with compression='none' instead")
         data = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(bytes(data))
-    entry = {"name": name, "dtype": dtname, "shape": shape, "strides": strides, "offset": offset, "batch_dim": batch_dim,
-             "storage_elements": elements, "payload": {"offset": 0, "length": len(data), "compression": compression,
-                                                       "crc32": zlib.crc32(data) & 0xFFFFFFFF}}
+    entry = {"name": name, "dtype": dtname, "shape": shape, "strides": strides, "offset": offset,
+             "batch_dim": batch_dim, "storage_elements": elements, "payload": {
+                 "offset": 0, "length": len(data), "compression": compression, "crc32": zlib.crc32(data) & 0xFFFFFFFF}}
     if recorded != offset:  # docs/FORMAT.md: written only when it differs from offset
         entry["recorded_offset"] = recorded
     return entry, data
-
-
-def _batch_axes(items, batch_dims):
-    batch_dims, names, axes = dict(batch_dims or {}), sorted(n for n, _ in items), {}
-    for k in batch_dims:
-        _need(k in names, ValueError, "batch_dims: no tensor named %r (tensors: %s)", k, ", ".join(names))
-    for name, t in items:
-        d = batch_dims.get(name, 0 if t.dim() > 0 else None)  # a 0-d tensor has no axis to batch along
-        if d is not None:
-            _need(_is_int(d), TypeError, "batch_dims[%r]: want an int or None, got %r", name, d)
-            _need(-t.dim() <= d < t.dim(), ValueError, "batch_dims[%r]: axis %r is out of range for a %d-dim tensor",
-                  name, d, t.dim())
-            d = d + t.dim() if d < 0 else d
-        axes[name] = d
-    return axes
-
 
 def _attr_value(v, where):
     if v is None or isinstance(v, (bool, str)):
@@ -186,7 +150,6 @@ def _attr_value(v, where):
         return _attr_value(v.tolist(), where)
     raise TypeError(f"{where}: {v!r} is not a JSON number, string, boolean, null or array of those")
 
-
 def _error_entry(error):
     if isinstance(error, BaseException):
         name = type(error).__name__
@@ -195,12 +158,9 @@ def _error_entry(error):
         except Exception:  # noqa: BLE001  (whatever a broken __str__ raises)
             msg = f"<unprintable {name}>"
         lines = [ln for ln in (f"{name}: {msg}" if msg else name).splitlines() if ln.strip()]
-        out = {"text": lines[0].rstrip() if lines else name, "exception": name}
-        if isinstance(error, SystemExit):
-            if _is_int(error.code):
-                out["exit_status"] = error.code
-        else:
-            out["exit_status"] = 1  # what the interpreter exits with on an uncaught exception
+        # The status the interpreter exits with: 1 for an uncaught exception.
+        status = (error.code if _is_int(error.code) else None) if isinstance(error, SystemExit) else 1
+        out = {"text": lines[0].rstrip() if lines else name, "exception": name, "exit_status": status}
     elif isinstance(error, str):
         out = {"text": error.rstrip("\r\n")}
         m = _EXCEPTION_NAME_RE.match(error)
@@ -209,17 +169,18 @@ def _error_entry(error):
     elif isinstance(error, dict):
         _need(not set(error) - _ERROR_KEYS, ValueError, "error: unknown keys %s (want text, exception, exit_status)",
               sorted(set(error) - _ERROR_KEYS))
-        out = {k: v for k, v in error.items() if v is not None or k == "text"}
+        out = dict(error, text=error.get("text"))
         _need(isinstance(out["text"], str), TypeError, "error: 'text' must be a string")
-        _need(isinstance(out.get("exception", ""), str), TypeError, "error: 'exception' must be a string")
-        _need(_is_int(out.get("exit_status", 0)), TypeError, "error: 'exit_status' must be an int")
+        _need(out.get("exception") is None or isinstance(out["exception"], str), TypeError,
+              "error: 'exception' must be a string")
+        _need(out.get("exit_status") is None or _is_int(out["exit_status"]), TypeError,
+              "error: 'exit_status' must be an int")
     else:
         raise TypeError(f"error: want a str, an exception or a dict, got {type(error).__name__}")
-    out = {k: (_clean_str(v) if isinstance(v, str) else v) for k, v in out.items()}
+    out = {k: (_clean_str(v) if isinstance(v, str) else v) for k, v in out.items() if v is not None or k == "text"}
     if out.get("exception") == "":
         del out["exception"]  # Go's omitempty drops it too
     return out
-
 
 def _provenance(torch, items, failed=False):
     meta = {"torch": str(torch.__version__), "python": platform.python_version(),
@@ -245,11 +206,20 @@ def _provenance(torch, items, failed=False):
             meta["git"] = rev
     return meta
 
-
-def _samples_of(items, axes, lenient, notes, samples=None):
-    """The sample count the batched tensors agree on; one that disagrees is an error, or, lenient
-    (recording a crash), recorded as shared with a note."""
-    first = None
+def _axes(items, batch_dims, lenient, notes, samples=None):
+    """(name -> batch axis or None, the sample count the batched tensors agree on). A tensor that
+    disagrees is an error, or, lenient (recording a crash), recorded as shared with a note."""
+    batch_dims, names, axes, first = dict(batch_dims or {}), sorted(n for n, _ in items), {}, None
+    for k in batch_dims:
+        _need(k in names, ValueError, "batch_dims: no tensor named %r (tensors: %s)", k, ", ".join(names))
+    for name, t in items:
+        d = batch_dims.get(name, 0 if t.dim() > 0 else None)  # a 0-d tensor has no axis to batch along
+        if d is not None:
+            _need(_is_int(d), TypeError, "batch_dims[%r]: want an int or None, got %r", name, d)
+            _need(-t.dim() <= d < t.dim(), ValueError, "batch_dims[%r]: axis %r is out of range for a %d-dim tensor",
+                  name, d, t.dim())
+            d = d + t.dim() if d < 0 else d
+        axes[name] = d
     for name, t in items:
         d = axes[name]
         if d is None:
@@ -258,12 +228,12 @@ def _samples_of(items, axes, lenient, notes, samples=None):
         if samples is None:
             samples, first = n, name
         elif n != samples:
-            _need(lenient, ValueError, "tensor %r: %d samples along batch axis %d, but %s %d; mark a shared tensor with "
-                  "batch_dims={%r: None}", name, n, d, f"tensor {first!r} has" if first else "the batch has", samples, name)
+            _need(lenient, ValueError, "tensor %r: %d samples along batch axis %d, but %s %d; mark a shared tensor "
+                  "with batch_dims={%r: None}", name, n, d, f"tensor {first!r} has" if first else "the batch has",
+                  samples, name)
             axes[name] = None
             notes.append(f"{name}: recorded as shared: {n} along axis {d}, the batch has {samples} samples")
-    return samples
-
+    return axes, samples
 
 def _pads(items, axes, samples, padded, lengths):
     if not padded:
@@ -285,30 +255,13 @@ def _pads(items, axes, samples, padded, lengths):
         out[name] = {"dim": d, "lengths": lengths}
     return out
 
-
-def _find_ids(per_sample, samples):
-    """The ids among the per-sample lists: one under an id key, else the first one of distinct strings
-    (the ids of a default-collated (image, label, id) tuple)."""
-    for p, values in per_sample:
-        if p.rpartition(".")[2] in _ID_KEYS and len(values) == samples and all(
-                isinstance(v, (str, int)) and not isinstance(v, bool) for v in values):
-            return values
-    for p, values in per_sample:
-        if len(values) == samples and all(isinstance(v, str) for v in values) and len(set(values)) == len(values):
-            return values
-    return None
-
-
 def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=None, error=None,
          meta=None, step=None, state=None, padded=None, lengths=None, provenance=True,
          compression="none", tensors=None, _failed=False):
-    """Write one batch to `path` atomically. `batch` is what the loader yields: tensors (batched along
-    axis 0 unless batch_dims says otherwise, None for a shared one), per-sample lists of Python values
-    and shared values, in any nesting of dict, list, tuple, named tuple and mapping; a leaf it cannot
-    encode is recorded as skipped. op and attrs name a built-in operator, step the training step
-    (a top-level function, or "module:qualname"), state name -> a model, optimizer or state_dict;
-    error is an exception, its text or {text, exception, exit_status}; meta overrides the provenance
-    (None drops a key; provenance=False: meta alone). reduce's README, "Recording a batch", says more."""
+    """Write one batch to `path` atomically: `batch` as the loader yields it (tensors batched along
+    axis 0 unless batch_dims says otherwise, None for a shared one, per-sample and shared Python
+    values, in any nesting of dict, list, tuple, named tuple and mapping), with the operator (op,
+    attrs) or the step, the state, the error and meta: reduce's README, "Recording a batch"."""
     torch = _torch()
     lenient = bool(_failed)  # recording a crash: what cannot be encoded is noted, never fatal
     _need(batch is None or tensors is None, TypeError, "save: give the batch once (batch or tensors=)")
@@ -324,13 +277,17 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
     # A dict of tensors by name is written as version 1 wrote it, without a structure.
     flat = (type(batch) is dict and batch and all(isinstance(k, str) and k for k in batch) and not fl.skipped
             and all(isinstance(v, torch.Tensor) for v in batch.values()) and step is None and state is None)
-    axes = _batch_axes(items, batch_dims)
-    batched = any(axes[n] is not None for n, _ in items)
-    samples = _samples_of(items, axes, lenient, notes, None if flat or not batched else counted)
+    # The count, where a tensor is batched; a flat batch's tensors are compared with one another.
+    batched = any(batch_dims is None or batch_dims.get(n, 0) is not None for n, t in items if t.dim() > 0)
+    axes, samples = _axes(items, batch_dims, lenient, notes, None if flat or not batched else counted)
     structure = None if flat else tree
     if not flat:
         samples = counted if samples is None else samples
-        sample_ids = _find_ids(fl.per_sample, samples) if sample_ids is None else sample_ids
+        # The ids: a per-sample list under an id key (_ID_KEYS), else the first one of distinct strings.
+        lists = [(p.rpartition(".")[2], v) for p, v in fl.per_sample if len(v) == samples] if sample_ids is None else []
+        sample_ids = ([v for k, v in lists if k in _ID_KEYS and all(_is_int(x) or isinstance(x, str) for x in v)] +
+                      [v for k, v in lists if all(isinstance(x, str) for x in v) and len(set(v)) == len(v)] +
+                      [sample_ids])[0]
     ids = None if sample_ids is None else [_clean_str(s if isinstance(s, str) else str(s)) for s in (
         sample_ids.tolist() if hasattr(sample_ids, "tolist") else sample_ids)]
     samples = len(ids) if samples is None and ids is not None else samples or 0
@@ -381,13 +338,10 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
             state_items = []
     if structure is not None:
         manifest["structure"] = structure
-    m = _provenance(torch, items, _failed) if provenance else {}
-    for k, v in dict(meta or {}).items():
+    for k in dict(meta or {}):
         _need(isinstance(k, str), TypeError, "meta: keys must be strings, got %r", k)
-        if v is None:
-            m.pop(k, None)
-        else:
-            m[k] = v if isinstance(v, str) else str(v)
+    m = dict(_provenance(torch, items, _failed) if provenance else {}, **dict(meta or {}))  # None drops a key
+    m = {k: v if isinstance(v, str) else str(v) for k, v in m.items() if v is not None}
     if m:
         manifest["meta"] = {_clean_str(k): _clean_str(v) for k, v in m.items()}
 
@@ -419,29 +373,24 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
     manifest["tensors"] = entries
     if failed:
         manifest["structure"] = structure = tree  # a flat batch too: its skipped leaf needs one
-        for tree in (manifest.get("structure"), manifest.get("state")):
-            _replace_leaves(tree, failed)
+        for node in (manifest.get("structure"), manifest.get("state")):
+            _replace_leaves(node, failed)
     version = 2 if (structure is not None or "step" in manifest or "state" in manifest or pads) else 1
     mbytes = encode_manifest(manifest)
-    _need(len(mbytes) <= MAX_MANIFEST, ValueError, "manifest: %d bytes, at most %d are allowed", len(mbytes), MAX_MANIFEST)
+    _need(len(mbytes) <= MAX_MANIFEST, ValueError, "manifest: %d bytes, at most %d are allowed", len(mbytes),
+          MAX_MANIFEST)
     header = _HEADER.pack(MAGIC, version, 0, len(mbytes), zlib.crc32(mbytes) & 0xFFFFFFFF, 0)
-
-    def write(f):
-        f.write(header + mbytes + bytes(_align(HEADER_SIZE + len(mbytes)) - HEADER_SIZE - len(mbytes)))
-        pos = 0
-        for entry, blob in zip(entries, blobs):
-            f.write(bytes(entry["payload"]["offset"] - pos))
-            f.write(blob)
-            pos = entry["payload"]["offset"] + entry["payload"]["length"]
-
-    _atomic_write(os.fspath(path), write)
+    chunks, pos = [header + mbytes + bytes(_align(HEADER_SIZE + len(mbytes)) - HEADER_SIZE - len(mbytes))], 0
+    for entry, blob in zip(entries, blobs):  # each payload at its offset, after the padding to it
+        chunks += [bytes(entry["payload"]["offset"] - pos), blob]
+        pos = entry["payload"]["offset"] + entry["payload"]["length"]
+    _atomic_write(os.fspath(path), chunks)
     for note in notes:
         _warn(note)
     if "state" in manifest:
-        _warn("recorded the state ({}): {:.1f} MiB, {:.1f} MiB in the file".format(", ".join(manifest["state"].get("keys", [])),
-                                                                          state_bytes[0] / 2.0**20, state_bytes[1] / 2.0**20))
+        keys, (size, stored) = ", ".join(manifest["state"].get("keys", [])), (n / 2.0**20 for n in state_bytes)
+        _warn(f"recorded the state ({keys}): {size:.1f} MiB, {stored:.1f} MiB in the file")
     return path
-
 
 def _replace_leaves(node, by_name):
     for i, c in enumerate((node or {}).get("items", [])):
@@ -450,54 +399,43 @@ def _replace_leaves(node, by_name):
         else:
             _replace_leaves(c, by_name)
 
-
-def _atomic_write(path, write):
+def _atomic_write(path, chunks):
     directory = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(8).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
-            write(f)
+            for chunk in chunks:
+                f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
-    try:  # make the rename durable; not possible everywhere (Windows)
+    with contextlib.suppress(OSError):  # make the rename durable; not possible everywhere (Windows)
         dfd = os.open(directory, os.O_RDONLY)
         os.fsync(dfd)
         os.close(dfd)
-    except OSError:
-        pass
-
 
 # The batch as the loader yields it (docs/FORMAT.md, "The structure") -----------------------------
 
 _SCALARS = (str, int, float, bool, type(None))
-# Keys of a per-sample leaf that hold the samples' ids, when sample_ids is not given.
 _ID_KEYS = ("id", "ids", "sample_id", "sample_ids", "uid", "uids", "idx", "index", "key", "keys")
-
 
 def _is_scalar(v):
     return isinstance(v, _SCALARS) and not (isinstance(v, float) and not math.isfinite(v))
-
 
 def _type_path(obj):
     cls = obj if isinstance(obj, type) else type(obj)
     return f"{cls.__module__}:{cls.__qualname__}"
 
-
 def _is_namedtuple(x):
     return isinstance(x, tuple) and hasattr(type(x), "_fields") and hasattr(type(x), "_make")
 
-
 class _Flattener:
-    """Walks a batch (or a state) into a structure node, collecting its tensors by path name and
-    what it cannot encode. `samples` decides which lists of Python values are per-sample."""
+    """A batch (or a state) as a structure node, its tensors by path name, what it cannot encode."""
 
     def __init__(self, torch, prefix, samples):
         self.torch, self.prefix, self.samples = torch, prefix, samples
@@ -528,7 +466,7 @@ class _Flattener:
                 return self.skip(path, x, f"numpy array: {e}")
         if isinstance(x, torch.Tensor):
             if str(x.dtype).replace("torch.", "") not in _DTYPES:
-                return self.skip(path, x, "dtype {} is not supported (want one of {})".format(x.dtype, ", ".join(DTYPES)))
+                return self.skip(path, x, f"dtype {x.dtype} is not supported (want one of {', '.join(DTYPES)})")
             if x.layout != torch.strided:
                 return self.skip(path, x, f"layout {x.layout} (only strided tensors are recorded)")
             name = self.name(path)
@@ -544,13 +482,9 @@ class _Flattener:
                     return self.skip(path, x, "a non-finite float has no JSON form")
                 self.per_sample.append((path, list(x)))
                 node = {"kind": "samples", "values": [_clean_str(v) if isinstance(v, str) else v for v in x]}
-                if isinstance(x, tuple):
-                    node["tuple"] = True
-                return node
+                return dict(node, tuple=True) if isinstance(x, tuple) else node
             node = {"kind": "tuple" if isinstance(x, tuple) else "list"}
-            if x:
-                node["items"] = self.items(range(len(x)), list(x), path)
-            return node
+            return dict(node, items=self.items(range(len(x)), list(x), path)) if x else node
         if isinstance(x, dict) or (hasattr(x, "keys") and hasattr(x, "__getitem__")):
             keys = list(x.keys())
             bad = [k for k in keys if not (isinstance(k, str) or _is_int(k))]
@@ -561,20 +495,16 @@ class _Flattener:
                 if any(not isinstance(k, str) for k in keys):
                     return self.skip(path, x, "a mapping object with a key that is not a str")
                 node = {"kind": "mapping", "type": _type_path(x)}
-            if keys:
-                node["keys"] = [_clean_str(k) if isinstance(k, str) else k for k in keys]
-                node["items"] = self.items(keys, [x[k] for k in keys], path)
-            return node
+            return dict(node, keys=[_clean_str(k) if isinstance(k, str) else k for k in keys],
+                        items=self.items(keys, [x[k] for k in keys], path)) if keys else node
         if isinstance(x, _SCALARS):
             if not _is_scalar(x):
                 return self.skip(path, x, "a non-finite float has no JSON form")
             return {"kind": "value", "value": _clean_str(x) if isinstance(x, str) else x}
         return self.skip(path, x, "not a tensor, a container or a Python scalar")
 
-
 def _count_samples(torch, batch, batch_dims, sample_ids):
-    """The batch's size: along the batch axis of its tensors, else the ids', else the first list of
-    Python values."""
+    """The batch's size: along its tensors' batch axis, else the ids', else a list of Python values'."""
     probe = _Flattener(torch, "", None)
     probe.node(batch)
     for name, t in probe.tensors:
@@ -583,17 +513,12 @@ def _count_samples(torch, batch, batch_dims, sample_ids):
             return int(t.shape[d])
     if sample_ids is not None:
         return len(sample_ids)
-    stack = [batch]
-    while stack:
-        x = stack.pop(0)
+    queue = [batch]
+    for x in queue:  # breadth first
         if isinstance(x, (list, tuple)) and x and all(isinstance(v, _SCALARS) for v in x):
             return len(x)
-        if isinstance(x, (list, tuple)):
-            stack.extend(x)
-        elif isinstance(x, dict):
-            stack.extend(x.values())
+        queue.extend(x if isinstance(x, (list, tuple)) else x.values() if isinstance(x, dict) else ())
     return 0
-
 
 def _build(node, tensors):
     """The Python value of a structure node over the loaded tensors."""
@@ -621,11 +546,9 @@ def _build(node, tensors):
                                                  type(e).__name__, e))
         return tuple(items) if kind == "namedtuple" else dict(zip(keys, items))
 
-
 _NODE_KEYS = {"tensor": {"name"}, "list": {"items"}, "tuple": {"items"}, "dict": {"keys", "items"},
               "namedtuple": {"keys", "items", "type"}, "mapping": {"keys", "items", "type"},
               "samples": {"values", "tuple"}, "value": {"value"}, "skipped": {"type", "reason"}}
-
 
 def _tree(node, path, tensors, skipped):
     """Collect a structure's tensor names and its skipped leaves [(path, type, reason)]."""
@@ -637,22 +560,18 @@ def _tree(node, path, tensors, skipped):
     for k, c in zip(keys, node.get("items", [])):
         _tree(c, f"{path}.{k}" if path else str(k), tensors, skipped)
 
-
 # The state at the crash, and the step ------------------------------------------------------------
 
-
 class State(dict):
-    """The state recorded with a batch (save(..., state=)): name -> its state_dict (tensors and
-    Python values, no pickle); "rng" the random generators' states, which reduce restores before it
-    calls the step. restore(model=m, optimizer=o) loads each named state_dict into its object."""
+    """The state recorded with a batch (save(..., state=)): name -> its state_dict, "rng" the random
+    generators'. restore(model=m, optimizer=o) loads each named state_dict into its object."""
 
     def restore(self, **objects):
         for name, obj in objects.items():
-            if name not in self:
-                raise KeyError("state: nothing recorded under {!r} (recorded: {})".format(name, ", ".join(sorted(self))))
+            _need(name in self, KeyError, "state: nothing recorded under %r (recorded: %s)", name,
+                  ", ".join(sorted(self)))
             obj.load_state_dict(self[name])
         return self
-
 
 def _rng_state(torch):
     import random
@@ -667,18 +586,14 @@ def _rng_state(torch):
         rng["numpy"] = [s[0], torch.from_numpy(s[1].astype("int64")), int(s[2]), int(s[3]), float(s[4])]
     return rng
 
-
 def _step_entry(step):
-    """The manifest's step for a step function (or "module:qualname"), or raises ValueError saying
-    why it cannot be imported by name."""
+    """The manifest's step of a function (or "module:qualname"); ValueError if it has no import name."""
     if isinstance(step, str):
         mod, sep, qual = step.rpartition(":")
         if not sep or not mod or not qual:
             raise ValueError(f"step {step!r}: want module:qualname")
-        entry = {"module": mod, "qualname": qual, "cwd": os.getcwd()}
-        if getattr(sys.modules.get(mod), "__file__", None):
-            entry["file"] = os.path.abspath(sys.modules[mod].__file__)
-        return entry
+        f = getattr(sys.modules.get(mod), "__file__", None)
+        return dict(module=mod, qualname=qual, cwd=os.getcwd(), **({"file": os.path.abspath(f)} if f else {}))
     fn = getattr(step, "__func__", step)
     if getattr(step, "__self__", None) is not None and not isinstance(step.__self__, type):
         raise ValueError(f"step {step!r} is a bound method: pass a function of the batch (reduce cannot rebuild "
@@ -697,16 +612,14 @@ def _step_entry(step):
         entry["file"] = os.path.abspath(src)
         line = _runs_at_import(src) if mod == "__main__" else 0
         if line:
-            _warn(f"warning: {src} runs code when it is imported (line {line}): reduce imports it to replay {qual} and "
-                  "would run that again; put it under `if __name__ == \"__main__\":`, or define the step in a module of "
-                  "its own")
+            _warn(f"warning: {src} runs code when it is imported (line {line}): reduce imports it to replay {qual} "
+                  "and would run that again; put it under `if __name__ == \"__main__\":`, or define the step in a "
+                  "module of its own")
     return entry
 
-
 def _runs_at_import(path):
-    """The line of a script's first top-level statement that would train when imported (a loop, a
-    with block, a call of a plain function such as main()) outside `if __name__ == "__main__":`,
-    or 0. Calls of a module's function (sys.path.insert, torch.manual_seed) are set-up."""
+    """The line of a script's first top-level statement that trains when imported (a loop, a with
+    block, a call of a plain function: main(), not sys.path.insert()), or 0."""
     import ast
     try:
         with open(path, "rb") as f:
@@ -720,17 +633,12 @@ def _runs_at_import(path):
             return node.lineno
     return 0
 
-
 # Reading -----------------------------------------------------------------------------------------
 
-
 class Batch:
-    """A batch read by load(): .data, the batch in its recorded structure (a skipped leaf is None; a
-    file without one: the tensors); .tensors, name -> torch.Tensor (the recorded dtype, shape,
-    strides and saved offset); .batch_dims, .pads, .samples, .sample_ids, .op, .attrs, .meta, .error
-    ({text, exception, exit_status} or None), .step ({module, qualname, file, cwd} or None), .state
-    (a State or None), .skipped ([(path, type, reason)]), .recorded_offsets (name -> the offset the
-    recorder saw, where the file keeps a shorter prefix), .manifest."""
+    """A batch read by load(): .data in its recorded structure (a skipped leaf None), .tensors by name
+    (the recorded dtype, shape, strides, saved offset), .batch_dims, .pads, .samples, .sample_ids,
+    .op, .attrs, .meta, .error, .step, .state (a State), .skipped, .recorded_offsets, .manifest."""
 
     def __init__(self, path, manifest, tensors):
         self.path, self.manifest, self.tensors = path, manifest, tensors
@@ -746,8 +654,7 @@ class Batch:
         self.meta, self.step = manifest.get("meta") or {}, manifest.get("step")
         self.skipped, self.state = [], None
         self.data = _build(manifest["structure"], tensors) if "structure" in manifest else dict(tensors)
-        if "structure" in manifest:
-            _tree(manifest["structure"], "", [], self.skipped)
+        _tree(manifest.get("structure") or {}, "", [], self.skipped)
         if "state" in manifest:
             in_state = []
             _tree(manifest["state"], "state", in_state, self.skipped)
@@ -756,13 +663,11 @@ class Batch:
                 self.tensors.pop(name, None)  # tensors holds the batch's; the state's are in state
 
     def __repr__(self):
-        parts = ["{} {}{}".format(n, str(t.dtype).replace("torch.", ""), list(t.shape)) for n, t in self.tensors.items()]
+        parts = [f"{n} {str(t.dtype).replace('torch.', '')}{list(t.shape)}" for n, t in self.tensors.items()]
         return f"<Batch {self.path}: {self.samples} samples, op={self.op!r}, tensors: {', '.join(parts)}>"
 
-
 class _Reader:
-    """The strict reader of docs/FORMAT.md: every rule the Go reader checks, each failure a
-    BatchFileError naming the file and the field."""
+    """The strict reader: every rule of docs/FORMAT.md the Go reader checks, a BatchFileError each."""
 
     def __init__(self, path, max_size):
         self.path, self.max_size, self.version = path, max_size, FORMAT_VERSION
@@ -770,6 +675,12 @@ class _Reader:
     def need(self, ok, field, msg, *args):
         if not ok:
             raise BatchFileError(f"{self.path}: {field}: {msg % args if args else msg}")
+
+    def keys(self, obj, allowed, required, where, prefix):
+        unknown = sorted(set(obj) - set(allowed))
+        self.need(not unknown, where, "%sunknown keys %s", prefix, ", ".join(unknown))
+        for key in required:
+            self.need(key in obj, where, "%smissing key %s", prefix, key)
 
     def int_field(self, obj, key, where, minimum=0, maximum=_INT64_MAX):
         v = obj.get(key)
@@ -802,7 +713,6 @@ class _Reader:
     def manifest(self, mbytes):
         def bad_constant(name):
             raise ValueError(f"{name} is not JSON")
-
         try:
             m = json.loads(mbytes.decode("utf-8"), parse_constant=bad_constant)
         except ValueError as e:
@@ -860,7 +770,8 @@ class _Reader:
         extra = set(node) - _NODE_KEYS[kind] - {"kind"}
         self.need(not extra, where, "key %s does not belong to kind %s", "".join(sorted(extra)[:1]), kind)
         if kind == "tensor":
-            self.need(isinstance(node.get("name"), str) and node["name"] in names, where, "no tensor named %s", json.dumps(node.get("name")))
+            self.need(isinstance(node.get("name"), str) and node["name"] in names, where, "no tensor named %s",
+                      json.dumps(node.get("name")))
             self.need(node["name"] not in used, where, "tensor %r appears twice", node["name"])
             used.add(node["name"])
         elif kind == "samples":
@@ -885,12 +796,10 @@ class _Reader:
         where = f"tensor {name!r}"
         self.need(name not in names, where, "duplicate name")
         names.add(name)
-        unknown = set(e) - _TENSOR_KEYS
-        self.need(not unknown, where, "unknown keys %s", ", ".join(sorted(unknown)))
-        for key in _TENSOR_REQUIRED:
-            self.need(key in e, where, "missing key %s", key)
+        self.keys(e, _TENSOR_KEYS, _TENSOR_REQUIRED, where, "")
         dt, shape, strides = e["dtype"], e["shape"], e["strides"]
-        self.need(isinstance(dt, str) and dt in _DTYPES, where, "dtype: unknown dtype %s (want one of %s)", json.dumps(dt), ", ".join(DTYPES))
+        self.need(isinstance(dt, str) and dt in _DTYPES, where, "dtype: unknown dtype %s (want one of %s)",
+                  json.dumps(dt), ", ".join(DTYPES))
         itemsize = _DTYPES[dt][0]
         self.need(isinstance(shape, list) and len(shape) <= MAX_DIMS, where,
                   "shape: want an array of at most %d integers", MAX_DIMS)
@@ -932,10 +841,7 @@ class _Reader:
                       "pad: lengths: want one length in [0, %d] per sample", shape[pad["dim"]])
         p = e["payload"]
         self.need(isinstance(p, dict), where, "payload: want an object")
-        unknown = set(p) - set(_PAYLOAD_KEYS)
-        self.need(not unknown, where, "payload: unknown keys %s", ", ".join(sorted(unknown)))
-        for key in _PAYLOAD_KEYS:
-            self.need(key in p, where, "payload: missing key %s", key)
+        self.keys(p, _PAYLOAD_KEYS, _PAYLOAD_KEYS, where, "payload: ")
         poff = self.int_field(p, "offset", where + ": payload")
         self.need(poff % ALIGN == 0, where, "payload: offset %d is not a multiple of %d", poff, ALIGN)
         plen = self.int_field(p, "length", where + ": payload")
@@ -988,8 +894,9 @@ class _Reader:
         try:
             import zstandard
         except ImportError:
-            self.need(False, where, "payload: it is zstd-compressed, and the Python module 'zstandard' is not installed: "
-                      "install it (pip install zstandard) or rewrite the file uncompressed with `reduce convert`")
+            self.need(False, where, "payload: it is zstd-compressed, and the Python module 'zstandard' is not "
+                      "installed: install it (pip install zstandard) or rewrite the file uncompressed with `reduce "
+                      "convert`")
         try:
             params = zstandard.get_frame_parameters(bytes(data))
         except zstandard.ZstdError as e:
@@ -1009,13 +916,10 @@ class _Reader:
         self.need(not d.unused_data, where, "payload: %d bytes after the zstd frame", len(d.unused_data))
         return bytearray(out)
 
-
 def read_manifest(path, max_size=DEFAULT_MAX_SIZE):
-    """(manifest, P) of a batch file without torch: its manifest and the offset of its payload
-    area, the header, the manifest and the payloads' places checked (their bytes are not read)."""
+    """(manifest, P: its payload area's offset) of a batch file, checked but for the payloads' bytes."""
     with open(path, "rb") as f:
         return _Reader(os.fspath(path), max_size).checked(f)
-
 
 def read_raw(path, max_size=DEFAULT_MAX_SIZE):
     """Read and validate a batch file without torch: (manifest, [storage bytes per tensor])."""
@@ -1024,11 +928,9 @@ def read_raw(path, max_size=DEFAULT_MAX_SIZE):
     with open(path, "rb") as f:
         return m, [r.payload(f, e, p) for e in m["tensors"]]
 
-
 def load(path, device="cpu", *, max_size=DEFAULT_MAX_SIZE):
-    """Read a batch file: a Batch, every tensor rebuilt on `device` with torch.as_strided over a
-    storage of storage_elements elements (the recorded dtype, shape, strides and saved offset).
-    Raises BatchFileError (a ValueError) naming the file and the field."""
+    """Read a batch file: a Batch, every tensor rebuilt on `device` with torch.as_strided. Raises
+    BatchFileError (a ValueError) naming the file and the field."""
     torch = _torch()
     m, storages = read_raw(path, max_size)
     device, tensors = torch.device(device), {}
@@ -1043,15 +945,12 @@ def load(path, device="cpu", *, max_size=DEFAULT_MAX_SIZE):
         tensors[e["name"]] = torch.as_strided(st.to(device), e["shape"], e["strides"], e["offset"])
     return Batch(os.fspath(path), m, tensors)
 
-
 # The training-loop hook --------------------------------------------------------------------------
-
 
 class record_on_failure:
     """On an exception in the block, save the batch (its CPU copy, or a callable returning it) to
-    `path` with the error, and let the exception go on; the keyword arguments are save()'s. What
-    cannot be encoded is recorded as skipped; `.saved` says whether the file was written. Inside
-    one of reduce's replays (REDUCE_REPLAY set) it never records."""
+    `path` with the error, and let the exception go on; the keyword arguments are save()'s. `.saved`
+    says whether it wrote the file; inside one of reduce's replays (REDUCE_REPLAY) it never does."""
 
     def __init__(self, path, batch=None, *, tensors=None, **kwargs):
         if "error" in kwargs:
@@ -1085,14 +984,13 @@ class record_on_failure:
             except Exception as e:  # noqa: BLE001  (the crash is recorded all the same)
                 _warn(f"the batch callable raised {type(e).__name__}: {e}; recording the failure without a batch")
                 batch = {}
-        try:
-            save(self.path, batch, error=exc, _failed=True, **self.kwargs)
-        except Exception as e:  # noqa: BLE001  (an argument save() refuses)
-            # An argument save() refuses (a bad op name, ...): the crash is still recorded, with the
-            # step if it can be, else bare.
-            keep = {k: v for k, v in self.kwargs.items() if k in ("step", "sample_ids")}
-            _warn("{}: {}; recording the batch with {} only".format(type(e).__name__, e, " and ".join(keep) or "the error"))
+        # An argument save() refuses (a bad op name, ...): the crash is still recorded, with the step
+        # if it can be, else bare.
+        keep = {k: v for k, v in self.kwargs.items() if k in ("step", "sample_ids")}
+        for kwargs in (self.kwargs, keep, {}):
             try:
-                save(self.path, batch, error=exc, _failed=True, **keep)
-            except Exception:  # noqa: BLE001  (the step cannot be recorded either)
-                save(self.path, batch, error=exc, _failed=True)
+                return save(self.path, batch, error=exc, _failed=True, **kwargs)
+            except Exception as e:
+                if not kwargs:
+                    raise
+                _warn(f"{type(e).__name__}: {e}; recording the batch with {' and '.join(keep) or 'the error'} only")

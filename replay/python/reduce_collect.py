@@ -1,4 +1,4 @@
-# reduce collector 0.20.0: reduce's pytest collector, the conftest.py reduce keeps at the root of its --out (do not edit: reduce rewrites it).
+# reduce collector 0.20.0: written by reduce at the root of its --out, and rewritten by it: do not edit.
 """The regression fixtures' test side, and the runtime that replays a recorded batch outside reduce.
 
 Under pytest, this file (the conftest.py that reduce writes at the root of `--out`, by default
@@ -378,8 +378,9 @@ def _malloc_top():
 def limit_device_memory(device, nbytes):
     """Let this process allocate at most `nbytes` more on `device` from now on (reduce's
     --device-memory, run_in_child's device_memory: emulating a device of that size, so that a
-    failure that depends on the batch size alone reproduces). On cuda, the caching allocator's memory fraction: what it has reserved so far
-    (the CUDA context's first block, the loaded batch) plus nbytes. On the CPU, RLIMIT_DATA:
+    failure that depends on the batch size alone reproduces). On cuda, the caching allocator's
+    memory fraction: what it has reserved so far (the CUDA context's first block, the loaded
+    batch) plus nbytes. On the CPU, RLIMIT_DATA:
     the data size now plus nbytes, less the free top of the heap (_malloc_top); an allocation
     past it makes torch's DefaultCPUAllocator raise "can't allocate memory". The intra-op thread
     pool is started first: its threads' stacks are data mappings too, and must not count against
@@ -535,8 +536,8 @@ def run_in_child(path, device="cpu", entry=None, device_memory=0, timeout=900, s
     runs with REDUCE_REPLAY=1, as reduce's replays do: a record_on_failure in the step records
     nothing there."""
     cmd = [sys.executable, "-c", _CHILD_CODE, os.path.dirname(os.path.abspath(reduce_batch.__file__)),
-           os.path.abspath(__file__), os.path.abspath(os.fspath(path)), str(device), entry or "", str(int(device_memory or 0)),
-           "" if seed is None else str(int(seed))]
+           os.path.abspath(__file__), os.path.abspath(os.fspath(path)), str(device), entry or "",
+           str(int(device_memory or 0)), "" if seed is None else str(int(seed))]
     env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1", AMD_SERIALIZE_KERNEL="3", REDUCE_REPLAY="1")
     # A session of its own: a timeout kills the child with whatever it started (loader workers).
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
@@ -577,7 +578,8 @@ def child_failure(returncode, stderr):
     if failure is not None:
         name, message = failure
         if name == "reduce_collect.HarnessError":
-            return HarnessError(f"the batch could not run in the child process: {message}\n--- the end of its stderr ---\n{_tail(stderr)}")
+            return HarnessError(f"the batch could not run in the child process: {message}\n"
+                                f"--- the end of its stderr ---\n{_tail(stderr)}")
         e = _exception_of(name, message)
         if e is None:
             return ChildFailure(name, message, stderr)
@@ -793,8 +795,8 @@ def _sample_leaf(sample, tensor):
             return parts[int(m.group(2)) - 1]
     if tensor == "batch" and _children(sample) is None:
         return sample  # a batch that is one tensor: _Flattener names it "batch"
-    raise KeyError(f"batch tensor {tensor!r}: {_sample_missing(sample, tensor)}. reduce_sample must return the sample as the Dataset yields it "
-                   "(before the collate), with the keys of the batch")
+    raise KeyError(f"batch tensor {tensor!r}: {_sample_missing(sample, tensor)}. reduce_sample must return the "
+                   "sample as the Dataset yields it (before the collate), with the keys of the batch")
 
 
 def _is_array(x):
@@ -804,8 +806,8 @@ def _is_array(x):
 def _python_value(x, tensor, index):
     if _is_array(x):
         if tuple(x.shape) != ():
-            raise IndexError(f"batch tensor {tensor!r}: index {index} names a part of shape {list(x.shape)} of the sample, not one element: "
-                             "give one index per dim (without the batch dim)")
+            raise IndexError(f"batch tensor {tensor!r}: index {index} names a part of shape {list(x.shape)} of the "
+                             "sample, not one element: give one index per dim (without the batch dim)")
         return x.item()
     if hasattr(x, "item") and tuple(getattr(x, "shape", (None,))) == ():  # a numpy scalar (np.float64 is a float)
         return x.item()
@@ -821,14 +823,14 @@ def _sample_element(leaf, tensor, index):
             rest = [int(j) for j in index[k:]]
             shape = list(x.shape)
             if len(rest) > len(shape) or any(not -n <= j < n for j, n in zip(rest, shape)):
-                raise IndexError(f"batch tensor {tensor!r}: index {index} is outside the sample's {type(x).__name__} of shape {shape} (is the batch's "
-                                 "tensor padded past this sample?)")
+                raise IndexError(f"batch tensor {tensor!r}: index {index} is outside the sample's {type(x).__name__} "
+                                 f"of shape {shape} (is the batch's tensor padded past this sample?)")
             x = x[tuple(rest)]
             break
         if isinstance(x, (list, tuple)):
             if not -len(x) <= i < len(x):
-                raise IndexError(f"batch tensor {tensor!r}: index {index} is outside the sample's list of {len(x)} items "
-                                 f"at dim {k} (is the batch's tensor padded past this sample?)")
+                raise IndexError(f"batch tensor {tensor!r}: index {index} is outside the sample's list of {len(x)} "
+                                 f"items at dim {k} (is the batch's tensor padded past this sample?)")
             x = x[i]
             continue
         raise IndexError(f"batch tensor {tensor!r}: index {index} goes into a {type(x).__name__} in the sample")
@@ -1051,8 +1053,8 @@ class Fixture:
         """Why the batches cannot run here (a device this machine lacks), or ""."""
         if not self.device.startswith("cuda") or _torch().cuda.is_available():
             return ""
-        return (f"the {self.family} failure was replayed on {self.device} only, not on the CPU, and torch.cuda is not available here (set "
-                "REDUCE_DEVICE to run it on another device)")
+        return (f"the {self.family} failure was replayed on {self.device} only, not on the CPU, and torch.cuda is "
+                "not available here (set REDUCE_DEVICE to run it on another device)")
 
     def open_reason(self):
         """The xfail's reason, which pytest shows with an XPASS(strict) once the bug is fixed: the one
@@ -1063,7 +1065,8 @@ class Fixture:
                "with `reduce fixed {}`; it then guards the fix.".format(what, os.path.join(self.rel, "fixture.json"),
                                                                      _shell_quote(self.rel)))
         if self.data_cases() != ([], []):
-            why += " (A fix in the data leaves this batch failing as recorded: the culprit sample tests guard that fix.)"
+            why += (" (A fix in the data leaves this batch failing as recorded: the culprit sample tests guard that "
+                    "fix.)")
         return why
 
     def path(self, name):
@@ -1094,7 +1097,8 @@ class Fixture:
         shell = os.path.basename(self.args[0]) in _SHELLS
         argv = [self.args[0]]
         for i, a in enumerate(self.args[1:], 1):  # {batch} in the script of sh -c is shell-quoted
-            argv.append(a.replace("{batch}", shlex.quote(path) if shell and i > 1 and self.args[i - 1] == "-c" else path))
+            quoted = shlex.quote(path) if shell and i > 1 and self.args[i - 1] == "-c" else path
+            argv.append(a.replace("{batch}", quoted))
         env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1", AMD_SERIALIZE_KERNEL="3", PYTHONUNBUFFERED="1")
         p = subprocess.run(argv, capture_output=True, env=env, timeout=900, check=False)
         if p.returncode != 0:
@@ -1119,8 +1123,8 @@ class Fixture:
                     why, type(e).__name__, ("{} {}\n{}".format(getattr(e, "name", ""), e, getattr(
                         e, "child_stderr", "") or "")).strip())) from e
             if self.status == "fixed":
-                raise BugBack(f"the bug is back: the minimal batch fails as recorded ({type(e).__name__}: {e}), and {self.rel}/fixture.json "
-                              "says it is fixed") from e
+                raise BugBack(f"the bug is back: the minimal batch fails as recorded ({type(e).__name__}: {e}), and "
+                              f"{self.rel}/fixture.json says it is fixed") from e
             raise
 
     def check_passing(self, name, outputs):

@@ -17,6 +17,7 @@ optimizer's state is not recorded: the replay stops after backward, where the fa
 `pytorch_lightning`) is imported only when a callback is made.
 """
 
+import importlib
 import os
 import sys
 
@@ -24,9 +25,11 @@ import reduce_batch
 
 __version__ = "0.20.0"  # reduce's version (replay.Version), as reduce_batch.__version__
 
-if getattr(reduce_batch, "__version__", None) != __version__:
-    raise ImportError("reduce_hooks.py {} needs reduce_batch.py of the same version, not {} ({}): print both "
-                      "again with `reduce recorder > reduce_batch.py` and `reduce recorder --hooks > reduce_hooks.py`".format(__version__, getattr(reduce_batch, "__version__", "an older one"), reduce_batch.__file__))
+_theirs = getattr(reduce_batch, "__version__", "an older one")
+if _theirs != __version__:
+    raise ImportError(f"reduce_hooks.py {__version__} needs reduce_batch.py of the same version, not {_theirs} "
+                      f"({reduce_batch.__file__}): print both again with `reduce recorder > reduce_batch.py` and "
+                      "`reduce recorder --hooks > reduce_hooks.py`")
 
 _warn = reduce_batch._warn
 
@@ -48,8 +51,6 @@ def lightning_callback(path="crash.bin", state=True, **save_kwargs):
     (lengths=lambda batch: batch["lengths"]). Under several processes (DDP) each rank writes its
     own file, PATH with .rankN before the extension. After a failure, `.saved` is the path
     written (None before)."""
-    import importlib
-
     for k in ("step", "error", "batch", "tensors"):
         if k in save_kwargs:
             raise TypeError(f"lightning_callback: {k} is the callback's own to record")
@@ -196,14 +197,15 @@ def lightning_step(batch, state):
     training_step(batch, batch_idx) and backward of its loss (the tensor returned, or its
     "loss"). Returns the detached loss (None when training_step returned None: Lightning skips
     that batch too). HarnessError when the module cannot be rebuilt. It runs in reduce's replays and
-    fixture tests, where reduce_collect (the runtime: the worker's, or the fixtures' conftest.py) is
-    imported."""
+    fixture tests, where the runtime is imported as reduce_collect (the worker's, or the fixtures'
+    conftest.py), which rebuilds the class and the generators."""
     import collections.abc
     import contextlib
     import inspect
 
     import torch
-    from reduce_collect import HarnessError, resolve_step, restore_rng
+    rc = importlib.import_module("reduce_collect")
+    HarnessError, resolve_step, restore_rng = rc.HarnessError, rc.resolve_step, rc.restore_rng
 
     info = (state or {}).get("lightning") or {}
     if not info.get("module_class"):
@@ -214,8 +216,10 @@ def lightning_step(batch, state):
     try:
         module = cls(**hparams)
     except TypeError as e:
-        raise HarnessError("cannot rebuild {} as cls(**hparams) with the recorded hyperparameters ({}): {}; call "
-                           "self.save_hyperparameters() in its __init__, or replay with --entry module:function".format(cls.__qualname__, ", ".join(sorted(hparams)) or "none", e))
+        names = ", ".join(sorted(hparams)) or "none"
+        raise HarnessError(f"cannot rebuild {cls.__qualname__} as cls(**hparams) with the recorded hyperparameters "
+                           f"({names}): {e}; call self.save_hyperparameters() in its __init__, or replay with --entry "
+                           "module:function") from e
     probe = reduce_batch._Flattener(torch, "", None)
     probe.node(batch)
     device = probe.tensors[0][1].device if probe.tensors else torch.device("cpu")
@@ -230,8 +234,8 @@ def lightning_step(batch, state):
     if weights:
         kept = {k: v for k, v in weights.items() if v is not None}
         if len(kept) < len(weights):
-            _warn(f"{len(weights) - len(kept)} of the module's {len(weights)} recorded tensors could not be read when it "
-                  "failed: they keep the values its __init__ gives them")
+            _warn(f"{len(weights) - len(kept)} of the module's {len(weights)} recorded tensors could not be read when "
+                  "it failed: they keep the values its __init__ gives them")
         module.load_state_dict(kept, strict=len(kept) == len(weights))
     module.train()
     restore_rng(state)  # building the module drew from the generators: start from the crash's again
@@ -261,8 +265,6 @@ def lightning_step(batch, state):
 def _lightning_prepare():
     """Import the installed Lightning packages: reduce's replay worker calls this once before it
     forks a process per candidate, which then finds them imported."""
-    import importlib
-
     for n in _LIGHTNING_PACKAGES:
         try:
             importlib.import_module(n)
