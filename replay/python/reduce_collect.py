@@ -252,7 +252,9 @@ def resolve_step(step, chdir=False):
         return resolve_entry(target)
     except HarnessError as e:
         why = str(e).replace(f"--entry {target!r}: ", "")
-        line = step.get("module") == "__main__" and reduce_batch._runs_at_import(_script(step["file"]))
+        # The recorder's own check of a script (a reduce_batch of another version may lack it).
+        trains = getattr(reduce_batch, "_runs_at_import", lambda path: 0)
+        line = step.get("module") == "__main__" and trains(_script(step["file"]))
         if line:
             why += f"; the script runs code when imported (line {line}): put it under `if __name__ == \"__main__\":`"
         raise HarnessError("the recorded step {}: {}".format(target, why.replace("(sys.path: ", "(sys.path tried: ")))
