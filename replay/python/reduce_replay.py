@@ -252,7 +252,7 @@ def _check_device(device):
 
 def _cmd_replay(args):
     """replay FILE|- [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION] [--device-memory BYTES]: run one candidate
-    batch; - reads a plan (reduce_batch.load_view) on stdin instead of a file."""
+    batch; - reads a plan (load_view) on stdin instead of a file."""
     import argparse
 
     p = argparse.ArgumentParser(prog="reduce_replay.py replay")
@@ -473,7 +473,7 @@ class _Zygote(object):
     --slot-env, sees only its slot's GPU) and then waits for its one candidate on a pipe.
 
     Protocol: JSON lines. In (stdin): {"id", "slot", "path" | "plan" | "plan_path", "stdout", "stderr",
-    "run_dir"}: the candidate's file, its plan (reduce_batch.load_view), or a file holding the plan.
+    "run_dir"}: the candidate's file, its plan (load_view), or a file holding the plan.
     Out (stdout): {"event": "hello", "pid", "torch", ...} once; {"event": "ready" |
     "init_error", "slot", "pid"} when a pre-forked child has initialized the device;
     {"event": "start", "id", "pid", "pgid", "slot"} when a request is handed to a child;

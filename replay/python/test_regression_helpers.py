@@ -412,35 +412,35 @@ def test_xfail_strict_raises_judges_the_childs_exception(child_dir, tmp_path):
         import pytest
 
         sys.path.insert(0, %r)
-        import reduce_collect as reduce_batch
+        import reduce_collect
 
         HERE = %r
 
 
         @pytest.mark.xfail(strict=True, raises=RuntimeError)
         def test_minimal_batch():
-            reduce_batch.run_in_child(os.path.join(HERE, "gather.bin"))
+            reduce_collect.run_in_child(os.path.join(HERE, "gather.bin"))
 
 
         @pytest.mark.xfail(strict=True, raises=RuntimeError)
         def test_another_class():
-            reduce_batch.run_in_child(os.path.join(HERE, "ce.bin"))  # IndexError
+            reduce_collect.run_in_child(os.path.join(HERE, "ce.bin"))  # IndexError
 
 
         @pytest.mark.xfail(strict=True, raises=IndexError)
         def test_another_batch():
-            reduce_batch.run_in_child(os.path.join(HERE, "ce.bin"))
+            reduce_collect.run_in_child(os.path.join(HERE, "ce.bin"))
 
 
         @pytest.mark.xfail(strict=True, raises=RuntimeError)
         def test_harness_error():
-            reduce_batch.run_in_child(os.path.join(HERE, "ok.bin"), entry="rb_no_such_module:step")
+            reduce_collect.run_in_child(os.path.join(HERE, "ok.bin"), entry="rb_no_such_module:step")
 
 
         @pytest.mark.xfail(strict=True, raises=RuntimeError)
         def test_passing_batch():
-            out = reduce_batch.run_in_child(os.path.join(HERE, "ok.bin"))
-            reduce_batch.check_result(out)
+            out = reduce_collect.run_in_child(os.path.join(HERE, "ok.bin"))
+            reduce_collect.check_result(out)
         ''' % (HERE, str(child_dir))))
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "test_generated.py"],
                        cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
