@@ -20,7 +20,7 @@ import (
 )
 
 // The torch backend: a Python with torch runs the embedded reduce_replay.py,
-// written beside the reduce_batch.py it imports.
+// written beside the Python files it imports (pythonFiles).
 //
 // By default each candidate runs in a child forked from a zygote (see
 // zygote): `python reduce_replay.py zygote` imports torch (and the --entry
@@ -30,7 +30,7 @@ import (
 // FILE --device D [--entry M:F] [--device-memory BYTES]`, which pays for
 // `import torch` every time. With --device-memory the candidate's process
 // limits what the op may allocate once the batch is loaded
-// (limit_device_memory in reduce_batch.py).
+// (limit_device_memory in reduce_collect.py).
 type torchBackend struct {
 	python  string
 	device  string // the torch device: cpu, cuda, cuda:N
@@ -38,7 +38,7 @@ type torchBackend struct {
 	entry   string
 	step    string // the recorded step as JSON, when no entry overrides it
 	memory  int64  // Options.DeviceMemory
-	dir     string // holds reduce_replay.py and reduce_batch.py
+	dir     string // holds reduce_replay.py and the files it imports (pythonFiles)
 	module  string // reduce_replay.py in dir
 	env     []string
 	runner  *Runner
