@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -1065,7 +1066,7 @@ class Fixture:
         why = ("the minimal batch fails as recorded ({}), as expected while the bug is open. If it passes, the bug "
                "is fixed: mark the fixture fixed by changing \"status\": \"open\" to \"status\": \"fixed\" in {}, or "
                "with `reduce fixed {}`; it then guards the fix.".format(what, os.path.join(self.rel, "fixture.json"),
-                                                                     _shell_quote(self.rel)))
+                                                                     shlex.quote(self.rel)))
         if self.data_cases() != ([], []):
             why += (" (A fix in the data leaves this batch failing as recorded: the culprit sample tests guard that "
                     "fix.)")
@@ -1093,8 +1094,6 @@ class Fixture:
             return self.run_here(name, self.op, self.entry, self.seed)
         if not self.exec:
             return run_in_child(self.path(name), self.device, self.entry, self.memory, seed=self.seed)
-        import shlex
-
         path = self.path(os.path.splitext(name)[0] + self.ext)
         shell = os.path.basename(self.args[0]) in _SHELLS
         argv = [self.args[0]]
@@ -1201,12 +1200,6 @@ def _samples_leaf(node, path, name):
 
 def _escaped(s):
     return s.encode("unicode_escape").decode("ascii")
-
-
-def _shell_quote(s):
-    import shlex
-
-    return shlex.quote(s)
 
 
 class BugBack(AssertionError):
