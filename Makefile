@@ -70,8 +70,9 @@ test-go:
 
 # The Go tests that run reduce's Python, again under the PyPI torch: the torch
 # backend's worker and fork server, the batch files written and read by
-# reduce_batch.py, and the generated regression tests (which users run under
-# their own, mostly 2.x, torch). Not the race detector: the Go code is the
+# reduce_batch.py, the fixtures' collector (which users run under their own,
+# mostly 2.x, torch), and ruff (from PyPI: only this environment has it) on
+# every file reduce writes into a user's repository (REDUCE_REQUIRE_RUFF). Not the race detector: the Go code is the
 # one test-go ran with it, what changes is the Python side. Not the kernels'
 # differential tests: the kernels emulate torch 1.13 (kernels/op.go), nor
 # cmd/reduce's reductions of the examples, whose torch backend runs every
@@ -80,15 +81,18 @@ test-go:
 # this torch too (Lightning is only in this environment).
 # One go test, so that the packages run side by side.
 test-go-torch2:
-	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 $(GO) test -count=1 \
-		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|RegressionPytest' \
+	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_RUFF=1 $(GO) test -count=1 \
+		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|Collector|Ruff' \
 		./replay/ ./fixtures/ ./internal/regress/
 	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_LIGHTNING=1 $(GO) test -count=1 \
 		-run 'TestProject|TestLightning|TestRegressionLife|TestUpstream' ./cmd/reduce/ ./internal/regress/
 
-# The Python tests under the interpreter $(1), with the variables $(2). The
-# fixtures reduced from examples recorded for a step of their own import it
-# (fixtures/examples/example_steps.py) by name: its folder goes on PYTHONPATH.
+# The Python tests under the interpreter $(1), with the variables $(2). Then
+# the committed fixtures, through the collector they hold (their conftest.py,
+# as a user's repository has it) with reduce_batch.py importable
+# (REDUCE_BATCH_PATH); the fixtures reduced from examples recorded for a step
+# of their own import it (fixtures/examples/example_steps.py) by name: its
+# folder goes on PYTHONPATH.
 define python-tests
 	$(2) REDUCE_REQUIRE_TORCH=1 $(1) -m pytest -q -p no:cacheprovider replay/python
 	if [ -d fixtures/regress ]; then REDUCE_BATCH_PATH=replay/python PYTHONPATH="$(CURDIR)/fixtures/examples$${PYTHONPATH:+:$$PYTHONPATH}" \

@@ -21,7 +21,7 @@ import (
 
 // TestOpsAgainstTorch generates randomized valid and invalid cases for every
 // op, runs them all through real PyTorch (CPU) in one Python process
-// (testdata/ops/run_torch.py, through reduce_batch.run_op of
+// (testdata/ops/run_torch.py, through reduce_collect.run_op of
 // replay/python) and through the Go kernels in ModeCPU, and
 // requires the same exception class and message, or the same dtype, shape
 // and values.
@@ -77,7 +77,7 @@ func TestOpsAgainstTorch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The script runs the ops through reduce_batch.run_op, what the torch
+	// The script runs the ops through reduce_collect.run_op, what the torch
 	// backend runs: the cases test the Python op table too.
 	module, err := filepath.Abs("../replay/python")
 	if err != nil {

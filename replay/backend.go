@@ -93,7 +93,7 @@ type Options struct {
 	// Step is the step the batch was recorded with (fixtures.Batch.Step):
 	// without an Entry, the torch backend imports it (its folders on
 	// sys.path, its working directory made current) and calls it with the
-	// batch in its recorded structure (reduce_batch.resolve_step).
+	// batch in its recorded structure (reduce_collect.resolve_step).
 	Step *fixtures.Step
 	// StepClass is the class the recorded step rebuilds
 	// (fixtures.Batch.StepClass: a LightningModule), or nil: the torch

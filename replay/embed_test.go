@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -16,11 +18,11 @@ import (
 	"reduce/kernels"
 )
 
-// opTableDump prints the op table of the reduce_batch.py in argv[1] as
+// opTableDump prints the op table of the reduce_collect.py in argv[1] as
 // JSON, in the shape of pyOp.
 const opTableDump = `import json, sys
 sys.path.insert(0, sys.argv[1])
-import reduce_batch as rb
+import reduce_collect as rb
 out = {}
 for op, (required, optional, aliases, defaults) in rb._OPS.items():
     attrs = []
@@ -34,7 +36,7 @@ for op, (required, optional, aliases, defaults) in rb._OPS.items():
 json.dump(out, sys.stdout)
 `
 
-// pyOp is one op of reduce_batch.py's table, as opTableDump prints it.
+// pyOp is one op of reduce_collect.py's table, as opTableDump prints it.
 type pyOp struct {
 	Tensors []pyTensor        `json:"tensors"`
 	Aliases map[string]string `json:"aliases"` // alias -> tensor
@@ -55,7 +57,7 @@ type pyAttr struct {
 	Default  any    `json:"default"`
 }
 
-// goOp is op as reduce_batch.py's table must say it.
+// goOp is op as reduce_collect.py's table must say it.
 func goOp(t *testing.T, op *kernels.Op) pyOp {
 	p := pyOp{Aliases: map[string]string{}}
 	for _, ta := range op.Tensors {
@@ -95,7 +97,7 @@ func goOp(t *testing.T, op *kernels.Op) pyOp {
 	return p
 }
 
-// The op table of the embedded reduce_batch.py (what run_op checks a batch
+// The op table of the embedded reduce_collect.py (what run_op checks a batch
 // against, and the defaults it passes to torch) is the Go registry's: the
 // same ops, tensors in order with which are optional, aliases, attributes
 // in order with which are required, and each default with its type (so
@@ -104,7 +106,9 @@ func goOp(t *testing.T, op *kernels.Op) pyOp {
 func TestPythonOpTable(t *testing.T) {
 	py := testenv.Python(t, "torch")
 	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, PythonModuleName), PythonModule, 0o644))
+	for name, data := range pythonFiles() {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), data, 0o644))
+	}
 	out, err := exec.Command(py, "-c", opTableDump, dir).Output()
 	var stderr []byte
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -114,10 +118,24 @@ func TestPythonOpTable(t *testing.T) {
 	var table map[string]pyOp
 	require.NoError(t, json.Unmarshal(out, &table), "%s", out)
 
-	require.Equal(t, kernels.OpNames(), slices.Sorted(maps.Keys(table)), "the ops of the Go registry (want) and of reduce_batch.py's _OPS (got)")
+	require.Equal(t, kernels.OpNames(), slices.Sorted(maps.Keys(table)), "the ops of the Go registry (want) and of reduce_collect.py's _OPS (got)")
 	for _, name := range kernels.OpNames() {
 		op, err := kernels.Lookup(name)
 		require.NoError(t, err)
-		assert.Equal(t, goOp(t, op), table[name], "op %s: the Go registry (want) and reduce_batch.py's _OPS (got)", name)
+		assert.Equal(t, goOp(t, op), table[name], "op %s: the Go registry (want) and reduce_collect.py's _OPS (got)", name)
 	}
+}
+
+// TestPythonVersions: the Python files reduce writes for users (the
+// recorder, the hooks, the collector) carry reduce's Version, and the
+// collector's first line, which marks a conftest.py as reduce's, names it.
+func TestPythonVersions(t *testing.T) {
+	re := regexp.MustCompile(`(?m)^__version__ = "([^"]*)"`)
+	for name, data := range map[string][]byte{PythonModuleName: PythonModule, HooksModuleName: HooksModule, CollectorModuleName: CollectorModule} {
+		m := re.FindAllSubmatch(data, -1)
+		require.Len(t, m, 1, "%s: one __version__ line", name)
+		assert.Equal(t, Version, string(m[0][1]), "%s's __version__", name)
+	}
+	first, _, _ := strings.Cut(string(CollectorModule), "\n")
+	assert.True(t, strings.HasPrefix(first, "# reduce collector "+Version+":"), "the collector's first line: %q", first)
 }

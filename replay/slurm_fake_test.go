@@ -67,7 +67,7 @@ func TestSlurmFakeLost(t *testing.T) {
 }
 
 // Under the slurm launcher without a shared directory the node sees none
-// of this machine's files: the torch worker and the reduce_batch.py it
+// of this machine's files: the torch worker and the Python files it
 // imports travel with each candidate into the per-run directory, and run
 // from there (the fake srun runs the job here, in a directory of its own).
 func TestSlurmFakeTorchFilesTravel(t *testing.T) {
@@ -80,5 +80,5 @@ func TestSlurmFakeTorchFilesTravel(t *testing.T) {
 	v := replayOK(t, be, whole)
 	assert.Equal(t, signature.FamilyHostCheck, v.Signature.Family, "%s\n%s", v.Result.Stderr, v.Result.Launch.Log)
 	assert.Equal(t, "IndexError: Target N is out of bounds.", v.Signature.Expression)
-	assert.Regexp(t, `/reduce-run-\w+/reduce_batch\.py", line \d+, in run_op`, string(v.Result.Stderr))
+	assert.Regexp(t, `/reduce-run-\w+/reduce_collect\.py", line \d+, in run_op`, string(v.Result.Stderr))
 }

@@ -19,7 +19,7 @@ import (
 )
 
 // The torch backend: a Python with torch runs the embedded reduce_replay.py,
-// written beside the reduce_batch.py it imports.
+// written beside the Python files it imports (pythonFiles).
 //
 // A candidate reaches the worker as a plan (fixtures.Batch.Plan: the view
 // laid out for a process that builds the candidate from the recorded file
@@ -34,7 +34,7 @@ import (
 // --shared-dir the candidate is built here and travels as a file, with the
 // worker (`replay FILE`). With --device-memory the candidate's process
 // limits what the op may allocate once the batch is loaded
-// (limit_device_memory in reduce_batch.py).
+// (limit_device_memory in reduce_collect.py).
 type torchBackend struct {
 	bound
 	python  string
@@ -45,7 +45,7 @@ type torchBackend struct {
 	class   string // the class the step rebuilds (Options.StepClass) as JSON, or ""
 	trust   bool   // Options.TrustStep
 	memory  int64  // Options.DeviceMemory
-	dir     string // holds reduce_replay.py and reduce_batch.py
+	dir     string // holds reduce_replay.py and the files it imports (pythonFiles)
 	module  string // reduce_replay.py in dir
 	env     []string
 	runner  *Runner

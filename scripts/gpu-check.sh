@@ -100,8 +100,10 @@ if [ -z "$REDUCE" ]; then
 fi
 [ -n "$REDUCE" ] && say "reduce: $REDUCE ($("$REDUCE" --version 2>/dev/null | head -n 1))"
 
-MODULE="$OUT/reduce_batch.py"
-cp replay/python/reduce_batch.py "$MODULE"
+# The torch backend's worker, with the files it imports beside it, as reduce writes them.
+MODULE="$OUT/reduce_replay.py"
+cp replay/python/reduce_batch.py replay/python/reduce_hooks.py replay/python/reduce_collect.py \
+	replay/python/reduce_replay.py "$OUT/"
 
 for ex in fixtures/examples/*.bin; do
 	name=$(basename "$ex" .bin)

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"reduce/replay"
 )
 
 // run builds the app, runs it on args and returns the exit status. It is
@@ -21,13 +23,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 func newApp(stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{
 		Name:      "reduce",
+		Version:   replay.Version,
 		Usage:     "shrink a recorded failing PyTorch batch to the smallest input that fails the same way",
 		UsageText: "reduce --batch crash.bin [flags]\nreduce COMMAND [flags] ARGS",
 		Description: "reduce replays subsets of a recorded batch, each in a fresh process, until it has the\n" +
 			"minimal input that still triggers the same failure, then writes a regression fixture:\n" +
-			"the minimal batch, fixture.json, report.md, and a pytest file, in a directory\n" +
-			"named by op and content hash under --out. Progress goes to stderr; the fixture path is\n" +
-			"the last line of stdout (--json: one JSON event per line, the last the summary).\n\n" +
+			"the minimal batch, fixture.json and report.md, in a directory named by op and content\n" +
+			"hash under --out, whose conftest.py (reduce's collector) turns every fixture into tests.\n" +
+			"Progress goes to stderr; the fixture path is the last line of stdout (--json: one JSON\n" +
+			"event per line, the last the summary).\n\n" +
 			"Record a batch with the Python module that `reduce recorder` prints.\n\n" +
 			"Examples:\n" +
 			"   reduce --batch crash.bin                          # reduce with the built-in kernels\n" +
@@ -36,6 +40,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			"   reduce --batch oom.bin --backend torch --device cuda   # OOM: the largest size that passes\n" +
 			"   reduce --batch crash.bin --resume                 # continue after Ctrl-C\n" +
 			"   reduce recorder > reduce_batch.py     # the recorder, for the training loop\n" +
+			"   reduce fixed fixtures/regress/DIR      # its bug is fixed: the fixture guards the fix\n" +
 			"   reduce inspect crash.bin              # what the batch holds\n" +
 			"   reduce replay crash.bin               # one replay: does it reproduce?\n" +
 			"   reduce convert batch.npz -o crash.bin --op cross_entropy\n\n" +
@@ -51,6 +56,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			convertCommand(),
 			replayCommand(),
 			recorderCommand(),
+			fixedCommand(),
 		},
 		// Errors are printed and mapped to exit codes by run, not by the
 		// library (which would call os.Exit from inside tests).

@@ -7,7 +7,8 @@
 //	reduce inspect [--json] FILE
 //	reduce replay [--backend go|torch|exec] [--device DEV] [--json] FILE
 //	reduce convert IN -o OUT [--op NAME] [--attr k=v]... [--batch-dim name=N]... [--ids FILE]
-//	reduce recorder > reduce_batch.py
+//	reduce recorder [--hooks] > reduce_batch.py
+//	reduce fixed DIR...
 //
 // # Output
 //

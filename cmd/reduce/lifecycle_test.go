@@ -46,9 +46,10 @@ func project(t *testing.T, crash string) (proj, fixture string) {
 }
 
 // pytestOutcomes runs pytest over dir from the project's directory (the
-// user's repository: its modules and reduce_batch.py importable) and
-// returns each test's outcome by name ("test_minimal_batch",
-// "test_passing_batch[boundary.bin]"), with the output.
+// user's repository: its modules and reduce_batch.py importable; the
+// fixture collected by the conftest.py reduce wrote at the root of --out)
+// and returns each test's outcome by name ("minimal_batch",
+// "passing_batch[boundary.bin]"), with the output.
 func pytestOutcomes(t *testing.T, proj, dir string) (map[string]string, string) {
 	t.Helper()
 	py := testenv.Python(t, "torch", "pytest")
@@ -57,7 +58,7 @@ func pytestOutcomes(t *testing.T, proj, dir string) (map[string]string, string) 
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+proj)
 	out, _ := cmd.CombinedOutput()
 	res := map[string]string{}
-	re := regexp.MustCompile(`(?m)^\S+\.py::(\S+) (PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR)`)
+	re := regexp.MustCompile(`(?m)^\S+/fixture\.json::(\S+) (PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR)`)
 	for _, m := range re.FindAllStringSubmatch(string(out), -1) {
 		res[m[1]] = m[2]
 	}
@@ -72,25 +73,21 @@ func edit(t *testing.T, path, old, new string) {
 	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(data), old, new, 1)), 0o644))
 }
 
-func testFile(t *testing.T, dir string) string {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "test_*.py"))
-	require.NoError(t, err)
-	require.Len(t, files, 1)
-	return files[0]
-}
-
-// TestRegressionLifeStep follows a generated regression test through the
+// TestRegressionLifeStep follows a fixture through the collector over the
 // life of a bug in the step, with real pytest and torch: a sequence longer
 // than the model's learned positions. Before the fix the suite is green
 // with the minimal batch xfailed; the step fixed (it truncates), the
-// XPASS(strict) turns it red with the message that says how to mark it
-// fixed; marked, green; the bug put back, red.
+// XPASS(strict) turns it red with the message that names the one data
+// change that marks it fixed; marked fixed (`reduce fixed`: that one line
+// of fixture.json), green; the bug put back, red, saying so.
 func TestRegressionLifeStep(t *testing.T) {
 	proj, dir := project(t, "length")
+	collector, err := os.ReadFile(filepath.Join(filepath.Dir(dir), "conftest.py"))
+	require.NoError(t, err, "reduce writes its collector at the root of --out")
+	assert.Contains(t, string(collector), "# reduce collector ")
 	res, out := pytestOutcomes(t, proj, dir)
-	assert.Equal(t, "XFAIL", res["test_minimal_batch"], out)
-	assert.Equal(t, "PASSED", res["test_passing_batch[boundary.bin]"], out)
+	assert.Equal(t, "XFAIL", res["minimal_batch"], out)
+	assert.Equal(t, "PASSED", res["passing_batch[boundary.bin]"], out)
 	assert.NotEmpty(t, res, "no test outcome read from pytest's output:\n%s", out)
 	for name, o := range res {
 		assert.NotEqual(t, "FAILED", o, "%s\n%s", name, out)
@@ -102,31 +99,47 @@ func TestRegressionLifeStep(t *testing.T) {
 	edit(t, textclf, `    logits = model(batch["tokens"], batch["lengths"])`,
 		`    logits = model(batch["tokens"][:, :MAX_LEN], batch["lengths"].clamp(max=MAX_LEN))`)
 	res, out = pytestOutcomes(t, proj, dir)
-	assert.Equal(t, "FAILED", res["test_minimal_batch"], out)
+	assert.Equal(t, "FAILED", res["minimal_batch"], out)
 	assert.Contains(t, out, "XPASS(strict)", out)
-	assert.Contains(t, out, "FIXED = True", "the message says how to mark it fixed")
-	assert.Equal(t, "PASSED", res["test_passing_batch[boundary.bin]"], out)
+	rel, err := filepath.Rel(proj, dir)
+	require.NoError(t, err)
+	assert.Contains(t, out, `by changing "status": "open" to "status": "fixed" in `+filepath.Join(rel, "fixture.json"),
+		"the message names the one data change that marks it fixed")
+	assert.Contains(t, out, "reduce fixed "+rel, "and the command that makes it")
+	assert.Equal(t, "PASSED", res["passing_batch[boundary.bin]"], out)
 
-	edit(t, testFile(t, dir), "\nFIXED = False\n", "\nFIXED = True\n")
+	record := filepath.Join(dir, "fixture.json")
+	before, err := os.ReadFile(record)
+	require.NoError(t, err)
+	fixed := exec.Command(reduceBinary(t), "fixed", dir)
+	fixed.Dir = proj
+	got, err := fixed.CombinedOutput()
+	require.NoError(t, err, "%s", got)
+	after, err := os.ReadFile(record)
+	require.NoError(t, err)
+	assert.Equal(t, strings.Replace(string(before), `"status": "open"`, `"status": "fixed"`, 1), string(after))
 	res, out = pytestOutcomes(t, proj, dir)
-	assert.Equal(t, "PASSED", res["test_minimal_batch"], out)
+	assert.Equal(t, "PASSED", res["minimal_batch"], out)
+	assert.Equal(t, "PASSED", res["passing_batch[boundary.bin]"], out)
 
 	require.NoError(t, os.WriteFile(textclf, orig, 0o644))
 	res, out = pytestOutcomes(t, proj, dir)
-	assert.Equal(t, "FAILED", res["test_minimal_batch"], out)
+	assert.Equal(t, "FAILED", res["minimal_batch"], out)
+	assert.Contains(t, out, "the bug is back", out)
 	assert.Contains(t, out, "IndexError", out)
 }
 
-// TestRegressionLifeData follows the data test through a fix in the data
-// pipeline: a label mapping that gives one sample class 4 of 4. Until the
-// user defines reduce_sample it skips with the how-to; defined, it fails
-// on the bad label; with the mapping fixed it passes, while the minimal
-// batch (which holds the bad label) stays an expected failure.
+// TestRegressionLifeData follows the collector's data test through a fix
+// in the data pipeline: a label mapping that gives one sample class 4 of 4.
+// Until the user defines reduce_sample (in the repository's conftest.py,
+// not the collector reduce keeps) it skips with the how-to; defined, it
+// fails on the bad label; with the mapping fixed it passes, while the
+// minimal batch (which holds the bad label) stays an expected failure.
 func TestRegressionLifeData(t *testing.T) {
 	proj, dir := project(t, "label")
 	res, out := pytestOutcomes(t, proj, dir)
-	assert.Equal(t, "XFAIL", res["test_minimal_batch"], out)
-	data := "test_culprit_sample[txt-037:label]"
+	assert.Equal(t, "XFAIL", res["minimal_batch"], out)
+	data := "culprit_sample[txt-037:label]"
 	assert.Equal(t, "SKIPPED", res[data], out)
 	assert.Contains(t, out, "def reduce_sample", "the skip says how to define the fixture")
 
@@ -136,10 +149,10 @@ func TestRegressionLifeData(t *testing.T) {
 	res, out = pytestOutcomes(t, proj, dir)
 	assert.Equal(t, "FAILED", res[data], out)
 	assert.Contains(t, out, "txt-037", out)
-	assert.Equal(t, "XFAIL", res["test_minimal_batch"], out)
+	assert.Equal(t, "XFAIL", res["minimal_batch"], out)
 
 	edit(t, filepath.Join(proj, "textclf.py"), `s["label"] = CLASSES`, `s["label"] = CLASSES - 1`)
 	res, out = pytestOutcomes(t, proj, dir)
 	assert.Equal(t, "PASSED", res[data], out)
-	assert.Equal(t, "XFAIL", res["test_minimal_batch"], out)
+	assert.Equal(t, "XFAIL", res["minimal_batch"], out)
 }

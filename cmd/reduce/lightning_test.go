@@ -15,7 +15,8 @@ import (
 // TestLightningCrashes is the README's PyTorch Lightning path on a real
 // Trainer (testdata/lightning/train.py: the LightningModule defined in the
 // script that is run, over testdata/project's Dataset with ids, padding
-// collate and model; reduce_batch.lightning_callback):
+// collate and model; reduce_hooks.lightning_callback, printed by `reduce
+// recorder --hooks` beside reduce_batch.py):
 // each crash is recorded by the callback, then reduced with `reduce --batch
 // crash.bin` and no other flag, from the project's folder. From another
 // folder, the LightningModule's script lies outside the directory reduce
@@ -34,6 +35,9 @@ func TestLightningCrashes(t *testing.T) {
 	rec, err := exec.Command(bin, "recorder").Output()
 	require.NoError(t, err)
 	files["reduce_batch.py"] = rec
+	hooks, err := exec.Command(bin, "recorder", "--hooks").Output()
+	require.NoError(t, err)
+	files["reduce_hooks.py"] = hooks
 	cases := []struct {
 		crash string
 		want  string // in the signature's expression

@@ -9,18 +9,27 @@ import (
 func recorderCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "recorder",
-		Usage:     "print the Python recorder module (" + replay.PythonModuleName + ")",
-		UsageText: "reduce recorder > " + replay.PythonModuleName,
+		Usage:     "print the Python recorder module (" + replay.PythonModuleName + "), or with --hooks the framework hooks (" + replay.HooksModuleName + ")",
+		UsageText: "reduce recorder > " + replay.PythonModuleName + "\nreduce recorder --hooks > " + replay.HooksModuleName,
 		Description: "The module needs only the standard library and torch. In the training loop:\n\n" +
 			"   import reduce_batch\n" +
-			"   with reduce_batch.record_on_failure(\"crash.bin\", {\"input\": x, \"target\": y}, op=\"cross_entropy\"):\n" +
-			"       loss = F.cross_entropy(x.to(device), y.to(device))\n\n" +
-			"Keep the CPU tensors (before .to(device)): after a device-side assert the GPU copy cannot be read back.",
+			"   with reduce_batch.record_on_failure(\"crash.bin\", batch, step=train_step):\n" +
+			"       train_step(batch)\n\n" +
+			"Keep the CPU tensors (before .to(device)): after a device-side assert the GPU copy cannot be read back.\n" +
+			"The hooks (PyTorch Lightning's callback) are a second file beside it, of the same version:\n\n" +
+			"   trainer = L.Trainer(callbacks=[reduce_hooks.lightning_callback(\"crash.bin\")])",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "hooks", Usage: "print " + replay.HooksModuleName + ", the framework hooks, instead"},
+		},
 		Action: action(func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usagef("recorder takes no arguments")
 			}
-			_, err := c.App.Writer.Write(replay.PythonModule)
+			module := replay.PythonModule
+			if c.Bool("hooks") {
+				module = replay.HooksModule
+			}
+			_, err := c.App.Writer.Write(module)
 			return err
 		}),
 	}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,9 +18,13 @@ import (
 	"reduce/replay"
 )
 
-// writeFixtures writes one regression fixture per finding and returns
-// their directories, in the order of the findings.
+// writeFixtures writes one regression fixture per finding, and the
+// collector at the root of Out, and returns the fixtures' directories, in
+// the order of the findings.
 func (r *run) writeFixtures(found []Finding) ([]string, error) {
+	if err := regress.WriteCollector(r.o.Out, replay.CollectorModule); err != nil {
+		return nil, collectorError(err)
+	}
 	culprits := make([]regress.Culprit, len(found))
 	for i, f := range found {
 		culprits[i] = f.Culprit("")
@@ -183,7 +186,7 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 // environment is where the replays ran.
 func (r *run) environment(set replay.Settings) regress.RecordEnv {
 	env := regress.RecordEnv{Backend: string(set.Kind), Device: set.Device, Launcher: string(replay.LauncherLocal),
-		Jobs: r.o.Jobs, Reduce: reduceVersion(), GoOS: runtime.GOOS, GoArch: runtime.GOARCH}
+		Jobs: r.o.Jobs, Reduce: replay.Version, GoOS: runtime.GOOS, GoArch: runtime.GOARCH}
 	if env.Device == "" {
 		env.Device = "cpu"
 	}
@@ -214,16 +217,13 @@ func (r *run) environment(set replay.Settings) regress.RecordEnv {
 	return env
 }
 
-func reduceVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				return s.Value
-			}
-		}
-		return bi.Main.Version
+// collectorError is bad usage of --out for a conftest.py there that is not
+// reduce's collector, else err.
+func collectorError(err error) error {
+	if errors.Is(err, regress.ErrForeignCollector) {
+		return errorf(ErrUsage, "--out: %v", err)
 	}
-	return "unknown"
+	return fmt.Errorf("write the collector under --out: %w", err)
 }
 
 // Culprit is the finding as the record and the summary list it.

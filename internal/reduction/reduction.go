@@ -228,6 +228,9 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 	if err != nil {
 		return nil, errorf(ErrUsage, "read batch %s: %v", o.Source, err)
 	}
+	if err := regress.CheckCollector(o.Out); err != nil {
+		return nil, collectorError(err) // before any replay: the fixture could not be written
+	}
 	r := &run{o: o, batch: b, be: be, srcHash: srcHash, start: time.Now(), judge: signature.Judge{Level: o.Match},
 		phases: map[Phase]PhaseCount{}, others: map[string]*regress.OtherFailure{}}
 	if b.Error != nil {

@@ -1,6 +1,6 @@
 // Package testenv says whether a test has what it needs from the machine:
 // a Python with real PyTorch (Python), one with PyTorch Lightning too
-// (PythonLightning), a Slurm cluster (Slurm). A test that
+// (PythonLightning), ruff (Ruff), a Slurm cluster (Slurm). A test that
 // finds it missing is skipped, saying why, unless the matching REDUCE_REQUIRE_
 // variable has any non-empty value (make test sets them): then what is
 // missing is a broken setup and the test fails. It is the one place that
@@ -21,10 +21,11 @@ const (
 	RequireTorch     = "REDUCE_REQUIRE_TORCH"
 	RequireSlurm     = "REDUCE_REQUIRE_SLURM"
 	RequireLightning = "REDUCE_REQUIRE_LIGHTNING"
+	RequireRuff      = "REDUCE_REQUIRE_RUFF"
 )
 
 // lightningProbe imports torch and PyTorch Lightning by either of its
-// package names (reduce_batch.lightning_callback takes both).
+// package names (reduce_hooks.lightning_callback takes both).
 const lightningProbe = "import torch\ntry:\n    import lightning.pytorch\nexcept ImportError:\n    import pytorch_lightning"
 
 // Missing ends t for want of something: it skips with why, or fails when
@@ -103,6 +104,28 @@ func PythonLightning(t testing.TB) string {
 		Missing(t, RequireLightning, r.why)
 	}
 	return r.python
+}
+
+// Ruff returns the command that runs ruff (PyPI's Python linter), to which
+// a test appends its arguments: $REDUCE_RUFF when set; else the first of
+// the Python candidates (Python's) that has the ruff module, as `python -m
+// ruff`; else ruff on PATH. With none, t is skipped or, under
+// REDUCE_REQUIRE_RUFF, fails. Debian's Python has no ruff: make test's PyPI
+// environment (scripts/pypi-torch.txt) has.
+func Ruff(t testing.TB) []string {
+	t.Helper()
+	if r := os.Getenv("REDUCE_RUFF"); r != "" {
+		return []string{r}
+	}
+	r := probe("ruff", "import ruff", "ruff", "pip install ruff, or set REDUCE_RUFF", pythonCandidates())
+	if r.why == "" {
+		return []string{r.python, "-m", "ruff"}
+	}
+	if path, err := exec.LookPath("ruff"); err == nil {
+		return []string{path}
+	}
+	Missing(t, RequireRuff, r.why+"; no ruff on PATH")
+	return nil
 }
 
 // Slurm checks that a Slurm cluster is there for t: REDUCE_SLURM set (to

@@ -1,4 +1,4 @@
-"""Check that a candidate built from a plan (reduce_batch.load_view) is the candidate reduce
+"""Check that a candidate built from a plan (reduce_replay.load_view) is the candidate reduce
 would have written to a file (reduce_batch.load of it), with real torch.
 
     check_views.py write DIR
@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import check_go_roundtrip as rt  # noqa: E402
 import reduce_batch as rb  # noqa: E402
+import reduce_replay as rr  # noqa: E402
 
 DTYPES = [torch.bool, torch.uint8, torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64]
 
@@ -97,7 +98,7 @@ def compare(directory):
     for p in pairs:
         a = rb.load(os.path.join(directory, p["file"]))
         with open(os.path.join(directory, p["plan"])) as f:
-            b = rb.load_view(json.load(f))
+            b = rr.load_view(json.load(f))
         where = p["name"]
         for attr in ("samples", "sample_ids", "batch_dims", "pads", "op", "attrs", "recorded_offsets"):
             if getattr(a, attr) != getattr(b, attr):

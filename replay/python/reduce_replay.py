@@ -1,7 +1,8 @@
 """The replay worker and fork server of reduce's torch backend; users never call it.
 
-reduce embeds this file and reduce_batch.py (the recorder users vendor) and writes both into one
-directory; this file imports reduce_batch from there. Commands:
+reduce embeds this file, reduce_batch.py (the recorder users vendor), reduce_hooks.py and
+reduce_collect.py (the runtime of a recorded batch, which the fixtures' collector is too) and
+writes them into one directory; this file imports its siblings from there. Commands:
 
     reduce_replay.py replay FILE [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION | --step JSON [--step-class JSON]] [--trust-step] [--device-memory BYTES]
     reduce_replay.py zygote [--device D] [--entry MODULE:FUNCTION | --step JSON [--step-class JSON] | --exec JSON [--warm-import M,...]] [--trust-step] [--slots N] [--slot-env JSON] [--device-memory BYTES]
@@ -14,12 +15,12 @@ backend's Python command (`python step.py {batch}`) as the interpreter would (_r
 candidate that fails exits as the interpreter would (1 and the traceback, or death by a
 signal); HARNESS_EXIT says that it never ran (replay.HarnessExitCode on the Go side).
 
-A batch file is data (see _StepTrust): a recorded step, and the LightningModule class that
-reduce_batch.lightning_step rebuilds, are imported only from a file of the directory tree the
+A batch file is data (see reduce_collect.StepTrust): a recorded step, and the LightningModule
+class that reduce_hooks.lightning_step rebuilds, are imported only from a file of the directory tree the
 worker starts in (reduce's working directory: the user's repository) that is not a
 standard-library or installed module, unless --trust-step says otherwise; a named tuple or
 mapping in a batch is rebuilt with its class only when the step's import already brought that
-class (reduce_batch._imported_type), never by importing what the file names.
+class (reduce_collect.imported_type), never by importing what the file names.
 """
 
 import ctypes
@@ -28,137 +29,19 @@ import os
 import platform
 import sys
 
-# The sibling reduce_batch.py, never another copy on sys.path (the user's project may vendor an
-# older one): sys.path[0] is this directory when run as a script, unless PYTHONSAFEPATH or -P
-# left it out.
+# The sibling files, never other copies on sys.path (the user's project may vendor older ones):
+# sys.path[0] is this directory when run as a script, unless PYTHONSAFEPATH or -P left it out. The
+# sibling reduce_hooks is imported too, so that a recorded reduce_hooks:lightning_step is the
+# worker's, as reduce_batch is.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if sys.path[:1] != [_HERE]:
     sys.path.insert(0, _HERE)
 import reduce_batch as rb  # noqa: E402
+import reduce_collect as rc  # noqa: E402
+import reduce_hooks  # noqa: E402, F401
 
 HARNESS_EXIT = 86  # replay.HarnessExitCode: the harness failed, the candidate was never run
-
-# --device-memory's limit lives in reduce_batch (run_in_child applies it too); the name stays here for
-# the callers that import it from this module (fixtures/examples/make_examples.py, the tests).
-limit_device_memory = rb.limit_device_memory
-
-
-class _StepTrust(object):
-    """reduce_batch.step_check of a worker without --trust-step: a recorded step (or class) is
-    imported only when every file whose code its import would run (its module's, and its
-    parent packages' __init__.py) lies under `tree` (the worker's working directory when it
-    started: reduce's, the user's repository) and is not a standard-library or installed module
-    (site-packages or dist-packages, the interpreter's stdlib or prefix, a built-in or frozen
-    module). The files are found as the import would find them (sys.modules, then the finders of
-    sys.meta_path over the sys.path resolve_step set up) without running any of them. A module
-    that is not found is let through: its import fails by itself, and runs nothing.
-    reduce_batch:lightning_step is reduce's own (the worker's copy): the class it rebuilds comes
-    through here too."""
-
-    def __init__(self, tree):
-        self.tree = os.path.realpath(tree)
-
-    def __call__(self, step, target, what):
-        if step.get("module") == "reduce_batch" and step.get("qualname") == "lightning_step" and \
-                sys.modules.get("reduce_batch") is rb:
-            return
-        if step.get("module") == "__main__":
-            files = [("its script", target.rpartition(":")[0])]
-        else:
-            files = _module_files(step.get("module", ""))
-        for name, origin in files:
-            why = self.untrusted(origin)
-            if why:
-                raise rb.HarnessError(
-                    "the recorded %s %s is not replayed: %s (%s) %s. reduce replays a recorded step only from "
-                    "a file under the directory it runs in that is not installed, since a batch file may come "
-                    "from someone else: to replay it anyway, give --trust-step; or replay a step of yours with "
-                    "--entry MODULE:FUNCTION" % (what, target, name, origin, why))
-
-    def untrusted(self, origin):
-        """Why a module's file is not to be run, or None."""
-        if origin in ("built-in", "frozen") or not origin or not os.path.isabs(origin):
-            return "is a built-in or frozen module" if origin in ("built-in", "frozen") else "has no file"
-        real = os.path.realpath(origin)
-        if _installed(real, self.tree):
-            return "is a standard-library or installed module"
-        if not _under(real, self.tree):
-            return "lies outside %s, the directory reduce runs in" % self.tree
-        return None
-
-
-def _under(path, root):
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def _installed(real, tree):
-    """Whether the file at real (symbolic links resolved) is the interpreter's: in a
-    site-packages or dist-packages folder, the standard library, or under the interpreter's
-    prefix (unless the tree itself lies there: a repository under /usr with Debian's /usr
-    prefix is still the user's)."""
-    import site
-    import sysconfig
-
-    if {"site-packages", "dist-packages"} & set(real.split(os.sep)):
-        return True
-    dirs = [sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
-    for fn in ("getsitepackages", "getusersitepackages"):
-        try:
-            got = getattr(site, fn)()
-            dirs += [got] if isinstance(got, str) else list(got)
-        except Exception:  # a virtualenv's old site.py lacks them
-            pass
-    if any(d and _under(real, os.path.realpath(d)) for d in dirs):
-        return True
-    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
-        p = os.path.realpath(p)
-        if _under(real, p) and not _under(tree, p):
-            return True
-    return False
-
-
-def _module_files(name):
-    """[(module name, its file, or "built-in" or "frozen")] of the modules whose code
-    `import name` would run, its parent packages first, found without running any: the module
-    sys.modules holds, else the spec the finders of sys.meta_path give, in their order, as the
-    import asks them. A namespace package (no code) is left out; the list stops at a module
-    that is not found (the import fails there)."""
-    out, path = [], None
-    parts = name.split(".")
-    for i in range(len(parts)):
-        sub = ".".join(parts[:i + 1])
-        m = sys.modules.get(sub)
-        if m is not None:
-            spec = getattr(m, "__spec__", None)
-            origin = getattr(m, "__file__", None) or (spec.origin if spec is not None else None) or "built-in"
-            locations = getattr(m, "__path__", None)
-        else:
-            spec = _find_spec(sub, path)
-            if spec is None:
-                return out
-            origin, locations = spec.origin, spec.submodule_search_locations
-            if origin in (None, "namespace") and locations is not None:
-                origin = None  # a namespace package: no code of its own
-        if origin is not None:
-            out.append(("its %s %s" % ("module" if i == len(parts) - 1 else "package", sub), origin))
-        if locations is None:
-            return out  # not a package: importing a submodule of it fails after running it
-        path = list(locations)
-    return out
-
-
-def _find_spec(name, path):
-    """The spec the import system finds for name (path: its parent's __path__, None for a
-    top-level module), asking the finders of sys.meta_path in order, as importing it would;
-    finding it runs none of its code."""
-    for finder in sys.meta_path:
-        find = getattr(finder, "find_spec", None)
-        if find is None:
-            continue
-        spec = find(name, path)
-        if spec is not None:
-            return spec
-    return None
+_INT64_MAX = (1 << 63) - 1
 
 
 def _trust_args(p):
@@ -173,8 +56,8 @@ def _trust_args(p):
 
 def _set_trust(trust):
     """Install (or, with trust, remove) the step check; returns the one it replaces."""
-    old = rb.step_check
-    rb.step_check = None if trust else _StepTrust(os.getcwd())
+    old = rc.step_check
+    rc.step_check = None if trust else rc.StepTrust(os.getcwd())
     return old
 
 
@@ -182,10 +65,10 @@ def _resolve(o):
     """The --entry function, else the recorded step's (and its class, imported once), as a
     replay will resolve them; HarnessError when one cannot be."""
     if o.entry:
-        return rb.resolve_entry(o.entry)
-    fn = rb.resolve_step(o.step, chdir=True) if o.step else None
+        return rc.resolve_entry(o.entry)
+    fn = rc.resolve_step(o.step, chdir=True) if o.step else None
     if o.step_class:
-        rb.resolve_step(o.step_class, what="LightningModule class")
+        rc.resolve_step(o.step_class, what="LightningModule class")
     return fn
 
 
@@ -206,6 +89,124 @@ def _cmd_info(args):
     return status
 
 
+def _map_source(path):
+    """(manifest, [1-D storage tensor per tensor], [each storage's first byte in the file]) of a
+    batch file whose payloads are all
+    uncompressed, the storages over a private copy-on-write mapping of the file: nothing is read
+    until a tensor is, and a step that writes into its batch never reaches the file. The header,
+    the manifest and the payloads' places are checked as load() checks them; the payloads'
+    checksums were checked by reduce, which made the plan."""
+    import mmap
+
+    import torch
+
+    m, p = rb.read_manifest(path, max_size=_INT64_MAX)
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    storages, payloads = [], []
+    for e in m["tensors"]:
+        payloads.append(p + e["payload"]["offset"])
+        dt = getattr(torch, e["dtype"])
+        n = e["storage_elements"]
+        if e["payload"]["compression"] != "none":
+            raise rb.BatchFileError("%s: tensor %r: payload: compressed; a plan's source is uncompressed"
+                                    % (path, e["name"]))
+        if n == 0:
+            storages.append(torch.empty(0, dtype=dt))
+        else:
+            storages.append(torch.frombuffer(mm, dtype=dt, count=n, offset=p + e["payload"]["offset"]))
+    return m, storages, payloads
+
+
+def _read_runs(path, at, e, tp, dt):
+    """The storage of a plan's tensor whose samples are dense blocks along its batch axis, read
+    from the file at path (the recorded storage starts at byte `at`) straight into place: its
+    prefix, then each run of kept samples; the rest stays zero."""
+    import torch
+
+    st = torch.zeros(e["storage_elements"], dtype=dt)
+    raw = memoryview(st.view(torch.uint8).numpy()) if st.numel() else memoryview(b"")
+    es, off = st.element_size(), e["offset"]
+    stride = e["strides"][e["batch_dim"]]
+    spans = [(0, 0, tp.get("prefix", 0))]
+    spans += [(off + k * stride, off + i * stride, n * stride) for k, i, n in tp["runs"]]
+    with open(path, "rb") as f:
+        for to, frm, n in spans:
+            if n:
+                f.seek(at + frm * es)
+                if f.readinto(raw[to * es:(to + n) * es]) != n * es:
+                    raise rb.BatchFileError("%s: truncated while reading a candidate's samples" % path)
+    return st
+
+
+def _copy_into(storage, dst, src):
+    """dst.copy_(src), where dst is a view of storage (a 1-D tensor): a dim dst stores once
+    (stride 0, an expanded dim) is copied once, and a dst whose elements share storage in other
+    ways (a window view) is written through its storage indices, which copy_ refuses."""
+    import torch
+
+    for d in range(dst.dim()):
+        if dst.stride(d) == 0 and dst.size(d) > 1:
+            dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
+    try:
+        dst.copy_(src)
+    except RuntimeError:
+        where = torch.as_strided(torch.arange(storage.numel()), dst.shape, dst.stride(), dst.storage_offset())
+        storage[where.reshape(-1)] = src.reshape(-1)
+
+
+def load_view(plan, device="cpu", types=None):
+    """The candidate batch a reduce plan describes (fixtures.Plan: {source, manifest, tensors}),
+    built from the recorded file it names: a tensor the candidate keeps whole is the mapped
+    storage itself; another gets a storage of its own laid out as the manifest says (the
+    storage's prefix copied, the kept samples' elements copied run by run, the elements set
+    written bit for bit), so that it is the tensor reduce would have written to a candidate
+    file, without the file. Returns a Batch; `types` as reduce_batch.load's."""
+    import base64
+
+    import torch
+
+    if sys.byteorder != "little":
+        raise rb.BatchFileError("%s: a plan is built on a little-endian host only" % plan["source"])
+    src_m, src, payloads = _map_source(plan["source"])
+    m = plan["manifest"]
+    if isinstance(m, (str, bytes)):
+        m = json.loads(m)
+    device = torch.device(device)
+    tensors = {}
+    for e, tp, se, s, at in zip(m["tensors"], plan["tensors"], src_m["tensors"], src, payloads):
+        dt = getattr(torch, e["dtype"])
+        if tp.get("whole"):
+            st = s
+        elif tp.get("copy"):
+            st = s.clone()
+        elif tp.get("read"):
+            st = _read_runs(plan["source"], at, e, tp, dt)
+        else:
+            st = torch.zeros(e["storage_elements"], dtype=dt)
+            prefix = tp.get("prefix", 0)
+            if prefix:
+                st[:prefix] = s[:prefix]
+            dst = torch.as_strided(st, e["shape"], e["strides"], e["offset"])
+            view = torch.as_strided(s, se["shape"], se["strides"], se["offset"])
+            bd, runs = e.get("batch_dim"), tp.get("runs")
+            for d, n in enumerate(e["shape"]):
+                if runs is None or d != bd:
+                    view = view.narrow(d, 0, n)
+            if runs is None:
+                _copy_into(st, dst, view)
+            else:
+                for at, frm, n in runs:
+                    _copy_into(st, dst.narrow(bd, at, n), view.narrow(bd, frm, n))
+        sets = tp.get("set")
+        if sets:
+            at = torch.frombuffer(bytearray(base64.b64decode(sets["at"])), dtype=torch.int64)
+            st[at] = torch.frombuffer(bytearray(base64.b64decode(sets["bits"])), dtype=dt)
+        st = st.to(device)
+        tensors[e["name"]] = torch.as_strided(st, e["shape"], e["strides"], e["offset"])
+    return rb.Batch(plan["source"], m, tensors, types)
+
+
 def _cwd_on_path():
     # The script's directory is sys.path[0]; the user's project is the working directory.
     cwd = os.getcwd()
@@ -214,7 +215,8 @@ def _cwd_on_path():
 
 
 def _summary(out):
-    torch = rb._torch()
+    import torch
+
     if isinstance(out, torch.Tensor):
         o = out.detach()
         if o.device.type != "cpu":
@@ -235,21 +237,22 @@ def _summary(out):
 
 
 def replay(path, device="cpu", entry=None, device_memory=0, step=None):
-    """Run one candidate (a file's path, or a plan for reduce_batch.load_view): reduce_batch.replay, with reduce's --seed (REDUCE_SEED) and
-    --device-memory (limit_device_memory, set once the batch is loaded) around the step, and a
-    summary line of the output on stdout. A failure of the candidate is the exception the op
-    raises; reduce_batch.HarnessError when it cannot run."""
-    torch = rb._torch()
-    batch, fn = rb._load_candidate(path, device, entry, step)
+    """Run one candidate (a file's path, or a plan for load_view) as reduce_collect.replay does,
+    with reduce's --seed (REDUCE_SEED) and --device-memory (limit_device_memory, set once the batch
+    is loaded) around the step, and a summary line of the output on stdout. A failure of the
+    candidate is the exception the op raises; reduce_collect.HarnessError when it cannot run."""
+    import torch
+
+    batch, fn = rc.load_candidate(path, device, entry, step, load=load_view if isinstance(path, dict) else None)
     seed = os.environ.get("REDUCE_SEED", "").strip()
     if seed:
         # reduce --seed: the step's random generators start the same in every replay.
         try:
             torch.manual_seed(int(seed))
         except ValueError:
-            raise rb.HarnessError("REDUCE_SEED=%r is not an integer" % seed)
-    lift = limit_device_memory(device, device_memory) if device_memory and device_memory > 0 else None
-    out = rb._run_loaded(batch, fn, device)
+            raise rc.HarnessError("REDUCE_SEED=%r is not an integer" % seed)
+    lift = rc.limit_device_memory(device, device_memory) if device_memory and device_memory > 0 else None
+    out = rc.run_loaded(batch, fn, device)
     if lift is not None:
         lift()
     sys.stdout.write("reduce_batch: ok %s (%s): %s\n" % (entry or _step_name(step or batch.step) or batch.op, device, _summary(out)))
@@ -271,19 +274,20 @@ def _step_arg(text):
 
 
 def _check_device(device):
-    torch = rb._torch()
+    import torch
+
     try:
         d = torch.device(device)
     except (RuntimeError, TypeError) as e:
-        raise rb.HarnessError("--device %r: %s" % (device, e))
+        raise rc.HarnessError("--device %r: %s" % (device, e))
     if d.type not in ("cpu", "cuda"):
-        raise rb.HarnessError("--device %r: want cpu or cuda[:N]" % device)
+        raise rc.HarnessError("--device %r: want cpu or cuda[:N]" % device)
     return d
 
 
 def _cmd_replay(args):
     """replay FILE|- [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION | --step JSON [--step-class JSON]] [--trust-step] [--device-memory BYTES]: run one candidate
-    batch; - reads a plan (reduce_batch.load_view) on stdin instead of a file."""
+    batch; - reads a plan (load_view) on stdin instead of a file."""
     import argparse
 
     p = argparse.ArgumentParser(prog="reduce_replay.py replay")
@@ -298,13 +302,13 @@ def _cmd_replay(args):
     try:
         return _replay_command(o)
     finally:
-        rb.step_check = old  # the command may run in a process of the caller's (the tests)
+        rc.step_check = old  # the command may run in a process of the caller's (the tests)
 
 
 def _replay_command(o):
     _cwd_on_path()
     try:
-        rb._torch()
+        import torch  # noqa: F401
     except ImportError:
         import traceback
 
@@ -320,9 +324,9 @@ def _replay_command(o):
             try:
                 what = json.load(sys.stdin)
             except ValueError as e:
-                raise rb.HarnessError("the plan on stdin: %s" % e)
+                raise rc.HarnessError("the plan on stdin: %s" % e)
         replay(what, o.device, o.entry, o.device_memory, o.step)
-    except rb.HarnessError as e:
+    except rc.HarnessError as e:
         sys.stderr.write("reduce_batch: harness: %s\n" % e)
         return HARNESS_EXIT
     return 0  # any other exception propagates: Python prints its traceback and exits 1
@@ -365,7 +369,7 @@ def _run_candidate(path, device, entry, device_memory=0, step=None):
     try:
         replay(path, device, entry, device_memory, step)
         code = 0
-    except rb.HarnessError as e:
+    except rc.HarnessError as e:
         sys.stderr.write("reduce_batch: harness: %s\n" % e)
         code = HARNESS_EXIT
     except SystemExit as e:
@@ -515,7 +519,7 @@ class _Zygote(object):
     --slot-env, sees only its slot's GPU) and then waits for its one candidate on a pipe.
 
     Protocol: JSON lines. In (stdin): {"id", "slot", "path" | "plan" | "plan_path", "stdout", "stderr",
-    "run_dir"}: the candidate's file, its plan (reduce_batch.load_view), or a file holding the plan.
+    "run_dir"}: the candidate's file, its plan (load_view), or a file holding the plan.
     Out (stdout): {"event": "hello", "pid", "torch", ...} once; {"event": "ready" |
     "init_error", "slot", "pid"} when a pre-forked child has initialized the device;
     {"event": "start", "id", "pid", "pgid", "slot"} when a request is handed to a child;
@@ -700,7 +704,8 @@ class _Zygote(object):
         return _run_candidate(what, self.device, self.entry, self.device_memory, self.step)
 
     def init_device(self):
-        torch = rb._torch()
+        import torch
+
         d = torch.device(self.device)
         if d.type == "cuda":
             torch.cuda.init()
@@ -899,7 +904,7 @@ def _cmd_zygote(args):
         say(hello)
         return 2
     try:
-        torch = rb._torch()
+        import torch
         import torch.nn.functional  # noqa: F401  (what replay() uses, imported once here)
     except BaseException as e:
         traceback.print_exc()
@@ -912,7 +917,7 @@ def _cmd_zygote(args):
     hello["hip"] = getattr(torch.version, "hip", None)
     try:
         _check_device(o.device)
-    except rb.HarnessError as e:
+    except rc.HarnessError as e:
         hello["error"] = str(e)
         say(hello)
         return HARNESS_EXIT
@@ -921,9 +926,10 @@ def _cmd_zygote(args):
     # its first parallel op. Without one, nothing changes (torch 1.13's set_num_threads maps 8 MiB).
     warm = [m.strip() for m in o.warm_import.split(",") if m.strip()] if o.program is not None else []
     if o.program is not None:
-        # The program's own sys.path, and its own reduce_batch if it imports one (the copy this
-        # file imported is not on its path).
-        sys.modules.pop("reduce_batch", None)
+        # The program's own sys.path, and its own reduce_batch (or reduce_hooks) if it imports one
+        # (the copies this file imported are not on its path).
+        for name in ("reduce_batch", "reduce_hooks"):
+            sys.modules.pop(name, None)
         _set_path0(_program_path0(o.program))
     threads = torch.get_num_threads() if o.entry or o.step or warm else 0
     if threads:
@@ -945,19 +951,19 @@ def _cmd_zygote(args):
     _set_trust(o.trust_step)  # the children inherit it
     if o.entry:
         try:
-            rb.resolve_entry(o.entry)  # imported once here; a failure is every child's to report
-        except rb.HarnessError as e:
+            rc.resolve_entry(o.entry)  # imported once here; a failure is every child's to report
+        except rc.HarnessError as e:
             hello["entry_error"] = str(e)
     elif o.step:
         try:
             # The children inherit the module and the folder; a step (or class) that is not
             # trusted is refused here, before any candidate.
             fn = _resolve(o)
-            # What every candidate of this step would import (reduce_batch.lightning_step: the
+            # What every candidate of this step would import (reduce_hooks.lightning_step: the
             # Lightning package, 1.5 s), imported once here instead.
             if callable(getattr(fn, "zygote_prepare", None)):
                 fn.zygote_prepare()
-        except rb.HarnessError as e:
+        except rc.HarnessError as e:
             hello["entry_error"] = str(e)
     if threads and torch.get_num_threads() == 1:  # unless the module set a number of its own
         torch.set_num_threads(threads)
@@ -988,11 +994,11 @@ def _cmd_entry(args):
     old = _set_trust(o.trust_step)
     try:
         _resolve(o)
-    except rb.HarnessError as e:
+    except rc.HarnessError as e:
         sys.stderr.write("reduce_batch: harness: %s\n" % e)
         return HARNESS_EXIT
     finally:
-        rb.step_check = old
+        rc.step_check = old
     return 0
 
 

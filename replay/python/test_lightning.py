@@ -1,4 +1,4 @@
-"""Tests of reduce_batch.lightning_callback and lightning_step with a real Lightning Trainer on the
+"""Tests of reduce_hooks.lightning_callback and lightning_step with a real Lightning Trainer on the
 CPU. They skip when neither lightning nor pytorch_lightning can be imported (Debian has neither),
 and fail then under REDUCE_REQUIRE_LIGHTNING. test_imports_without_lightning runs everywhere."""
 
@@ -15,6 +15,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
+import reduce_collect as rc  # noqa: E402
+import reduce_hooks  # noqa: E402
 
 
 def _import(name):
@@ -151,7 +153,7 @@ def test_records_the_cpu_batch_and_replays_training_step(lightning_packages, pac
         pytest.skip("%s is not installed" % package)
     L = lightning_packages[package]
     path = str(tmp_path / "crash.bin")
-    cb = rb.lightning_callback(path)
+    cb = reduce_hooks.lightning_callback(path)
     assert isinstance(cb, L.Callback)
     model = module("Labels", package)()
     with pytest.raises(IndexError, match="Target 7 is out of bounds") as crash:
@@ -165,7 +167,7 @@ def test_records_the_cpu_batch_and_replays_training_step(lightning_packages, pac
     assert b.data["ids"] == want["ids"] == b.sample_ids
     assert torch.equal(b.data["x"], want["x"]) and torch.equal(b.data["y"], want["y"])
     assert b.error["exception"].endswith("IndexError")
-    assert (b.step["module"], b.step["qualname"]) == ("reduce_batch", "lightning_step")
+    assert (b.step["module"], b.step["qualname"]) == ("reduce_hooks", "lightning_step")
     info = b.state["lightning"]
     assert info["hparams"] == {"width": 6, "classes": 4}
     assert info["batch_idx"] == 3
@@ -174,7 +176,7 @@ def test_records_the_cpu_batch_and_replays_training_step(lightning_packages, pac
     for k, v in model.state_dict().items():  # the weights at the crash
         assert torch.equal(b.state["model"][k], v), k
     with pytest.raises(IndexError) as again:
-        rb.replay(path)
+        rc.replay(path)
     assert str(again.value) == str(crash.value)
 
 
@@ -184,16 +186,16 @@ def test_the_recorded_weights_are_the_replays(lightning_packages, tmp_path):
     for state in (True, False):
         paths[state] = str(tmp_path / ("state.bin" if state else "bare.bin"))
         with pytest.raises(FloatingPointError, match="loss is nan"):
-            fit(L, module("Weights", package)(), rb.lightning_callback(paths[state], state=state),
+            fit(L, module("Weights", package)(), reduce_hooks.lightning_callback(paths[state], state=state),
                 collate=as_tuple, bad_label=1)
     b = rb.load(paths[True])
     assert isinstance(b.data, tuple) and len(b.data) == 3 and b.data[2][0] == "s-016"
     assert b.state["lightning"]["batch_idx"] == 2
     with pytest.raises(FloatingPointError, match="loss is nan"):
-        rb.replay(paths[True])
+        rc.replay(paths[True])
     # Without the weights, the module starts from its initial ones: the step passes.
     assert "model" not in rb.load(paths[False]).state
-    assert torch.isfinite(rb.replay(paths[False]))
+    assert torch.isfinite(rc.replay(paths[False]))
 
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
@@ -201,41 +203,53 @@ def test_the_replay_computes_in_the_recorded_precision(lightning_packages, tmp_p
     package, L = next(iter(lightning_packages.items()))
     path = str(tmp_path / "crash.bin")
     with pytest.raises(ValueError, match="logits in torch.bfloat16"):
-        fit(L, module("Dtype", package)(), rb.lightning_callback(path), precision=precision)
+        fit(L, module("Dtype", package)(), reduce_hooks.lightning_callback(path), precision=precision)
     assert rb.load(path).state["lightning"]["precision"] == precision
     with pytest.raises(ValueError, match="logits in torch.bfloat16"):
-        rb.replay(path)
+        rc.replay(path)
 
 
 def test_a_module_without_hparams_is_recorded_with_a_warning(lightning_packages, tmp_path, capfd):
     package, L = next(iter(lightning_packages.items()))
     path = str(tmp_path / "crash.bin")
     with pytest.raises(IndexError):
-        fit(L, module("NoHparams", package)(6), rb.lightning_callback(path))
+        fit(L, module("NoHparams", package)(6), reduce_hooks.lightning_callback(path))
     err = capfd.readouterr().err
     assert "saved the failing batch to %s" % path in err
     assert "cannot be rebuilt" in err and "save_hyperparameters()" in err and "--entry" in err
     assert rb.load(path).samples == 8
-    with pytest.raises(rb.HarnessError, match="save_hyperparameters"):
-        rb.replay(path)
+    with pytest.raises(rc.HarnessError, match="save_hyperparameters"):
+        rc.replay(path)
 
 
 def test_a_failure_outside_training_records_nothing(lightning_packages, tmp_path, capfd):
     package, L = next(iter(lightning_packages.items()))
     path = str(tmp_path / "crash.bin")
     with pytest.raises(RuntimeError, match="validation broke"):
-        fit(L, module("FailsInValidation", package)(), rb.lightning_callback(path), val=True, bad_label=1)
+        fit(L, module("FailsInValidation", package)(), reduce_hooks.lightning_callback(path), val=True, bad_label=1)
     assert not os.path.exists(path)
     assert "came outside training" in capfd.readouterr().err
 
 
 def test_imports_without_lightning():
-    """reduce_batch needs only the standard library and torch; the callback says what is missing."""
+    """reduce_hooks needs only reduce_batch, the standard library and torch; the callback says what
+    is missing."""
     code = ("import sys; sys.modules['lightning'] = sys.modules['pytorch_lightning'] = None\n"
-            "import reduce_batch\n"
+            "import reduce_hooks\n"
             "assert not [m for m in sys.modules if 'lightning' in m and sys.modules[m]]\n"
-            "try:\n    reduce_batch.lightning_callback()\n"
+            "try:\n    reduce_hooks.lightning_callback()\n"
             "except ImportError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "neither lightning nor pytorch_lightning" in out.stdout
+
+
+def test_hooks_need_the_recorder_of_their_version(tmp_path):
+    """reduce_hooks.py beside a reduce_batch.py of another version: an ImportError that says how to
+    print both again."""
+    (tmp_path / "reduce_batch.py").write_text('__version__ = "0.1.0"\n')
+    (tmp_path / "reduce_hooks.py").write_text(open(os.path.join(HERE, "reduce_hooks.py")).read())
+    out = subprocess.run([sys.executable, "-c", "import reduce_hooks"], cwd=str(tmp_path), capture_output=True,
+                         text=True)
+    assert out.returncode == 1 and "needs reduce_batch.py of the same version, not 0.1.0" in out.stderr, out.stderr
+    assert "reduce recorder --hooks > reduce_hooks.py" in out.stderr

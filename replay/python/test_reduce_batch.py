@@ -63,7 +63,7 @@ def values_equal(a, b):
 
 def storage_bytes(t):
     """All bytes of t's storage."""
-    n = rb._storage_nbytes(t)
+    n = (t.untyped_storage() if hasattr(t, "untyped_storage") else t._storage()).nbytes()
     whole = torch.as_strided(t.detach(), (n // t.element_size(),), (1,), 0)
     return bytes(bits(whole).numpy().tobytes())
 

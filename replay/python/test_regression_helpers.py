@@ -1,7 +1,8 @@
-"""The helpers of reduce_batch.py that the generated regression tests call: failure_matches,
-summarize, check_result, run_in_child (with its ChildFailure), sample_value, check_sample_rule,
-check_distinct, and run_fixture, check_passing and the culprit checks built on them. run_in_child
-runs real batches in real child processes, and a generated-style test file marked xfail(strict=True, raises=...) is run by pytest in a subprocess."""
+"""The runtime of reduce_collect.py that the collector's tests run on: _mismatch (the recorded
+failure or another), summarize, check_result, run_in_child (with its ChildFailure), sample_value,
+check_sample_rule, check_distinct, and check_passing and the culprit checks built on them.
+run_in_child runs real batches in real child processes, and a test file marked xfail(strict=True,
+raises=...) around it is run by pytest in a subprocess. test_collector.py runs the collector."""
 
 import collections
 import json
@@ -18,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
+import reduce_collect as rc  # noqa: E402
 from check_structure_select import Encoding  # noqa: E402  (a mapping that is not a dict)
 from conftest import require, without_source_lines  # noqa: E402
 
@@ -135,7 +137,7 @@ def in_child_dir(child_dir, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
-# failure_matches and check_exception: one rule
+# _mismatch: what fixture.json records, compared
 
 
 class Custom(RuntimeError):
@@ -157,33 +159,34 @@ class Custom(RuntimeError):
     (torch.cuda.OutOfMemoryError("oom"), "torch.cuda.OutOfMemoryError", "oom", None, True),
     (torch.cuda.OutOfMemoryError("oom"), "torch.OutOfMemoryError", None, None, True),
     (Custom("boom"), "torch.cuda.Custom", None, None, True),  # torch.cuda has no Custom: name only
+    (IndexError("boom"), None, None, None, False),  # not a crash of the child
+    (rc.ChildFailure("signal SIGSEGV", "", "Fatal Python error: Segmentation fault\n"), None, None, "SIGSEGV", True),
 ])
-def test_failure_matches(e, name, message, pattern, want):
-    assert rb.failure_matches(e, name, message, pattern) is want
-    if pattern is None:
-        if want:
-            rb.check_exception(e, name, message)
-        else:
-            with pytest.raises(AssertionError):
-                rb.check_exception(e, name, message)
+def test_mismatch(e, name, message, pattern, want):
+    assert (rc._mismatch(e, name, message, pattern) is None) is want
 
 
-def test_failure_matches_isinstance_of_the_resolved_class():
+def test_mismatch_says_why():
     class OutOfMemoryError(Exception):  # the short name, but not torch's class
         pass
 
-    assert not rb.failure_matches(OutOfMemoryError("oom"), "torch.cuda.OutOfMemoryError")
-    with pytest.raises(AssertionError, match=r"not a torch\.cuda\.OutOfMemoryError"):
-        rb.check_exception(OutOfMemoryError("oom"), "torch.cuda.OutOfMemoryError", None)
+    assert rc._mismatch(OutOfMemoryError("oom"), "torch.cuda.OutOfMemoryError").endswith(
+        "not a torch.cuda.OutOfMemoryError")
+    assert rc._mismatch(IndexError("Target 5 is out of bounds."), "RuntimeError") == \
+        "raised IndexError: Target 5 is out of bounds.; want RuntimeError"
+    assert rc._mismatch(IndexError("Target 5"), "IndexError", "Target 4") == "message 'Target 5', want 'Target 4'"
+    assert rc._mismatch(ValueError("x out of [0, 1]"), "ValueError", None, "duplicate.*?key") == \
+        "its text does not match 'duplicate.*?key'"
+    # A DifferentFailure is no Exception: an xfail's raises=Exception cannot take it for the recorded one.
+    assert not issubclass(rc.DifferentFailure, Exception)
 
 
-def test_check_exception_messages():
-    with pytest.raises(AssertionError) as info:
-        rb.check_exception(IndexError("Target 5 is out of bounds."), "RuntimeError", None)
-    assert str(info.value) == "raised IndexError: Target 5 is out of bounds.; want RuntimeError"
-    with pytest.raises(AssertionError) as info:
-        rb.check_exception(IndexError("Target 5"), "IndexError", "Target 4")
-    assert str(info.value) == "message 'Target 5', want 'Target 4'"
+def test_failure_class():
+    assert rc._failure_class("IndexError") is IndexError
+    assert rc._failure_class("torch.cuda.OutOfMemoryError") is torch.cuda.OutOfMemoryError
+    assert rc._failure_class(None) is rc.ChildFailure
+    with pytest.raises(ImportError, match="no_such_module.Error"):
+        rc._failure_class("no_such_module.Error")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,7 +199,7 @@ def test_summarize_walks_containers():
     out = [Pair(torch.tensor(1.0), torch.zeros(2, 3)),
            {"z": torch.tensor([float("nan"), 1.0]), "a": [3, 2.5, float("inf")], "s": "text", "b": True,
             "ids": torch.tensor([1, 2], dtype=torch.int64), "none": None, 1: torch.ones(1, dtype=torch.bool)}]
-    got = rb.summarize(out)
+    got = rc.summarize(out)
     assert got == [
         {"path": "0.loss", "dtype": "float32", "shape": [], "finite": True},
         {"path": "0.logits", "dtype": "float32", "shape": [2, 3], "finite": True},
@@ -212,35 +215,35 @@ def test_summarize_walks_containers():
 
 
 def test_summarize_bare_values():
-    assert rb.summarize(torch.zeros(0, 4, dtype=torch.float64)) == [
+    assert rc.summarize(torch.zeros(0, 4, dtype=torch.float64)) == [
         {"path": "", "dtype": "float64", "shape": [0, 4], "finite": True}]
-    assert rb.summarize(torch.full((2,), float("-inf"), dtype=torch.bfloat16, requires_grad=True)) == [
+    assert rc.summarize(torch.full((2,), float("-inf"), dtype=torch.bfloat16, requires_grad=True)) == [
         {"path": "", "dtype": "bfloat16", "shape": [2], "finite": False}]
-    assert rb.summarize(None) == [] and rb.summarize("loss") == []
-    assert rb.summarize(0.5) == [{"path": "", "dtype": "float", "shape": [], "finite": True}]
+    assert rc.summarize(None) == [] and rc.summarize("loss") == []
+    assert rc.summarize(0.5) == [{"path": "", "dtype": "float", "shape": [], "finite": True}]
 
 
 def test_check_result():
     out = {"loss": torch.tensor(0.5), "logits": torch.zeros(2, 3)}
-    summary = rb.check_result(out)
-    assert summary == rb.summarize(out)
-    assert rb.check_result(summary, like=out) == summary  # a summary (run_in_child's), like a live output
-    assert rb.check_result(out, like=summary) == summary
-    assert rb.check_result([]) == []
+    summary = rc.check_result(out)
+    assert summary == rc.summarize(out)
+    assert rc.check_result(summary, like=out) == summary  # a summary (run_in_child's), like a live output
+    assert rc.check_result(out, like=summary) == summary
+    assert rc.check_result([]) == []
 
     with pytest.raises(AssertionError) as info:
-        rb.check_result({"loss": torch.tensor(float("nan")), "logits": torch.zeros(2)})
+        rc.check_result({"loss": torch.tensor(float("nan")), "logits": torch.zeros(2)})
     assert str(info.value) == "output 'loss' (float32[]) is not finite: it holds NaN or an infinity"
     with pytest.raises(AssertionError, match=r"^the output \(float32\[3\]\) is not finite"):
-        rb.check_result(torch.tensor([1.0, float("inf"), 0.0]))
+        rc.check_result(torch.tensor([1.0, float("inf"), 0.0]))
     with pytest.raises(AssertionError) as info:
-        rb.check_result({"loss": torch.tensor(0.5), "extra": 1}, like=out)
+        rc.check_result({"loss": torch.tensor(0.5), "extra": 1}, like=out)
     assert str(info.value) == "the output's parts differ: missing 'logits'; unexpected 'extra'"
     with pytest.raises(AssertionError) as info:
-        rb.check_result({"loss": torch.tensor(0.5), "logits": torch.zeros(2, 4)}, like=out)
+        rc.check_result({"loss": torch.tensor(0.5), "logits": torch.zeros(2, 4)}, like=out)
     assert str(info.value) == "output 'logits': float32[2, 4], want float32[2, 3]"
     with pytest.raises(AssertionError, match=r"output 'loss': float64\[\], want float32\[\]"):
-        rb.check_result({"loss": torch.tensor(0.5, dtype=torch.float64), "logits": torch.zeros(2, 3)}, like=out)
+        rc.check_result({"loss": torch.tensor(0.5, dtype=torch.float64), "logits": torch.zeros(2, 3)}, like=out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,10 +251,10 @@ def test_check_result():
 
 
 def test_run_in_child_passing_batch(in_child_dir):
-    summary = rb.run_in_child("ok.bin")
+    summary = rc.run_in_child("ok.bin")
     assert summary == [{"path": "", "dtype": "float32", "shape": [], "finite": True}]
-    assert rb.check_result(summary, like=torch.tensor(0.0)) == summary
-    got = rb.run_in_child("ok.bin", entry="rb_child_entries:outputs")
+    assert rc.check_result(summary, like=torch.tensor(0.0)) == summary
+    got = rc.run_in_child("ok.bin", entry="rb_child_entries:outputs")
     assert got == [{"path": "loss", "dtype": "float32", "shape": [], "finite": True},
                    {"path": "parts.0", "dtype": "float16", "shape": [2, 3], "finite": True},
                    {"path": "parts.1", "dtype": "int", "shape": [], "finite": True}]
@@ -263,13 +266,13 @@ def test_run_in_child_passing_batch(in_child_dir):
 ])
 def test_run_in_child_raises_the_childs_exception(in_child_dir, batch, cls, message):
     with pytest.raises(Exception) as info:
-        rb.run_in_child(str(in_child_dir / batch))
+        rc.run_in_child(str(in_child_dir / batch))
     e = info.value
     assert type(e) is cls and str(e) == message
-    assert rb.failure_matches(e, cls.__name__, message)
+    assert rc._mismatch(e, cls.__name__, message) is None
     assert "Traceback (most recent call last):" in e.child_stderr and "in run_op" in e.child_stderr
     cause = e.__cause__
-    assert isinstance(cause, rb.ChildFailure)
+    assert isinstance(cause, rc.ChildFailure)
     assert (cause.name, cause.message, cause.stderr) == (cls.__name__, message, e.child_stderr)
     assert str(cause).startswith("the child process ended with %s: %s\n--- the end of its stderr ---\n"
                                  % (cls.__name__, message))
@@ -280,7 +283,7 @@ def test_run_in_child_runs_this_reduce_batch_in_this_environment(in_child_dir, m
     monkeypatch.setenv("RB_CHILD_MARK", "kept")
     monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "0")
     with pytest.raises(RuntimeError) as info:
-        rb.run_in_child("ok.bin", entry="rb_child_entries:report")
+        rc.run_in_child("ok.bin", entry="rb_child_entries:report")
     assert json.loads(str(info.value)) == {
         "CUDA_LAUNCH_BLOCKING": "1", "AMD_SERIALIZE_KERNEL": "3", "MARK": "kept", "cwd": str(in_child_dir),
         "reduce_batch": os.path.abspath(rb.__file__), "executable": sys.executable, "samples": 4}
@@ -292,21 +295,21 @@ def test_run_in_child_runs_this_reduce_batch_in_this_environment(in_child_dir, m
     (None, "missing.bin", "cannot load the candidate"),
 ])
 def test_run_in_child_harness_error(in_child_dir, entry, path, fragment):
-    with pytest.raises(rb.HarnessError) as info:
-        rb.run_in_child(path, entry=entry)
+    with pytest.raises(rc.HarnessError) as info:
+        rc.run_in_child(path, entry=entry)
     text = str(info.value)
     assert text.startswith("the batch could not run in the child process: ") and fragment in text
-    assert "--- the end of its stderr ---\nTraceback" in text or "reduce_batch.HarnessError: " in text
+    assert "--- the end of its stderr ---\nTraceback" in text or "reduce_collect.HarnessError: " in text
 
 
 def test_run_in_child_device_memory(in_child_dir):
     with pytest.raises(RuntimeError) as info:
-        rb.run_in_child("emb.bin", device_memory=47 * MiB + MiB // 2)  # 48 MiB of output do not fit
+        rc.run_in_child("emb.bin", device_memory=47 * MiB + MiB // 2)  # 48 MiB of output do not fit
     assert type(info.value) is RuntimeError
     assert without_source_lines(str(info.value)) == (
         "[enforce fail at alloc_cpu.cpp] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
         "allocate %d bytes. Error code 12 (Cannot allocate memory)" % (48 * MiB))
-    assert rb.run_in_child("emb.bin", device_memory=1 << 30) == [
+    assert rc.run_in_child("emb.bin", device_memory=1 << 30) == [
         {"path": "", "dtype": "float32", "shape": [48, 64, 4096], "finite": True}]
 
 
@@ -314,60 +317,60 @@ def test_run_in_child_dotted_classes(in_child_dir):
     import rb_child_entries
 
     with pytest.raises(rb_child_entries.StepError) as info:
-        rb.run_in_child("ok.bin", entry="rb_child_entries:raise_custom")
+        rc.run_in_child("ok.bin", entry="rb_child_entries:raise_custom")
     assert str(info.value) == "the step failed on sample 3"
-    assert rb.failure_matches(info.value, "rb_child_entries.StepError", "the step failed on sample 3")
+    assert rc._mismatch(info.value, "rb_child_entries.StepError", "the step failed on sample 3") is None
     with pytest.raises(rb_child_entries.StepError) as info:
-        rb.run_in_child("ok.bin", entry="rb_child_entries:raise_empty")
+        rc.run_in_child("ok.bin", entry="rb_child_entries:raise_empty")
     assert str(info.value) == ""
 
     # torch.cuda.OutOfMemoryError, which torch 2.x prints as torch.OutOfMemoryError
     with pytest.raises(torch.cuda.OutOfMemoryError) as info:
-        rb.run_in_child("ok.bin", entry="rb_child_entries:raise_oom")
+        rc.run_in_child("ok.bin", entry="rb_child_entries:raise_oom")
     assert str(info.value) == "CUDA out of memory. Tried to allocate 2.00 GiB"
-    assert rb.failure_matches(info.value, "torch.cuda.OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert rc._mismatch(info.value, "torch.cuda.OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB") is None
 
     with pytest.raises(KeyError) as info:  # its message is the repr of its argument
-        rb.run_in_child("ok.bin", entry="rb_child_entries:raise_key")
+        rc.run_in_child("ok.bin", entry="rb_child_entries:raise_key")
     assert info.value.args == ("label",) and str(info.value) == "'label'"
 
     with pytest.raises(RuntimeError) as info:  # a message of several lines: all of them
-        rb.run_in_child("ok.bin", entry="rb_child_entries:raise_lines")
+        rc.run_in_child("ok.bin", entry="rb_child_entries:raise_lines")
     assert str(info.value) == "CUDA error: device-side assert triggered\nCompile with TORCH_USE_CUDA_DSA"
-    assert rb.failure_matches(info.value, "RuntimeError", "CUDA error: device-side assert triggered")
+    assert rc._mismatch(info.value, "RuntimeError", "CUDA error: device-side assert triggered") is None
 
     with pytest.raises(IndexError, match="^index 7 is out of bounds$"):  # the last of a chain
-        rb.run_in_child("ok.bin", entry="rb_child_entries:raise_chained")
+        rc.run_in_child("ok.bin", entry="rb_child_entries:raise_chained")
 
 
 def test_run_in_child_child_failure(in_child_dir):
     # A class this process cannot import: the entry module imported from its file is
     # _reduce_entry_<name> in the child.
     path_entry = "%s:raise_custom" % (in_child_dir / "rb_child_entries.py")
-    with pytest.raises(rb.ChildFailure) as info:
-        rb.run_in_child("ok.bin", entry=path_entry)
+    with pytest.raises(rc.ChildFailure) as info:
+        rc.run_in_child("ok.bin", entry=path_entry)
     e = info.value
     assert (e.name, e.message) == ("_reduce_entry_rb_child_entries.StepError", "the step failed on sample 3")
     assert e.child_stderr == e.stderr and "Traceback (most recent call last):" in e.stderr
     assert str(e).startswith("the child process ended with _reduce_entry_rb_child_entries.StepError: the step "
                              "failed on sample 3\n--- the end of its stderr ---\n")
-    assert not rb.failure_matches(e, "_reduce_entry_rb_child_entries.StepError")  # not its class
+    assert rc._mismatch(e, "_reduce_entry_rb_child_entries.StepError") is not None  # not its class
 
-    with pytest.raises(rb.ChildFailure) as info:  # a class that one string does not make
-        rb.run_in_child("ok.bin", entry="rb_child_entries:raise_two")
+    with pytest.raises(rc.ChildFailure) as info:  # a class that one string does not make
+        rc.run_in_child("ok.bin", entry="rb_child_entries:raise_two")
     assert (info.value.name, info.value.message) == ("rb_child_entries.TwoArgError", "('x', 'y')")
 
 
 def test_run_in_child_signal_exit_and_timeout(in_child_dir):
-    with pytest.raises(rb.ChildFailure) as info:
-        rb.run_in_child("ok.bin", entry="rb_child_entries:abort")
+    with pytest.raises(rc.ChildFailure) as info:
+        rc.run_in_child("ok.bin", entry="rb_child_entries:abort")
     assert (info.value.name, info.value.message) == ("signal SIGABRT", "")
     assert str(info.value).startswith("the child process ended with signal SIGABRT\n")
-    with pytest.raises(rb.ChildFailure) as info:
-        rb.run_in_child("ok.bin", entry="rb_child_entries:exit3")
+    with pytest.raises(rc.ChildFailure) as info:
+        rc.run_in_child("ok.bin", entry="rb_child_entries:exit3")
     assert info.value.name == "exit 3"
-    with pytest.raises(rb.ChildFailure) as info:
-        rb.run_in_child("ok.bin", entry="rb_child_entries:sleep", timeout=3)
+    with pytest.raises(rc.ChildFailure) as info:
+        rc.run_in_child("ok.bin", entry="rb_child_entries:sleep", timeout=3)
     assert info.value.name == "timeout"
     assert info.value.message == "no end within 3 seconds: killed"
 
@@ -379,7 +382,7 @@ def test_run_in_child_signal_exit_and_timeout(in_child_dir):
      ("mod.Outer.Inner", "")),
     ("noise\nTraceback (most recent call last):\n  File \"a\", line 1\nValueError: a\n\nDuring handling of the "
      "above exception, another exception occurred:\n\nTraceback (most recent call last):\n  File \"b\", line 2\n"
-     "reduce_batch.HarnessError: --entry 'x:y': cannot import x\n", ("reduce_batch.HarnessError",
+     "reduce_collect.HarnessError: --entry 'x:y': cannot import x\n", ("reduce_collect.HarnessError",
                                                                     "--entry 'x:y': cannot import x")),
     ("Traceback (most recent call last):\n  File \"a\", line 1\nRuntimeError: Caught IndexError in DataLoader "
      "worker process 0.\nOriginal Traceback (most recent call last):\n  File \"w\", line 3\nIndexError: 9\n",
@@ -389,7 +392,7 @@ def test_run_in_child_signal_exit_and_timeout(in_child_dir):
     ("", None),
 ])
 def test_child_exception(stderr, want):
-    assert rb._child_exception(stderr) == want
+    assert rc._child_exception(stderr) == want
 
 
 def _outcomes(output):
@@ -399,9 +402,9 @@ def _outcomes(output):
 
 
 def test_xfail_strict_raises_judges_the_childs_exception(child_dir, tmp_path):
-    """A generated-style test module: xfail(strict=True, raises=RuntimeError) around run_in_child
-    is xfailed by the child's RuntimeError, failed by another class, by a harness error and by a
-    batch that passes (strict)."""
+    """A test module with xfail(strict=True, raises=RuntimeError) around run_in_child: xfailed by
+    the child's RuntimeError, failed by another class, by a harness error and by a batch that
+    passes (strict)."""
     (tmp_path / "test_generated.py").write_text(textwrap.dedent('''
         import os
         import sys
@@ -409,35 +412,35 @@ def test_xfail_strict_raises_judges_the_childs_exception(child_dir, tmp_path):
         import pytest
 
         sys.path.insert(0, %r)
-        import reduce_batch
+        import reduce_collect
 
         HERE = %r
 
 
         @pytest.mark.xfail(strict=True, raises=RuntimeError)
         def test_minimal_batch():
-            reduce_batch.run_in_child(os.path.join(HERE, "gather.bin"))
+            reduce_collect.run_in_child(os.path.join(HERE, "gather.bin"))
 
 
         @pytest.mark.xfail(strict=True, raises=RuntimeError)
         def test_another_class():
-            reduce_batch.run_in_child(os.path.join(HERE, "ce.bin"))  # IndexError
+            reduce_collect.run_in_child(os.path.join(HERE, "ce.bin"))  # IndexError
 
 
         @pytest.mark.xfail(strict=True, raises=IndexError)
         def test_another_batch():
-            reduce_batch.run_in_child(os.path.join(HERE, "ce.bin"))
+            reduce_collect.run_in_child(os.path.join(HERE, "ce.bin"))
 
 
         @pytest.mark.xfail(strict=True, raises=RuntimeError)
         def test_harness_error():
-            reduce_batch.run_in_child(os.path.join(HERE, "ok.bin"), entry="rb_no_such_module:step")
+            reduce_collect.run_in_child(os.path.join(HERE, "ok.bin"), entry="rb_no_such_module:step")
 
 
         @pytest.mark.xfail(strict=True, raises=RuntimeError)
         def test_passing_batch():
-            out = reduce_batch.run_in_child(os.path.join(HERE, "ok.bin"))
-            reduce_batch.check_result(out)
+            out = reduce_collect.run_in_child(os.path.join(HERE, "ok.bin"))
+            reduce_collect.check_result(out)
         ''' % (HERE, str(child_dir))))
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "test_generated.py"],
                        cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
@@ -461,51 +464,51 @@ def test_sample_value_walks_the_sample():
               "pair": (torch.zeros(2), {"mask": [[1, 0], [1, 1, 1]]}), "score": 0.5, "flag": True,
               "arr": np.array([1.5, 2.5]), "enc": Encoding({"input_ids": [101, 102]}), "item": Item(7, [1, 2]),
               "np_scalar": np.int64(9)}
-    assert rb.sample_value(sample, "label", []) == 3 and type(rb.sample_value(sample, "label", [])) is int
-    assert rb.sample_value(sample, "inputs.ids", [1, 0]) == 7
-    assert rb.sample_value(sample, "inputs.ids", [-1, -1]) == 8
-    assert rb.sample_value(sample, "inputs.text", []) == "hi"
-    assert rb.sample_value(sample, "pair.0", [1]) == 0.0
-    assert rb.sample_value(sample, "pair.1.mask", [1, 2]) == 1
-    assert rb.sample_value(sample, "score", []) == 0.5
-    assert rb.sample_value(sample, "flag", []) is True
-    assert rb.sample_value(sample, "arr", [1]) == 2.5 and type(rb.sample_value(sample, "arr", [1])) is float
-    assert rb.sample_value(sample, "enc.input_ids", [1]) == 102
-    assert rb.sample_value(sample, "item.label", [0]) == 1
-    assert rb.sample_value(sample, "item.0", []) == 7  # a named tuple the collate made a list
-    assert rb.sample_value(sample, "np_scalar", []) == 9
+    assert rc.sample_value(sample, "label", []) == 3 and type(rc.sample_value(sample, "label", [])) is int
+    assert rc.sample_value(sample, "inputs.ids", [1, 0]) == 7
+    assert rc.sample_value(sample, "inputs.ids", [-1, -1]) == 8
+    assert rc.sample_value(sample, "inputs.text", []) == "hi"
+    assert rc.sample_value(sample, "pair.0", [1]) == 0.0
+    assert rc.sample_value(sample, "pair.1.mask", [1, 2]) == 1
+    assert rc.sample_value(sample, "score", []) == 0.5
+    assert rc.sample_value(sample, "flag", []) is True
+    assert rc.sample_value(sample, "arr", [1]) == 2.5 and type(rc.sample_value(sample, "arr", [1])) is float
+    assert rc.sample_value(sample, "enc.input_ids", [1]) == 102
+    assert rc.sample_value(sample, "item.label", [0]) == 1
+    assert rc.sample_value(sample, "item.0", []) == 7  # a named tuple the collate made a list
+    assert rc.sample_value(sample, "np_scalar", []) == 9
     # index None: a size along dim (without the batch dim)
-    assert rb.sample_value(sample, "inputs.ids", None, dim=1) == 2
-    assert rb.sample_value(sample, "inputs.text", None) == 2
-    assert rb.sample_value(sample, "pair.1.mask", None) == 2
-    assert rb.sample_value(sample, "pair.1.mask", None, dim=1) == 3  # the longest: what a collate pads to
-    assert rb.sample_value(sample, "enc.input_ids", None) == 2
+    assert rc.sample_value(sample, "inputs.ids", None, dim=1) == 2
+    assert rc.sample_value(sample, "inputs.text", None) == 2
+    assert rc.sample_value(sample, "pair.1.mask", None) == 2
+    assert rc.sample_value(sample, "pair.1.mask", None, dim=1) == 3  # the longest: what a collate pads to
+    assert rc.sample_value(sample, "enc.input_ids", None) == 2
     # a sample that is one tensor: the batch is named "batch"
-    assert rb.sample_value(torch.tensor([4, 5]), "batch", [1]) == 5
-    assert rb.sample_value((torch.zeros(3), 2), "1", []) == 2
+    assert rc.sample_value(torch.tensor([4, 5]), "batch", [1]) == 5
+    assert rc.sample_value((torch.zeros(3), 2), "1", []) == 2
 
 
 def test_sample_value_errors():
     sample = {"label": torch.tensor(3), "inputs": {"ids": torch.tensor([5, 6]), "mask": [1, 1]}}
     with pytest.raises(KeyError) as info:
-        rb.sample_value(sample, "labels", [])
+        rc.sample_value(sample, "labels", [])
     assert info.value.args[0] == (
         "batch tensor 'labels': the sample has no 'labels' (it has keys 'label', 'inputs'). reduce_sample must "
         "return the sample as the Dataset yields it (before the collate), with the keys of the batch")
     with pytest.raises(KeyError, match=r"'inputs' has no 'token_ids' \(it has keys 'ids', 'mask'\)"):
-        rb.sample_value(sample, "inputs.token_ids", [0])
+        rc.sample_value(sample, "inputs.token_ids", [0])
     with pytest.raises(KeyError, match=r"'label' is a Tensor, which has no 'x'"):
-        rb.sample_value(sample, "label.x", [])
+        rc.sample_value(sample, "label.x", [])
     with pytest.raises(KeyError, match=r"the sample has no '2' \(it has tuple of 2 items\)"):
-        rb.sample_value((1, 2), "2", [])
+        rc.sample_value((1, 2), "2", [])
     with pytest.raises(IndexError, match=r"index \[5\] is outside the sample's Tensor of shape \[2\]"):
-        rb.sample_value(sample, "inputs.ids", [5])
+        rc.sample_value(sample, "inputs.ids", [5])
     with pytest.raises(IndexError, match=r"index \[2\] is outside the sample's list of 2 items"):
-        rb.sample_value(sample, "inputs.mask", [2])
+        rc.sample_value(sample, "inputs.mask", [2])
     with pytest.raises(IndexError, match=r"names a part of shape \[2\] of the sample, not one element"):
-        rb.sample_value(sample, "inputs.ids", [])
+        rc.sample_value(sample, "inputs.ids", [])
     with pytest.raises(IndexError, match=r"has no dim 1"):
-        rb.sample_value(sample, "inputs.ids", None, dim=1)
+        rc.sample_value(sample, "inputs.ids", None, dim=1)
 
 
 def test_sample_value_follows_the_names_of_the_batch(tmp_path):
@@ -537,119 +540,83 @@ def test_sample_value_follows_the_names_of_the_batch(tmp_path):
             row = t[i]
             for index in ([list(ix) for ix in torch.cartesian_prod(*[torch.arange(n) for n in row.shape]).reshape(
                     -1, row.dim()).tolist()] if row.dim() else [[]]):
-                assert rb.sample_value(sample, name, index) == row[tuple(index)].item(), (name, i, index)
+                assert rc.sample_value(sample, name, index) == row[tuple(index)].item(), (name, i, index)
 
 
 def test_check_sample_rule():
     rule = {"kind": "range", "lo": 0, "hi": 4, "hi_inclusive": False, "text": "label lies in [0, 4)"}
-    rb.check_sample_rule(0, rule)
-    rb.check_sample_rule(3, rule)
+    rc.check_sample_rule(0, rule)
+    rc.check_sample_rule(3, rule)
     with pytest.raises(AssertionError) as info:
-        rb.check_sample_rule(4, dict(rule, sample="txt-037", tensor="label"))
+        rc.check_sample_rule(4, dict(rule, sample="txt-037", tensor="label"))
     assert str(info.value) == ("sample 'txt-037': label = 4, want a value in [0, 4) (the rule reduce found: label "
                                "lies in [0, 4))")
     with pytest.raises(AssertionError) as info:
-        rb.check_sample_rule(-1, {"kind": "range", "lo": 0, "hi": None})
+        rc.check_sample_rule(-1, {"kind": "range", "lo": 0, "hi": None})
     assert str(info.value) == "the value = -1, want a value in [0, inf)"
-    rb.check_sample_rule(4, {"kind": "range", "lo": None, "hi": 4, "hi_inclusive": True})
+    rc.check_sample_rule(4, {"kind": "range", "lo": None, "hi": 4, "hi_inclusive": True})
     with pytest.raises(AssertionError, match=r"^sample 's1': mask\[0, 2\] = 5\.5, want a value in \(-inf, 4\]$"):
-        rb.check_sample_rule(5.5, {"kind": "range", "lo": None, "hi": 4, "hi_inclusive": True, "sample": "s1",
+        rc.check_sample_rule(5.5, {"kind": "range", "lo": None, "hi": 4, "hi_inclusive": True, "sample": "s1",
                                    "tensor": "mask", "index": [0, 2]})
     with pytest.raises(AssertionError, match=r"= nan, want a value in"):
-        rb.check_sample_rule(float("nan"), {"kind": "range", "lo": 0, "hi": 4})
+        rc.check_sample_rule(float("nan"), {"kind": "range", "lo": 0, "hi": 4})
     with pytest.raises(AssertionError, match=r"= 'cat', want a value in"):
-        rb.check_sample_rule("cat", {"kind": "range", "lo": 0, "hi": 4})
+        rc.check_sample_rule("cat", {"kind": "range", "lo": 0, "hi": 4})
 
-    rb.check_sample_rule(1e30, {"kind": "finite"})
-    rb.check_sample_rule(7, {"kind": "finite"})
+    rc.check_sample_rule(1e30, {"kind": "finite"})
+    rc.check_sample_rule(7, {"kind": "finite"})
     with pytest.raises(AssertionError) as info:
-        rb.check_sample_rule(float("inf"), {"kind": "finite", "sample": "img-3", "tensor": "0", "index": [1]})
+        rc.check_sample_rule(float("inf"), {"kind": "finite", "sample": "img-3", "tensor": "0", "index": [1]})
     assert str(info.value) == "sample 'img-3': 0[1] = inf, want a finite value"
 
-    rb.check_sample_rule(64, {"kind": "max_size", "max": 64, "dim": 0})
+    rc.check_sample_rule(64, {"kind": "max_size", "max": 64, "dim": 0})
     with pytest.raises(AssertionError) as info:
-        rb.check_sample_rule(80, {"kind": "max_size", "max": 64, "dim": 0, "sample": "txt-1", "tensor": "input_ids",
+        rc.check_sample_rule(80, {"kind": "max_size", "max": 64, "dim": 0, "sample": "txt-1", "tensor": "input_ids",
                                   "text": "sequences of at most 64 tokens"})
     assert str(info.value) == ("sample 'txt-1': size of input_ids along dim 0 = 80, want at most 64 (the rule reduce "
                                "found: sequences of at most 64 tokens)")
 
     with pytest.raises(ValueError, match="check_distinct"):
-        rb.check_sample_rule(1, {"kind": "distinct"})
+        rc.check_sample_rule(1, {"kind": "distinct"})
     with pytest.raises(ValueError, match="rule kind 'between'"):
-        rb.check_sample_rule(1, {"kind": "between"})
+        rc.check_sample_rule(1, {"kind": "between"})
 
 
 def test_check_distinct():
-    rb.check_distinct([1, 2, 3], ["a", "b", "c"])
-    rb.check_distinct([], [])
+    rc.check_distinct([1, 2, 3], ["a", "b", "c"])
+    rc.check_distinct([], [])
     with pytest.raises(AssertionError) as info:
-        rb.check_distinct([5, 1, 5, "x", 5, "x"], ["s0", "s1", "s2", "s3", "s4", "s5"])
+        rc.check_distinct([5, 1, 5, "x", 5, "x"], ["s0", "s1", "s2", "s3", "s4", "s5"])
     assert str(info.value) == "samples share a value, want distinct values: 's0', 's2', 's4' share 5; 's3', 's5' share 'x'"
     with pytest.raises(AssertionError, match=r"'a', 'b' share \[1, 2\]"):
-        rb.check_distinct([[1, 2], [1, 2]], ["a", "b"])
+        rc.check_distinct([[1, 2], [1, 2]], ["a", "b"])
     with pytest.raises(ValueError, match="2 values for 1 ids"):
-        rb.check_distinct([1, 2], ["a"])
-
-
-def test_limit_device_memory_moved():
-    import reduce_replay
-
-    assert reduce_replay.limit_device_memory is rb.limit_device_memory
-
-
-# --- failure_class, check_same_failure: the generated tests' judgement of the minimal batch ---
-
-
-def test_failure_class():
-    assert rb.failure_class("IndexError") is IndexError
-    assert rb.failure_class("torch.cuda.OutOfMemoryError") is torch.cuda.OutOfMemoryError
-    assert rb.failure_class(None) is rb.ChildFailure
-    with pytest.raises(ImportError, match="no_such_module.Error"):
-        rb.failure_class("no_such_module.Error")
-
-
-def test_check_same_failure():
-    rb.check_same_failure(IndexError("Target 4 is out of bounds."), "IndexError", "Target 4 is out of bounds.")
-    rb.check_same_failure(ValueError("duplicate key 1041 in the batch"), "ValueError", None, "duplicate.*?key.*?the.*?batch")
-    for e, args in [
-        (IndexError("Target 5 is out of range."), ("IndexError", "Target 4 is out of bounds.")),  # another message
-        (RuntimeError("Target 4 is out of bounds."), ("IndexError", "Target 4 is out of bounds.")),  # another class
-        (ValueError("x out of [0, 1]"), ("ValueError", None, "duplicate.*?key")),  # another text
-        (IndexError("boom"), (None,)),  # not a crash of the child
-    ]:
-        with pytest.raises(rb.DifferentFailure) as info:
-            rb.check_same_failure(e, *args)
-        assert info.value.__cause__ is e
-    # A DifferentFailure is no Exception: an xfail's raises=Exception cannot take it for the recorded one.
-    assert not issubclass(rb.DifferentFailure, Exception)
-    # A child's crash: its name and stderr are part of the text the pattern is searched in.
-    crash = rb.ChildFailure("signal SIGSEGV", "", "Fatal Python error: Segmentation fault\n")
-    rb.check_same_failure(crash, None, None, "SIGSEGV")
+        rc.check_distinct([1, 2], ["a"])
 
 
 def test_fixture_helpers(tmp_path):
-    """run_fixture, check_passing, check_culprit_sample and check_culprits_distinct: what the
-    generated tests call, each failing where the rule or the outputs do not hold."""
+    """check_passing, check_culprit_sample and check_culprits_distinct: what the collector's tests
+    call, each failing where the rule or the outputs do not hold."""
     path = str(tmp_path / "b.bin")
     rb.save(path, {"input": torch.zeros(2, 3), "target": torch.tensor([0, 2])}, op="cross_entropy")
-    out = rb.run_fixture(path, "cross_entropy", seed=1)
+    out = rc.replay(path)
     assert out.shape == () and torch.isfinite(out)
-    rb.check_passing(out)
-    rb.check_passing(out, [{"name": "output", "dtype": "float32", "shape": [], "values": [float(out)],
+    rc.check_passing(out)
+    rc.check_passing(out, [{"name": "output", "dtype": "float32", "shape": [], "values": [float(out)],
                             "sum": None, "rtol": 1e-5, "atol": 1e-6}])
     with pytest.raises(AssertionError):
-        rb.check_passing(out, [{"name": "output", "dtype": "float32", "shape": [], "values": [float(out) + 1],
+        rc.check_passing(out, [{"name": "output", "dtype": "float32", "shape": [], "values": [float(out) + 1],
                                 "sum": None, "rtol": 1e-5, "atol": 1e-6}])
     with pytest.raises(AssertionError):
-        rb.check_passing(torch.tensor(float("nan")))
+        rc.check_passing(torch.tensor(float("nan")))
 
     samples = {"a": {"label": 3, "key": 7}, "b": {"label": 1, "key": 7}, "c": {"label": 2, "key": 8}}
     rule = {"kind": "range", "lo": 0, "hi": 2, "hi_inclusive": True, "text": "valid range [0, 3)"}
-    rb.check_culprit_sample(samples.get, {"id": "b", "tensor": "label", "index": [], "rule": rule})
+    rc.check_culprit_sample(samples.get, {"id": "b", "tensor": "label", "index": [], "rule": rule})
     with pytest.raises(AssertionError, match="'a'"):
-        rb.check_culprit_sample(samples.get, {"id": "a", "tensor": "label", "index": [], "rule": rule})
+        rc.check_culprit_sample(samples.get, {"id": "a", "tensor": "label", "index": [], "rule": rule})
     with pytest.raises(pytest.skip.Exception):
-        rb.check_culprit_sample(samples.get, {"id": "a", "tensor": "mask", "index": [], "rule": rule})
-    rb.check_culprits_distinct(samples.get, {"tensor": "key", "ids": ["a", "c"], "indices": [[], []]})
+        rc.check_culprit_sample(samples.get, {"id": "a", "tensor": "mask", "index": [], "rule": rule})
+    rc.check_culprits_distinct(samples.get, {"tensor": "key", "ids": ["a", "c"], "indices": [[], []]})
     with pytest.raises(AssertionError, match="share"):
-        rb.check_culprits_distinct(samples.get, {"tensor": "key", "ids": ["a", "b"], "indices": [[], []]})
+        rc.check_culprits_distinct(samples.get, {"tensor": "key", "ids": ["a", "b"], "indices": [[], []]})

@@ -19,6 +19,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
+import reduce_collect as rc  # noqa: E402
+import reduce_hooks  # noqa: E402
 import reduce_replay as rr  # noqa: E402
 
 MODULE = os.path.join(HERE, "reduce_replay.py")
@@ -114,14 +116,14 @@ def test_step_trust(tmp_path):
     _write(repo / "pkg" / "steps.py", "def step(b):\n    return b\n")
     _write(outside / "theirs.py", "def step(b):\n    return b\n")
     _write(repo / "venv" / "lib" / "python3" / "site-packages" / "vendored.py", "def step(b):\n    return b\n")
-    check = rr._StepTrust(str(repo))
+    check = rc.StepTrust(str(repo))
     sys.path[:0] = [str(repo), str(outside), str(repo / "venv" / "lib" / "python3" / "site-packages")]
     try:
         for module in ("mine", "pkg.steps", "no_such_module_anywhere", "pkg.no_such_module"):
             check({"module": module, "qualname": "step"}, "%s:step" % module, "step")  # nothing raised
         check({"module": "__main__", "qualname": "step", "file": str(repo / "mine.py")},
               str(repo / "mine.py") + ":step", "step")
-        check({"module": "reduce_batch", "qualname": "lightning_step"}, "reduce_batch:lightning_step", "step")
+        check({"module": "reduce_hooks", "qualname": "lightning_step"}, "reduce_hooks:lightning_step", "step")
         for step, why in [
             ({"module": "subprocess", "qualname": "call"}, "its module subprocess (%s) is a standard-library or "
              "installed module" % subprocess.__file__),
@@ -137,7 +139,7 @@ def test_step_trust(tmp_path):
             ({"module": "reduce_batch", "qualname": "save"}, "its module reduce_batch ("),
         ]:
             target = "%s:%s" % (step.get("file") or step["module"], step["qualname"])
-            with pytest.raises(rb.HarnessError, match="give --trust-step") as e:
+            with pytest.raises(rc.HarnessError, match="give --trust-step") as e:
                 check(step, target, "step")
             assert str(e.value).startswith("the recorded step %s is not replayed: " % target), e.value
             assert why in str(e.value), e.value
@@ -256,11 +258,11 @@ def test_the_step_gets_the_types_its_import_brought(tmp_path):
     # The generated tests' replay in their own process, as the worker's.
     try:
         with pytest.raises(IndexError, match="Target 4 is out of bounds"):
-            rb.run_fixture(path)
+            rc.replay(path)
     finally:
         for m in ("steps", "lazypkg", "lazypkg.tokens"):
             sys.modules.pop(m, None)
-    assert rb._imported_type("os:system") is None  # a function, not a class
+    assert rc.imported_type("os:system") is None  # a function, not a class
 
 
 def test_lightning_class_is_checked(tmp_path):
@@ -272,9 +274,9 @@ def test_lightning_class_is_checked(tmp_path):
                                     "hparams": {"args": ["touch", str(marker)]}}})
     old = rr._set_trust(False)
     try:
-        with pytest.raises(rb.HarnessError, match="the recorded LightningModule class subprocess:Popen is not "
+        with pytest.raises(rc.HarnessError, match="the recorded LightningModule class subprocess:Popen is not "
                                                    "replayed: its module subprocess .* give --trust-step"):
-            rb.lightning_step({"x": torch.ones(2)}, state)
+            reduce_hooks.lightning_step({"x": torch.ones(2)}, state)
     finally:
-        rb.step_check = old
+        rc.step_check = old
     assert not marker.exists()

@@ -1,4 +1,4 @@
-"""Tests of the torch backend of reduce: reduce_batch.py's run_op, resolve_entry and replay, and
+"""Tests of the torch backend of reduce: reduce_collect.py's run_op, resolve_entry and replay, and
 reduce_replay.py's worker (`replay`) and zygote (`zygote`). Run with
 `/usr/bin/python3 -m pytest replay/python -q`."""
 
@@ -22,6 +22,7 @@ ENTRY = os.path.join(ROOT, "replay", "testdata", "entry")
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
+import reduce_collect as rc  # noqa: E402
 import reduce_replay as rr  # noqa: E402
 
 MODULE = os.path.join(HERE, "reduce_replay.py")
@@ -53,34 +54,34 @@ def test_run_op_matches_torch():
         ("index", {"input": x, "index": y}, {"dim": 1}, x[:, y]),
     ]
     for op, tensors, attrs, want in cases:
-        got = rb.run_op(op, tensors, attrs)
+        got = rc.run_op(op, tensors, attrs)
         assert torch.equal(got, want), op
 
 
 def test_run_op_errors():
     x, y = torch.randn(3, 4), torch.tensor([0, 1, 4])
     with pytest.raises(IndexError, match="Target 4 is out of bounds"):
-        rb.run_op("cross_entropy", {"input": x, "target": y}, {})
-    with pytest.raises(rb.HarnessError, match="unknown op 'conv2d'"):
-        rb.run_op("conv2d", {"input": x}, {})
-    with pytest.raises(rb.HarnessError, match="takes no tensor 'bias'"):
-        rb.run_op("cross_entropy", {"input": x, "target": y, "bias": y}, {})
-    with pytest.raises(rb.HarnessError, match="missing tensor 'target'"):
-        rb.run_op("cross_entropy", {"input": x}, {})
-    with pytest.raises(rb.HarnessError, match="takes no attribute 'pos_weight'"):
-        rb.run_op("cross_entropy", {"input": x, "target": y}, {"pos_weight": 2})
-    with pytest.raises(rb.HarnessError, match="missing attribute 'dim'"):
-        rb.run_op("gather", {"input": x, "index": y}, {})
+        rc.run_op("cross_entropy", {"input": x, "target": y}, {})
+    with pytest.raises(rc.HarnessError, match="unknown op 'conv2d'"):
+        rc.run_op("conv2d", {"input": x}, {})
+    with pytest.raises(rc.HarnessError, match="takes no tensor 'bias'"):
+        rc.run_op("cross_entropy", {"input": x, "target": y, "bias": y}, {})
+    with pytest.raises(rc.HarnessError, match="missing tensor 'target'"):
+        rc.run_op("cross_entropy", {"input": x}, {})
+    with pytest.raises(rc.HarnessError, match="takes no attribute 'pos_weight'"):
+        rc.run_op("cross_entropy", {"input": x, "target": y}, {"pos_weight": 2})
+    with pytest.raises(rc.HarnessError, match="missing attribute 'dim'"):
+        rc.run_op("gather", {"input": x, "index": y}, {})
 
 
 def test_run_op_passes_the_defaults():
     # The table's defaults, the Go kernels' own (TestPythonOpTable), reach torch explicitly.
     x, y = torch.randn(4, 4), torch.tensor([0, 1, 3])
-    assert rb._op_args("cross_entropy", {"input": x, "target": y}, {"reduction": "sum"})[1] == \
+    assert rc._op_args("cross_entropy", {"input": x, "target": y}, {"reduction": "sum"})[1] == \
         {"ignore_index": -100, "reduction": "sum", "label_smoothing": 0.0}
-    assert rb._op_args("gather", {"input": x, "index": y}, {"dim": 0})[1] == {"dim": 0, "sparse_grad": False}
-    assert rb._op_args("one_hot", {"input": y}, {})[1] == {"num_classes": -1}
-    assert torch.equal(rb.run_op("index", {"input": x, "index": y}, {}), x[y])  # dim 0: reduce's own op
+    assert rc._op_args("gather", {"input": x, "index": y}, {"dim": 0})[1] == {"dim": 0, "sparse_grad": False}
+    assert rc._op_args("one_hot", {"input": y}, {})[1] == {"num_classes": -1}
+    assert torch.equal(rc.run_op("index", {"input": x, "index": y}, {}), x[y])  # dim 0: reduce's own op
 
 
 def test_op_defaults_are_torchs():
@@ -92,7 +93,7 @@ def test_op_defaults_are_torchs():
              "binary_cross_entropy": F.binary_cross_entropy, "embedding": F.embedding}
     for op, fn in funcs.items():
         params = inspect.signature(fn).parameters
-        required, optional, _, defaults = rb._OPS[op]
+        required, optional, _, defaults = rc._OPS[op]
         for name in required + optional:
             assert name in params, (op, name)
         for name, default in defaults.items():
@@ -100,38 +101,39 @@ def test_op_defaults_are_torchs():
             assert type(params[name].default) is type(default), (op, name)
 
 
-def test_reduce_batch_replay(tmp_path):
+def test_runtime_replay(tmp_path):
     with pytest.raises(IndexError, match="Target 4 is out of bounds"):
-        rb.replay(example("four_class_targets"))
+        rc.replay(example("four_class_targets"))
     b = rb.load(example("four_class_targets"))
     ok = str(tmp_path / "ok.bin")
     x, y = b.tensors["input"][:2], b.tensors["target"][:2]
     rb.save(ok, {"input": x, "target": y}, op="cross_entropy", meta={"fault": "pass"}, provenance=False)
-    assert torch.equal(rb.replay(ok, device="cpu"), F.cross_entropy(x, y))
-    assert torch.equal(rb.replay(ok, entry=os.path.join(ENTRY, "faults.py") + ":run"), x.sum())
+    assert torch.equal(rc.replay(ok, device="cpu"), F.cross_entropy(x, y))
+    assert torch.equal(rc.replay(ok, entry=os.path.join(ENTRY, "faults.py") + ":run"), x.sum())
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"RDCBATCH garbage")
-    with pytest.raises(rb.HarnessError, match="cannot load the candidate"):
-        rb.replay(str(bad))
+    with pytest.raises(rc.HarnessError, match="cannot load the candidate"):
+        rc.replay(str(bad))
     noop = str(tmp_path / "noop.bin")
     rb.save(noop, {"input": x}, provenance=False)
-    with pytest.raises(rb.HarnessError, match="records no op"):
-        rb.replay(noop)
-    with pytest.raises(rb.HarnessError, match="want module:function"):
-        rb.replay(ok, entry="nocolon")
+    with pytest.raises(rc.HarnessError, match="records no op"):
+        rc.replay(noop)
+    with pytest.raises(rc.HarnessError, match="want module:function"):
+        rc.replay(ok, entry="nocolon")
 
 
-def test_reduce_batch_replays_alone(tmp_path):
-    # What users vendor is reduce_batch.py alone: the generated device test runs replay() in a
-    # child that has nothing else (no reduce_replay.py beside it).
+def test_runtime_replays_as_the_collector(tmp_path):
+    # A user's repository has reduce_batch.py and the collector as a conftest.py, and nothing else
+    # of reduce's: the runtime there, imported under the conftest's name, replays a batch.
     shutil.copy(os.path.join(HERE, "reduce_batch.py"), str(tmp_path))
-    child = ("import sys; sys.path.insert(0, sys.argv[1]); import reduce_batch; "
-             "reduce_batch.replay(sys.argv[2], sys.argv[3]); "
-             "assert 'reduce_replay' not in sys.modules")
+    shutil.copy(os.path.join(HERE, "reduce_collect.py"), str(tmp_path / "conftest.py"))
+    child = ("import sys; sys.path.insert(0, sys.argv[1]); import conftest; "
+             "conftest.replay(sys.argv[2], sys.argv[3]); "
+             "assert 'reduce_replay' not in sys.modules and sys.modules['reduce_collect'] is conftest")
     p = subprocess.run([sys.executable, "-c", child, str(tmp_path), example("four_class_targets"), "cpu"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path), timeout=120)
     assert p.returncode == 1 and p.stderr.rstrip().endswith("IndexError: Target 4 is out of bounds."), p.stderr
-    assert os.path.join(str(tmp_path), "reduce_batch.py") in p.stderr  # the copy ran, not this directory's
+    assert os.path.join(str(tmp_path), "conftest.py") in p.stderr  # the copy ran, not this directory's
     b = rb.load(example("four_class_targets"))
     ok = str(tmp_path / "ok.bin")
     rb.save(ok, {"input": b.tensors["input"][:2], "target": b.tensors["target"][:2]}, op="cross_entropy",
@@ -143,13 +145,13 @@ def test_reduce_batch_replays_alone(tmp_path):
 
 def test_resolve_entry(monkeypatch):
     monkeypatch.syspath_prepend(ENTRY)
-    assert rb.resolve_entry("myproj.step:step").__name__ == "step"
-    assert rb.resolve_entry("myproj.step:TinyModel.forward").__name__ == "forward"
-    assert rb.resolve_entry(os.path.join(ENTRY, "faults.py") + ":run").__name__ == "run"
+    assert rc.resolve_entry("myproj.step:step").__name__ == "step"
+    assert rc.resolve_entry("myproj.step:TinyModel.forward").__name__ == "forward"
+    assert rc.resolve_entry(os.path.join(ENTRY, "faults.py") + ":run").__name__ == "run"
     for bad, msg in [("nocolon", "want module:function"), ("myproj.step:nope", "no attribute"),
                      ("no_such_module_xyz:f", "cannot import"), ("myproj.step:torch", "not callable")]:
-        with pytest.raises(rb.HarnessError, match=msg):
-            rb.resolve_entry(bad)
+        with pytest.raises(rc.HarnessError, match=msg):
+            rc.resolve_entry(bad)
 
 
 def test_replay_command_in_process(capsys, tmp_path):
@@ -331,5 +333,5 @@ def test_seed_makes_the_step_repeatable(tmp_path, monkeypatch):
     monkeypatch.setenv("REDUCE_SEED", "8")
     assert not torch.equal(a, rr.replay(path, entry=entry))
     monkeypatch.setenv("REDUCE_SEED", "x")
-    with pytest.raises(rb.HarnessError, match="REDUCE_SEED"):
+    with pytest.raises(rc.HarnessError, match="REDUCE_SEED"):
         rr.replay(path, entry=entry)

@@ -17,7 +17,7 @@ try:
 except ImportError:
     import pytorch_lightning as L
 
-import reduce_batch
+import reduce_hooks
 import textclf
 
 
@@ -50,7 +50,7 @@ def main():
     o = p.parse_args()
     torch.manual_seed(0)
     loader = torch.utils.data.DataLoader(textclf.Texts(crash=o.crash), batch_size=16, collate_fn=textclf.collate)
-    recorder = reduce_batch.lightning_callback(o.out, padded={"tokens": 1}, lengths=lambda b: b["lengths"])
+    recorder = reduce_hooks.lightning_callback(o.out, padded={"tokens": 1}, lengths=lambda b: b["lengths"])
     trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[recorder])
     trainer.fit(Classifier(crash=o.crash), loader)

@@ -1,0 +1,126 @@
+package regress
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/renameio/v2"
+)
+
+// CollectorFile is the file WriteCollector keeps at the root of the
+// fixtures' directory: the one pytest collector that turns every
+// fixture.json under it into tests.
+const CollectorFile = "conftest.py"
+
+// CollectorMark begins the first line of the collector reduce writes (the
+// version follows it): a conftest.py whose first line starts otherwise is
+// not reduce's.
+const CollectorMark = "# reduce collector "
+
+// ErrForeignCollector is returned by CheckCollector and WriteCollector when
+// the fixtures' directory holds a conftest.py that is not reduce's: it is
+// never overwritten.
+var ErrForeignCollector = errors.New("a conftest.py that is not reduce's")
+
+// CheckCollector returns an error wrapping ErrForeignCollector when out
+// holds a conftest.py that reduce did not write; nil when it holds reduce's
+// (of any version) or none. The reduction checks it before any replay.
+func CheckCollector(out string) error {
+	path := filepath.Join(out, CollectorFile)
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("the collector %s: %w", path, err)
+	}
+	defer f.Close()
+	first, err := bufio.NewReader(f).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("the collector %s: %w", path, err)
+	}
+	if !strings.HasPrefix(first, CollectorMark) {
+		return fmt.Errorf("%s: %w (its first line is not %q): reduce keeps its collector there and never "+
+			"overwrites another file; move yours (to the repository's own conftest.py, say), or give another --out",
+			path, ErrForeignCollector, strings.TrimSpace(CollectorMark)+" VERSION: ...")
+	}
+	return nil
+}
+
+// WriteCollector writes src, the collector (replay.CollectorModule), as
+// conftest.py at the root of out, atomically, unless it is there already
+// with these bytes: reduce's collector of another version is rewritten, a
+// conftest.py that is not reduce's is left alone (an error wrapping
+// ErrForeignCollector). out is created when missing.
+func WriteCollector(out string, src []byte) error {
+	if !bytes.HasPrefix(src, []byte(CollectorMark)) {
+		return fmt.Errorf("write the collector: its source does not start with %q", CollectorMark)
+	}
+	if err := CheckCollector(out); err != nil {
+		return err
+	}
+	path := filepath.Join(out, CollectorFile)
+	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, src) {
+		return nil
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("write the collector: %w", err)
+	}
+	if err := renameio.WriteFile(path, src, 0o644); err != nil {
+		return fmt.Errorf("write the collector: %w", err)
+	}
+	return nil
+}
+
+// ErrNotFixture is returned by MarkFixed for a directory that holds no
+// fixture.json of this reduce.
+var ErrNotFixture = errors.New("not a regression fixture of this reduce")
+
+// MarkFixed sets the status of the fixture in dir to fixed, rewriting its
+// fixture.json atomically: its bug is fixed, and the collector's test of
+// the minimal batch guards the fix from then on. It reports whether the
+// status changed (false: it was fixed already). The status is no part of
+// the fixture's identity: its name stays right. The error wraps
+// ErrNotFixture for a directory without a fixture.json of RecordVersion.
+func MarkFixed(dir string) (bool, error) {
+	path := filepath.Join(dir, RecordFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w (%v)", dir, ErrNotFixture, err)
+	}
+	// Numbers stay as written (json.Number), so that the record encodes
+	// again to the same bytes, its status aside.
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var rec Record
+	if err := dec.Decode(&rec); err != nil {
+		return false, fmt.Errorf("%s: %w (%s: %v)", dir, ErrNotFixture, RecordFile, err)
+	}
+	if rec.Version != RecordVersion {
+		return false, fmt.Errorf("%s: %w (%s version %d, this reduce writes %d): regenerate it with `reduce --batch %s`",
+			dir, ErrNotFixture, RecordFile, rec.Version, RecordVersion, ShellQuote(rec.Source.File))
+	}
+	switch rec.Status {
+	case StatusFixed:
+		return false, nil
+	case StatusOpen:
+	default:
+		return false, fmt.Errorf("%s: %w (%s: status %q, want %q or %q)", dir, ErrNotFixture, RecordFile, rec.Status, StatusOpen, StatusFixed)
+	}
+	rec.Status = StatusFixed
+	js, err := recordJSON(&rec)
+	if err != nil {
+		return false, err
+	}
+	if err := renameio.WriteFile(path, js, 0o644); err != nil {
+		return false, fmt.Errorf("%s: %w", dir, err)
+	}
+	return true, nil
+}

@@ -1,0 +1,275 @@
+"""Framework hooks for `reduce`: record the failing batch of a training framework's loop.
+
+Printed by `reduce recorder --hooks` beside reduce_batch.py (`reduce recorder`), the two of the
+same version. PyTorch Lightning (reduce's README, "PyTorch Lightning"):
+
+    trainer = L.Trainer(callbacks=[reduce_hooks.lightning_callback("crash.bin")])
+
+A file written by the callback holds the batch as the Trainer handed it to
+Strategy.batch_to_device (the loader's CPU batch, before the move: the device copy cannot be read
+after a device-side assert); the step reduce_hooks:lightning_step, so that `reduce --batch FILE`
+replays it with no flag; and the state: "lightning", what lightning_step needs to rebuild the
+module (its class as a step entry, its hyperparameters, the batch index and the precision; in the
+state tree, as hyperparameters are typed values and meta holds strings), "model" (state=True) the
+module's state_dict at the crash, and "rng" the random generators before the batch was moved. The
+optimizer's state is not recorded: the replay stops after backward, where the failures it is for
+(an index out of range, a NaN loss, a shape error) happen. Lightning (the `lightning` package, or
+`pytorch_lightning`) is imported only when a callback is made.
+"""
+
+import importlib
+import os
+import sys
+
+import reduce_batch
+
+__version__ = "0.20.0"  # reduce's version (replay.Version), as reduce_batch.__version__
+
+_theirs = getattr(reduce_batch, "__version__", "an older one")
+if _theirs != __version__:
+    raise ImportError(f"reduce_hooks.py {__version__} needs reduce_batch.py of the same version, not {_theirs} "
+                      f"({reduce_batch.__file__}): print both again with `reduce recorder > reduce_batch.py` and "
+                      "`reduce recorder --hooks > reduce_hooks.py`")
+
+_warn = reduce_batch._warn
+
+_LIGHTNING_PACKAGES = ("lightning.pytorch", "pytorch_lightning")
+_lightning_classes = {}  # Callback base classes -> the callback class made from them
+
+
+def lightning_callback(path="crash.bin", state=True, **save_kwargs):
+    """A Lightning Callback (Trainer(callbacks=[reduce_hooks.lightning_callback("crash.bin")]))
+    that, when training raises, writes the failing training batch to `path`, with the error and a
+    step that replays the LightningModule's training_step and backward, then lets the exception
+    go on. `reduce --batch crash.bin` needs no other flag when the module can be rebuilt as
+    cls(**self.hparams): call self.save_hyperparameters() in its __init__.
+
+    state=True records the module's weights at the crash (state=False: the replay starts from
+    the weights its __init__ makes; for a failure that does not depend on them, a smaller file).
+    save_kwargs are save()'s (padded=, lengths=, sample_ids=, batch_dims=, meta=, compression=);
+    one given as a function is called with the batch when the failure is recorded
+    (lengths=lambda batch: batch["lengths"]). Under several processes (DDP) each rank writes its
+    own file, PATH with .rankN before the extension. After a failure, `.saved` is the path
+    written (None before)."""
+    for k in ("step", "error", "batch", "tensors"):
+        if k in save_kwargs:
+            raise TypeError(f"lightning_callback: {k} is the callback's own to record")
+    # The Callback of every Lightning package the training script imported, so that its Trainer
+    # accepts the callback whichever name it came by; else the first one installed.
+    bases = tuple(sys.modules[n].Callback for n in _LIGHTNING_PACKAGES
+                  if hasattr(sys.modules.get(n), "Callback"))
+    for n in () if bases else _LIGHTNING_PACKAGES:
+        try:
+            bases = (importlib.import_module(n).Callback,)
+            break
+        except ImportError:
+            continue
+    if not bases:
+        raise ImportError("lightning_callback: neither lightning nor pytorch_lightning can be imported")
+    cls = _lightning_classes.get(bases)
+    if cls is None:
+        cls = _lightning_classes[bases] = type("ReduceBatchCallback", (_LightningRecorder,) + bases,
+                                               {"__module__": __name__})
+    return cls(path, state, save_kwargs)
+
+
+class _LightningRecorder:
+    """The hooks of lightning_callback's Callback."""
+
+    def __init__(self, path, state, save_kwargs):
+        self.path, self.record_state, self.save_kwargs = path, bool(state), save_kwargs
+        self.saved = None
+        self._pending = None   # (batch, rng) handed to batch_to_device, before its batch starts
+        self._batch = self._rng = self._batch_idx = None
+        self._ended = False    # the current batch's on_train_batch_end has run
+        self._strategy = None
+
+    def setup(self, trainer, pl_module, stage=None):
+        # A Callback's batch hooks see the batch already on the device; the move is the
+        # strategy's batch_to_device, so it is wrapped on this Trainer's strategy to keep a
+        # reference to the CPU batch (no copy: the move makes new tensors on the device).
+        strategy = trainer.strategy
+        if stage not in ("fit", None) or "batch_to_device" in vars(strategy):
+            return
+        self._pending = self._batch = None  # a batch of an earlier fit is not this one's
+        original = strategy.batch_to_device
+
+        def batch_to_device(batch, *args, **kwargs):
+            if trainer.training:  # validation batches go through here too
+                # The generators before the step, not after the failure (about 40 us a step).
+                self._pending = (batch, reduce_batch._rng_state(reduce_batch._torch()))
+            return original(batch, *args, **kwargs)
+
+        strategy.batch_to_device = batch_to_device
+        self._strategy = strategy
+
+    def teardown(self, trainer=None, pl_module=None, stage=None):
+        if self._strategy is not None:
+            vars(self._strategy).pop("batch_to_device", None)
+            self._strategy = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx, *rest):
+        # Without a batch_to_device call (training_step(dataloader_iter)), the batch given here.
+        self._batch, self._rng = self._pending or (batch, None)
+        self._pending, self._batch_idx, self._ended = None, batch_idx, False
+
+    def on_train_batch_end(self, trainer, pl_module, *rest):
+        self._ended = True
+
+    def on_exception(self, trainer, pl_module, exception):
+        self.teardown()
+        if not isinstance(exception, Exception):
+            return  # Ctrl-C, SystemExit: nothing failed
+        what = f"{type(exception).__name__}: {exception}"
+        if self._batch is None:
+            _warn(f"{what} came before any training batch: nothing recorded")
+            return
+        if not trainer.training:
+            _warn(f"{what} came outside training ({trainer.state.stage}): nothing recorded")
+            return
+        if self._ended:
+            _warn(f"{what} came after training batch {self._batch_idx} had ended (in a hook, the loader, or reported "
+                  "late by the device: CUDA_LAUNCH_BLOCKING=1 makes it prompt): recording that batch; reduce says so "
+                  "if it does not fail")
+        path = os.fspath(self.path)
+        if getattr(trainer, "world_size", 1) > 1:
+            root, ext = os.path.splitext(path)
+            path = f"{root}.rank{trainer.global_rank}{ext}"
+        batch, kwargs = self._batch, {}
+        for k, v in self.save_kwargs.items():
+            try:
+                kwargs[k] = v(batch) if callable(v) and not isinstance(v, type) else v
+            except Exception as e:  # noqa: BLE001  (the crash is recorded without it)
+                _warn(f"{k}=: {type(e).__name__}: {e}; not recorded")
+        state = {"lightning": _lightning_info(trainer, pl_module, self._batch_idx)}
+        if self.record_state:
+            state["model"] = pl_module
+        if self._rng is not None:
+            state["rng"] = self._rng
+        meta = dict(kwargs.pop("meta", None) or {})
+        meta.setdefault("lightning_module", reduce_batch._type_path(pl_module))
+        rec = reduce_batch.record_on_failure(path, batch, step=lightning_step, state=state, meta=meta, **kwargs)
+        rec.__exit__(type(exception), exception, exception.__traceback__)
+        if rec.saved:
+            self.saved = path
+
+
+def _lightning_info(trainer, pl_module, batch_idx):
+    """The state's "lightning" entry, with a warning when the module cannot be rebuilt from it."""
+    import inspect
+
+    cls = type(pl_module)
+    hparams = dict(getattr(pl_module, "hparams", None) or {})
+    info = {"hparams": hparams, "batch_idx": int(batch_idx or 0),
+            "precision": str(getattr(trainer, "precision", "32"))}
+    problems = []
+    try:
+        info["module_class"] = reduce_batch._step_entry(cls)
+    except ValueError as e:
+        problems.append(str(e).replace("step ", "the class ", 1))
+    try:
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        params = []
+    missing = [p.name for p in params if p.default is p.empty and p.name not in hparams
+               and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if missing:
+        problems.append("its __init__ needs {}, not in self.hparams".format(", ".join(missing)))
+    if not any(p.kind == p.VAR_KEYWORD for p in params):
+        extra = [k for k in hparams if k not in {p.name for p in params}]
+        if extra:
+            problems.append("self.hparams has {}, not an argument of its __init__".format(", ".join(extra)))
+    probe = reduce_batch._Flattener(reduce_batch._torch(), "", None)
+    probe.node(hparams)
+    if probe.skipped:
+        problems.append("hyperparameter {} is a {}, which is not recorded".format(*probe.skipped[0][:2]))
+    if problems:
+        _warn("the LightningModule {} cannot be rebuilt as cls(**self.hparams): {}. Call "
+              "self.save_hyperparameters() in its __init__ (for every argument), or replay the file "
+              "with reduce --entry module:function".format(reduce_batch._type_path(cls), "; ".join(problems)))
+    return info
+
+
+def lightning_step(batch, state):
+    """The step of a file written by lightning_callback: rebuild the LightningModule as
+    cls(**hparams) on the batch's device (with the recorded weights, and the precision's dtype or
+    autocast), then run its transfer_batch_to_device and on_after_batch_transfer hooks,
+    training_step(batch, batch_idx) and backward of its loss (the tensor returned, or its
+    "loss"). Returns the detached loss (None when training_step returned None: Lightning skips
+    that batch too). HarnessError when the module cannot be rebuilt. It runs in reduce's replays and
+    fixture tests, where the runtime is imported as reduce_collect (the worker's, or the fixtures'
+    conftest.py), which rebuilds the class and the generators."""
+    import collections.abc
+    import contextlib
+    import inspect
+
+    import torch
+    rc = importlib.import_module("reduce_collect")
+    HarnessError, resolve_step, restore_rng = rc.HarnessError, rc.resolve_step, rc.restore_rng
+
+    info = (state or {}).get("lightning") or {}
+    if not info.get("module_class"):
+        raise HarnessError("the file records no LightningModule class it can import (see the warning written "
+                           "with it): replay it with --entry module:function")
+    cls = resolve_step(info["module_class"], what="LightningModule class")
+    hparams = info.get("hparams") or {}
+    try:
+        module = cls(**hparams)
+    except TypeError as e:
+        names = ", ".join(sorted(hparams)) or "none"
+        raise HarnessError(f"cannot rebuild {cls.__qualname__} as cls(**hparams) with the recorded hyperparameters "
+                           f"({names}): {e}; call self.save_hyperparameters() in its __init__, or replay with --entry "
+                           "module:function") from e
+    probe = reduce_batch._Flattener(torch, "", None)
+    probe.node(batch)
+    device = probe.tensors[0][1].device if probe.tensors else torch.device("cpu")
+    precision = str(info.get("precision", "32"))
+    kind = precision.split("-")[0]
+    dtype = {"16": torch.float16, "bf16": torch.bfloat16, "64": torch.float64}.get(kind)
+    true_dtype = dtype is not None and (kind == "64" or precision.endswith("-true"))
+    module.to(device)
+    if true_dtype:
+        module.to(dtype)
+    weights = state.get("model")
+    if weights:
+        kept = {k: v for k, v in weights.items() if v is not None}
+        if len(kept) < len(weights):
+            _warn(f"{len(weights) - len(kept)} of the module's {len(weights)} recorded tensors could not be read when "
+                  "it failed: they keep the values its __init__ gives them")
+        module.load_state_dict(kept, strict=len(kept) == len(weights))
+    module.train()
+    restore_rng(state)  # building the module drew from the generators: start from the crash's again
+    # The module's own hooks after the point where the batch was kept (the move itself is a no-op:
+    # the batch was loaded on the device).
+    batch = module.on_after_batch_transfer(module.transfer_batch_to_device(batch, device, 0), 0)
+    args = (batch, int(info.get("batch_idx", 0)))
+    try:
+        params = inspect.signature(module.training_step).parameters.values()
+        if sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) < 2 and not any(
+                p.kind == p.VAR_POSITIONAL for p in params):
+            args = args[:1]  # training_step(self, batch): as Lightning, no batch_idx
+    except (TypeError, ValueError):
+        pass
+    autocast = contextlib.nullcontext()
+    if dtype in (torch.float16, torch.bfloat16) and not true_dtype:
+        autocast = torch.autocast(device.type, dtype=dtype)
+    with autocast:
+        out = module.training_step(*args)
+    loss = out.get("loss") if isinstance(out, collections.abc.Mapping) else out
+    if loss is None:
+        return None
+    loss.backward()
+    return loss.detach()
+
+
+def _lightning_prepare():
+    """Import the installed Lightning packages: reduce's replay worker calls this once before it
+    forks a process per candidate, which then finds them imported."""
+    for n in _LIGHTNING_PACKAGES:
+        try:
+            importlib.import_module(n)
+        except ImportError:
+            pass
+
+
+lightning_step.zygote_prepare = _lightning_prepare
