@@ -1,8 +1,8 @@
 """Record a failing PyTorch batch for `reduce` (record_on_failure, save) and read it back (load):
 `reduce recorder` prints this file. reduce's README, "Recording a batch", and docs/FORMAT.md."""
 
-import contextlib
 import collections
+import contextlib
 import ctypes
 import importlib.util
 import json
@@ -548,7 +548,7 @@ def _build(node, tensors, types):
         return dict(zip(keys, items))
     key = (node["type"], tuple(str(k) for k in keys))
     if key not in _made:  # the recorded name made an identifier: 9lives -> _9lives, class -> _class
-        name = re.sub(r"\W|^(?=\d)|^(?=(?:%s)$)" % "|".join(keyword.kwlist), "_", re.split(r"[:.]", key[0])[-1])
+        name = re.sub(rf"\W|^(?=\d)|^(?=(?:{'|'.join(keyword.kwlist)})$)", "_", re.split(r"[:.]", key[0])[-1])
         _made[key] = collections.namedtuple(name or "_", key[1], rename=True)
     return _made[key](*items)
 

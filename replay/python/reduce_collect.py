@@ -299,10 +299,10 @@ class StepTrust:
             why = self.untrusted(origin)
             if why:
                 raise HarnessError(
-                    "the recorded %s %s is not replayed: %s (%s) %s. reduce replays a recorded step only from "
-                    "a file under the directory it runs in that is not installed, since a batch file may come "
-                    "from someone else: to replay it anyway, give --trust-step; or replay a step of yours with "
-                    "--entry MODULE:FUNCTION" % (what, target, name, origin, why))
+                    f"the recorded {what} {target} is not replayed: {name} ({origin}) {why}. reduce replays a "
+                    "recorded step only from a file under the directory it runs in that is not installed, since a "
+                    "batch file may come from someone else: to replay it anyway, give --trust-step; or replay a "
+                    "step of yours with --entry MODULE:FUNCTION")
 
     def untrusted(self, origin):
         """Why a module's file is not to be run, or None."""
@@ -312,7 +312,7 @@ class StepTrust:
         if _installed(real, self.tree):
             return "is a standard-library or installed module"
         if not _under(real, self.tree):
-            return "lies outside %s, the directory reduce runs in" % self.tree
+            return f"lies outside {self.tree}, the directory reduce runs in"
         return None
 
 
@@ -332,11 +332,9 @@ def _installed(real, tree):
         return True
     dirs = [sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
     for fn in ("getsitepackages", "getusersitepackages"):
-        try:
+        with contextlib.suppress(AttributeError):  # a virtualenv's old site.py lacks them
             got = getattr(site, fn)()
             dirs += [got] if isinstance(got, str) else list(got)
-        except Exception:  # a virtualenv's old site.py lacks them
-            pass
     if any(d and _under(real, os.path.realpath(d)) for d in dirs):
         return True
     for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
@@ -369,7 +367,7 @@ def _module_files(name):
             if origin in (None, "namespace") and locations is not None:
                 origin = None  # a namespace package: no code of its own
         if origin is not None:
-            out.append(("its %s %s" % ("module" if i == len(parts) - 1 else "package", sub), origin))
+            out.append((f"its {'module' if i == len(parts) - 1 else 'package'} {sub}", origin))
         if locations is None:
             return out  # not a package: importing a submodule of it fails after running it
         path = list(locations)
