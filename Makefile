@@ -123,7 +123,7 @@ slurm-down:
 
 fuzz-short:
 	$(GO) test -run='^$$' -fuzz='^FuzzRead$$' -fuzztime=$(FUZZTIME) ./fixtures
-	$(GO) test -run='^$$' -fuzz='^FuzzPrintable$$' -fuzztime=$(FUZZTIME) ./cmd/reduce
+	$(GO) test -run='^$$' -fuzz='^FuzzPrintable$$' -fuzztime=$(FUZZTIME) ./fixtures
 
 fuzz:
 	$(MAKE) fuzz-short FUZZTIME=2m

@@ -463,6 +463,62 @@ func Step(o Options, b *fixtures.Batch) (string, error) {
 	return step(kind, b.Op, o.Entry, recorded)
 }
 
+// ForBatch is o with what it leaves to the recorded batch o.Batch (read
+// from o.File) filled in, as `reduce --batch` replays a batch given no
+// flags:
+//
+//   - the backend (KindFor): --entry chooses torch, --replay exec, and a
+//     batch that records its step and no op the torch backend;
+//   - the step the batch records (with the class it rebuilds), when it
+//     records no op: the torch backend replays it unless an Entry
+//     overrides it, and no other backend takes it;
+//   - the torch backend's interpreter: the one that recorded the batch
+//     (its meta "executable"), when it is still there;
+//   - the go backend's device: CUDA emulation for a failure recorded on a
+//     GPU (CUDA, HIP or Triton).
+//
+// It tells Notice which option chose the backend and which step replays,
+// and refuses a batch the backend has nothing to run for (Step's error,
+// after o.File), before New starts anything.
+func (o Options) ForBatch() (Options, error) {
+	b := o.Batch
+	if b == nil {
+		return o, errors.New("replay: no batch to replay candidates of")
+	}
+	if b.Op == "" && o.Step == nil {
+		o.Step, o.StepClass = b.Step, b.StepClass()
+	}
+	kind, chosenBy, err := KindFor(o)
+	if err != nil {
+		return o, err
+	}
+	o.Kind = kind
+	if chosenBy != "" {
+		o.notice(fmt.Sprintf("%s runs on the %s backend: using it", chosenBy, kind))
+	}
+	what, err := Step(o, b)
+	if err != nil {
+		return o, fmt.Errorf("%s: %w", o.File, err)
+	}
+	if kind != KindTorch || o.Entry != "" {
+		o.Step, o.StepClass = nil, nil
+	} else if o.Step != nil {
+		o.notice("replaying " + what)
+	}
+	if exe := b.Meta["executable"]; o.Python == "" && kind == KindTorch && exe != "" {
+		if _, err := os.Stat(exe); err == nil {
+			o.Python = exe // the user's own torch
+		}
+	}
+	if o.Device == "" && kind == KindGo && b.Error != nil {
+		switch signature.Recorded(b.Error.Text).Backend {
+		case signature.BackendCUDA, signature.BackendHIP, signature.BackendTriton:
+			o.Device = "cuda"
+		}
+	}
+	return o, nil
+}
+
 // step is Step's rule on what it depends on: the backend, the op the batch
 // records ("" for none), the --entry given ("" for none) and the step the
 // batch records when it has no op ("module:qualname", or ""): the function

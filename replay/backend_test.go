@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"reduce/fixtures"
 	"reduce/internal/signature"
 )
@@ -565,6 +568,75 @@ func TestStep(t *testing.T) {
 	}
 	if _, err := Step(Options{}, &fixtures.Batch{}); err == nil || !strings.Contains(err.Error(), "records no op") {
 		t.Errorf("Step of the go backend for a batch without an op: %v", err)
+	}
+}
+
+// TestForBatch: what a batch given no flags replays with (the backend, the
+// step, the interpreter that recorded it, the device of its failure), what
+// the flags keep, the notes, and the batch with nothing to run for.
+func TestForBatch(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	step := &fixtures.Step{Module: "train", Qualname: "step"}
+	cpu := &fixtures.Failure{Text: "IndexError: Target 4 is out of bounds."}
+	cuda := &fixtures.Failure{Text: "RuntimeError: CUDA error: device-side assert triggered"}
+	opBatch := func(f *fixtures.Failure) *fixtures.Batch { return &fixtures.Batch{Op: "cross_entropy", Error: f} }
+	stepBatch := func(executable string) *fixtures.Batch {
+		return &fixtures.Batch{Step: step, Error: cpu, Meta: map[string]string{"executable": executable}}
+	}
+	for _, tc := range []struct {
+		name   string
+		o      Options
+		kind   Kind
+		device string
+		python string
+		step   *fixtures.Step
+		notes  []string
+		err    string
+	}{
+		{name: "op", o: Options{Batch: opBatch(cpu)}, kind: KindGo},
+		{name: "op on a GPU", o: Options{Batch: opBatch(cuda)}, kind: KindGo, device: "cuda"},
+		{name: "op on a GPU, --device cpu", o: Options{Batch: opBatch(cuda), Device: "cpu"}, kind: KindGo, device: "cpu"},
+		{name: "op on a GPU, torch", o: Options{Batch: opBatch(cuda), Kind: KindTorch}, kind: KindTorch},
+		{name: "op, --replay", o: Options{Batch: opBatch(cpu), Replay: "step {batch}"}, kind: KindExec,
+			notes: []string{"--replay runs on the exec backend: using it"}},
+		{name: "step", o: Options{Batch: stepBatch(exe)}, kind: KindTorch, python: exe, step: step,
+			notes: []string{"the recorded step runs on the torch backend: using it", "replaying the recorded step train:step"}},
+		{name: "step, --backend torch", o: Options{Batch: stepBatch(exe), Kind: KindTorch}, kind: KindTorch, python: exe, step: step,
+			notes: []string{"replaying the recorded step train:step"}},
+		{name: "step, its interpreter gone", o: Options{Batch: stepBatch(filepath.Join(t.TempDir(), "python3"))}, kind: KindTorch, step: step,
+			notes: []string{"the recorded step runs on the torch backend: using it", "replaying the recorded step train:step"}},
+		{name: "step, --python", o: Options{Batch: stepBatch(exe), Python: "python3"}, kind: KindTorch, python: "python3", step: step,
+			notes: []string{"the recorded step runs on the torch backend: using it", "replaying the recorded step train:step"}},
+		{name: "step, --entry", o: Options{Batch: stepBatch(exe), Entry: "m:f"}, kind: KindTorch, python: exe,
+			notes: []string{"--entry runs on the torch backend: using it"}},
+		{name: "step, --replay", o: Options{Batch: stepBatch(exe), Replay: "step {batch}"}, kind: KindExec,
+			notes: []string{"--replay runs on the exec backend: using it"}},
+		{name: "step, --backend go", o: Options{Batch: stepBatch(exe), Kind: KindGo},
+			err: "crash.bin: the batch records the step train:step and no op, and the go backend runs only built-in ops"},
+		{name: "no op, no step", o: Options{Batch: &fixtures.Batch{}, Kind: KindTorch},
+			err: "crash.bin: the batch records no op and no step"},
+		{name: "--entry and --replay", o: Options{Batch: opBatch(cpu), Entry: "m:f", Replay: "step {batch}"},
+			err: "replay: --entry runs on the torch backend and --replay on exec: give one of them"},
+		{name: "no batch", err: "replay: no batch to replay candidates of"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var notes []string
+			tc.o.File = "crash.bin"
+			tc.o.Notice = func(msg string) { notes = append(notes, msg) }
+			got, err := tc.o.ForBatch()
+			if tc.err != "" {
+				require.Error(t, err)
+				assert.True(t, strings.HasPrefix(err.Error(), tc.err), "%v", err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.kind, got.Kind)
+			assert.Equal(t, tc.device, got.Device)
+			assert.Equal(t, tc.python, got.Python)
+			assert.Equal(t, tc.step, got.Step)
+			assert.Equal(t, tc.notes, notes)
+		})
 	}
 }
 

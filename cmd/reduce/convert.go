@@ -1,11 +1,7 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -40,6 +36,8 @@ func convertCommand() *cli.Command {
 	}
 }
 
+// convert maps the flags to fixtures.ConvertOptions and prints the notes
+// and the output's path.
 func convert(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return usagef("convert takes one input file, got %d arguments", c.NArg())
@@ -48,18 +46,17 @@ func convert(c *cli.Context) error {
 	if out == "" {
 		return usagef("convert: no output: give -o FILE")
 	}
-	if same, _ := samePath(in, out); same {
-		return usagef("convert: output %s is the input; the input is never modified", out)
-	}
-	comp := fixtures.Compression(c.String("compression"))
-	if comp != fixtures.CompressionZstd && comp != fixtures.CompressionNone {
-		return usagef("--compression %q: want zstd or none", c.String("compression"))
+	var opt fixtures.ConvertOptions
+	if comp := fixtures.Compression(c.String("compression")); comp != fixtures.CompressionZstd && comp != fixtures.CompressionNone {
+		return usagef("--compression %q: want zstd or none", comp)
+	} else if c.IsSet("compression") {
+		opt.Compression = comp
 	}
 	limit, err := maxSize(c)
 	if err != nil {
 		return err
 	}
-	opt := fixtures.ImportOptions{MaxSize: limit, Name: c.String("name"), Op: c.String("op")}
+	opt.ImportOptions = fixtures.ImportOptions{MaxSize: limit, Name: c.String("name"), Op: c.String("op")}
 	for _, a := range c.StringSlice("attr") {
 		k, v, err := fixtures.ParseAttr(a)
 		if err != nil {
@@ -87,40 +84,7 @@ func convert(c *cli.Context) error {
 		}
 		opt.SampleIDs = ids
 	}
-
-	inExt := strings.ToLower(filepath.Ext(in))
-	var b *fixtures.Batch
-	if inExt == ".bin" {
-		if b, err = fixtures.Read(in, fixtures.WithMaxSize(limit)); err != nil {
-			return usageErr(err)
-		}
-		if b, err = opt.Override(b); err != nil {
-			return usageErr(fmt.Errorf("%s: %w", in, err))
-		}
-	} else {
-		if opt.Name != "" && inExt != ".npy" {
-			return usagef("--name applies to a .npy input only")
-		}
-		if b, err = fixtures.Import(in, opt); err != nil {
-			return usageErr(err)
-		}
-	}
-
-	format, err := fixtures.FormatOf(out)
-	if err != nil {
-		return usagef("convert: output %s: want a .bin, .npz or .safetensors file name", out)
-	}
-	if format == fixtures.FormatBin {
-		if err := fixtures.Write(out, b, fixtures.WithCompression(comp)); err != nil {
-			return usageErr(fmt.Errorf("write %s: %w", out, err))
-		}
-		fmt.Fprintln(c.App.Writer, out)
-		return nil
-	}
-	if c.IsSet("compression") {
-		return usagef("--compression applies to a .bin output only")
-	}
-	notes, err := fixtures.Export(b, out)
+	notes, err := fixtures.Convert(in, out, opt)
 	if err != nil {
 		return usageErr(err)
 	}
@@ -129,19 +93,4 @@ func convert(c *cli.Context) error {
 	}
 	fmt.Fprintln(c.App.Writer, out)
 	return nil
-}
-
-// samePath reports whether a and b name one file.
-func samePath(a, b string) (bool, error) {
-	sa, err := os.Stat(a)
-	if err != nil {
-		return false, err
-	}
-	sb, err := os.Stat(b)
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	} else if err != nil {
-		return false, err
-	}
-	return os.SameFile(sa, sb), nil
 }

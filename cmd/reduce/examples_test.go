@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"reduce/fixtures"
+	"reduce/internal/reduction"
 	"reduce/internal/testenv"
 	"reduce/kernels"
 )
@@ -148,7 +149,7 @@ func TestExamplesReduce(t *testing.T) {
 					cmd.Env = examplesEnv(t)
 					cmd.Dir = root
 					line := summaryLine(t, cmd)
-					var sum summary
+					var sum reduction.Summary
 					require.NoError(t, json.Unmarshal(line, &sum))
 					checkAnswer(t, exp, sum)
 					var ans summaryAnswers
@@ -179,9 +180,9 @@ func examplesEnv(t testing.TB) []string {
 
 // runSummary runs a reduction with --json and returns its summary, the
 // last line of its standard output.
-func runSummary(t *testing.T, cmd *exec.Cmd) summary {
+func runSummary(t *testing.T, cmd *exec.Cmd) reduction.Summary {
 	t.Helper()
-	var sum summary
+	var sum reduction.Summary
 	require.NoError(t, json.Unmarshal(summaryLine(t, cmd), &sum))
 	return sum
 }
@@ -197,7 +198,7 @@ func summaryLine(t *testing.T, cmd *exec.Cmd) []byte {
 	return []byte(lines[len(lines)-1])
 }
 
-func checkAnswer(t *testing.T, exp expectedAnswer, sum summary) {
+func checkAnswer(t *testing.T, exp expectedAnswer, sum reduction.Summary) {
 	t.Helper()
 	assert.False(t, sum.Partial)
 	if exp.Mode != "" {
@@ -326,7 +327,7 @@ func checkShape(t *testing.T, exp expectedAnswer, ans summaryAnswers) {
 // finite passing value with which the op passes: the recorded batch with
 // that one element set to it runs through the kernels (on the CPU) without
 // a failure.
-func checkNonFinite(t *testing.T, exp expectedAnswer, sum summary, path string) {
+func checkNonFinite(t *testing.T, exp expectedAnswer, sum reduction.Summary, path string) {
 	t.Helper()
 	for _, be := range exp.BadElements {
 		if be.ValueText == "" {

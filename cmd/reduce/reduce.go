@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 	"reduce/internal/reduction"
 	"reduce/internal/regress"
 	"reduce/internal/signature"
-	"reduce/replay"
 	"reduce/shrink"
 )
 
@@ -72,9 +70,9 @@ func mainJob(c *cli.Context) error {
 	if res != nil {
 		rep.close() // the bar goes before the summary: they may share a terminal
 		if c.Bool("json") {
-			rep.event(newSummary(res))
+			rep.event(res.Summary())
 		} else {
-			printSummary(c.App.Writer, res)
+			res.WriteText(c.App.Writer)
 		}
 	}
 	switch {
@@ -141,96 +139,4 @@ func reductionOptions(c *cli.Context, path string) (reduction.Options, error) {
 		}
 	}
 	return o, nil
-}
-
-// summary is the last JSON line of --json (DESIGN.md, "The CLI").
-type summary struct {
-	Event         string                                   `json:"event"`
-	Fixture       string                                   `json:"fixture"`
-	Fixtures      []string                                 `json:"fixtures"`
-	Signature     signature.Signature                      `json:"signature"`
-	SignatureNote string                                   `json:"signature_note,omitempty"`
-	Mode          reduction.Mode                           `json:"mode"`
-	ModeReason    string                                   `json:"mode_reason"`
-	Culprits      []regress.Culprit                        `json:"culprits"`
-	Size          *regress.SizeResult                      `json:"size"`
-	Shape         *regress.ShapeResult                     `json:"shape,omitempty"`
-	Replays       int                                      `json:"replays"`
-	Resumed       int                                      `json:"resumed"`
-	Phases        map[reduction.Phase]reduction.PhaseCount `json:"phases"`
-	OtherFailures []regress.OtherFailure                   `json:"other_failures"`
-	// Launcher is where the replays ran; for Slurm with the jobs
-	// submitted, retried and lost.
-	Launcher replay.LaunchInfo `json:"launcher"`
-	Seconds  float64           `json:"seconds"`
-	Partial  bool              `json:"partial"`
-}
-
-func newSummary(res *reduction.Result) summary {
-	s := summary{Event: "summary", Fixture: res.Fixtures[0], Fixtures: res.Fixtures, Signature: res.Want, SignatureNote: res.WantNote, Mode: res.Mode,
-		ModeReason: res.ModeReason, Culprits: []regress.Culprit{}, Size: res.Size, Replays: res.Replays, Resumed: res.Resumed,
-		Phases: res.Phases, OtherFailures: res.OtherFailures, Launcher: res.Launch, Seconds: res.Seconds, Partial: res.Partial}
-	for i, f := range res.Findings {
-		s.Culprits = append(s.Culprits, f.Culprit(res.Fixtures[i]))
-		if s.Shape == nil {
-			s.Shape = f.Shape
-		}
-	}
-	return s
-}
-
-// printSummary prints the result for a person; the fixture path is the
-// last line.
-func printSummary(w interface{ Write([]byte) (int, error) }, res *reduction.Result) {
-	fmt.Fprintf(w, "signature: %s\n", res.Want)
-	if res.WantNote != "" {
-		fmt.Fprintf(w, "  (%s)\n", res.WantNote)
-	}
-	fmt.Fprintf(w, "mode: %s (%s)\n", res.Mode, res.ModeReason)
-	if res.Size != nil {
-		fmt.Fprintf(w, "size: %d samples fail, %d pass\n", res.Size.SmallestFailing, res.Size.LargestPassing)
-	}
-	for i, f := range res.Findings {
-		if res.Mode != reduction.ModeSize {
-			fmt.Fprintln(w, strings.TrimSpace(fmt.Sprintf("culprit: samples %v %s", f.Indices, strings.Join(f.IDs, " "))))
-		}
-		if f.Relation != nil {
-			fmt.Fprintf(w, "  relation: %s (equal values fail; either one changed to a value found nowhere in the batch passes)\n", f.Relation.Text)
-		}
-		for k, e := range f.Elements {
-			if f.Relation != nil && k < len(f.Relation.Elements) {
-				continue
-			}
-			fmt.Fprintf(w, "  %s\n", e.Diagnosis())
-		}
-		switch {
-		case f.Shape != nil:
-			fmt.Fprintf(w, "  shape: %s\n", f.Shape.Text)
-		case f.ContentFree && res.Mode != reduction.ModeSize && f.Relation == nil:
-			fmt.Fprintf(w, "  no value triggers it: every element neutralized still fails\n")
-		}
-		if len(res.Findings) > 1 {
-			fmt.Fprintf(w, "  fixture: %s\n", res.Fixtures[i])
-		}
-	}
-	for _, o := range res.OtherFailures {
-		fmt.Fprintf(w, "other failure (not followed), %d times: %s\n", o.Count, o.Signature)
-	}
-	if l := res.Launch; l.Launcher == replay.LauncherSlurm {
-		lost := 0
-		for _, n := range l.Unresolved {
-			lost += n
-		}
-		fmt.Fprintf(w, "slurm: %d jobs on %s, %d retried, %d lost %v\n", l.Jobs, strings.Join(l.Nodes, ","), l.Retried, lost, l.Unresolved)
-	}
-	resumed := ""
-	if res.Resumed > 0 {
-		resumed = fmt.Sprintf(", %d answers from the journal", res.Resumed)
-	}
-	state := ""
-	if res.Partial {
-		state = " (interrupted: partial)"
-	}
-	fmt.Fprintf(w, "replays: %d in %.1fs%s%s\n", res.Replays, res.Seconds, resumed, state)
-	fmt.Fprintln(w, res.Fixtures[0])
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"reduce/fixtures"
-	"reduce/internal/regress"
+	"reduce/internal/reduction"
 	"reduce/internal/signature"
 	"reduce/replay"
 )
@@ -44,80 +44,46 @@ func backendFlags() []cli.Flag {
 }
 
 // newBackend builds the backend the flags describe, bound to the batch b
-// read from path: every candidate it replays is a view of b. Before anything is replayed it refuses a batch the backend has
-// nothing to run for (replay.Step), and notes on stderr a backend that
-// --entry, --replay or the step the batch records chose. A batch that
-// records its step and no op replays it on the torch backend, with the
-// interpreter that recorded it unless --python names one. b chooses the go backend's default device:
-// CUDA emulation for a batch whose recorded failure came from a GPU.
+// read from path: every candidate it replays is a view of b. What the flags
+// leave unset comes from b (replay.Options.ForBatch: the backend, the step,
+// the interpreter, the device), which refuses a batch the backend has
+// nothing to run for before anything is replayed; its notes go to stderr.
 func newBackend(c *cli.Context, path string, b *fixtures.Batch) (replay.Backend, error) {
 	gpus, err := replay.ParseGPUs(c.String("gpus"))
 	if err != nil {
 		return nil, usagef("--gpus %q: %v", c.String("gpus"), err)
 	}
-	var kind replay.Kind
+	var kind replay.Kind // unset: ForBatch chooses
 	if c.IsSet("backend") {
 		kind = replay.Kind(c.String("backend"))
 	}
-	o := replay.Options{Kind: kind, Entry: c.String("entry"), Replay: c.String("replay")}
-	if b.Op == "" {
-		o.Step, o.StepClass = b.Step, b.StepClass()
-	}
-	kind, chosenBy, err := replay.KindFor(o)
-	if err != nil {
-		return nil, usageErr(err)
-	}
-	if chosenBy != "" && !c.Bool("quiet") {
-		fmt.Fprintf(c.App.ErrWriter, "reduce: %s runs on the %s backend: using it\n", chosenBy, kind)
-	}
-	what, err := replay.Step(o, b)
-	if err != nil {
-		return nil, usagef("%s: %v", path, err)
-	}
-	if kind != replay.KindTorch || o.Entry != "" {
-		o.Step, o.StepClass = nil, nil
-	} else if o.Step != nil && !c.Bool("quiet") {
-		fmt.Fprintf(c.App.ErrWriter, "reduce: replaying %s\n", what)
-	}
-	python := c.String("python")
-	if python == "" && kind == replay.KindTorch && b.Meta["executable"] != "" {
-		// The interpreter that recorded the batch: the user's own torch.
-		if _, err := os.Stat(b.Meta["executable"]); err == nil {
-			python = b.Meta["executable"]
-		}
-	}
-	device := c.String("device")
-	if device == "" && kind == replay.KindGo && b.Error != nil {
-		switch signature.Recorded(b.Error.Text).Backend {
-		case signature.BackendCUDA, signature.BackendHIP, signature.BackendTriton:
-			device = "cuda"
-		}
-	}
 	blocking := !c.Bool("async")
-	var deviceMemory int64
-	if s := c.String("device-memory"); s != "" && s != "0" {
-		if deviceMemory, err = parseSize(s); err != nil {
-			return nil, usagef("--device-memory %q: %v", s, err)
-		}
-	}
 	// The replayed step's random generators (torch.manual_seed in the
 	// torch backend; a user's step may read REDUCE_SEED too), the same for
 	// `reduce replay` as for the reduction that wrote a fixture.
 	seed := c.Int64("seed")
-	be, err := replay.New(replay.Options{
-		Batch: b, File: path, Kind: kind, Device: device, Python: python, Entry: o.Entry, Step: o.Step, StepClass: o.StepClass, TrustStep: c.Bool("trust-step"),
-		Replay: o.Replay, ReplayFormat: fixtures.Format(c.String("replay-format")), Jobs: c.Int("jobs"),
-		GPUs: gpus, Timeout: c.Duration("timeout"), NoZygote: c.Bool("no-zygote"), WarmImport: c.StringSlice("warm-import"),
+	o, err := replay.Options{
+		Batch: b, File: path, Kind: kind, Device: c.String("device"), Python: c.String("python"),
+		Entry: c.String("entry"), TrustStep: c.Bool("trust-step"), Replay: c.String("replay"),
+		ReplayFormat: fixtures.Format(c.String("replay-format")), Jobs: c.Int("jobs"), GPUs: gpus, Timeout: c.Duration("timeout"),
+		NoZygote: c.Bool("no-zygote"), WarmImport: c.StringSlice("warm-import"), Blocking: &blocking, Seed: &seed,
 		Notice: func(msg string) {
 			if !c.Bool("quiet") {
 				fmt.Fprintf(c.App.ErrWriter, "reduce: %s\n", msg)
 			}
 		},
-		Blocking: &blocking,
-		Seed:     &seed, DeviceMemory: deviceMemory,
 		Launcher: replay.Launcher(c.String("launcher")), SlurmArgs: c.String("slurm-args"), SharedDir: c.String("shared-dir"),
 		QueueTimeout: slurmFlag(c, "queue-timeout", c.Duration("queue-timeout")), Retries: retriesFlag(c),
-	})
+	}.ForBatch()
+	if err != nil {
+		return nil, usageErr(err)
+	}
+	if s := c.String("device-memory"); s != "" && s != "0" {
+		if o.DeviceMemory, err = fixtures.ParseSize(s); err != nil {
+			return nil, usagef("--device-memory %q: %v", s, err)
+		}
+	}
+	be, err := replay.New(o)
 	if err != nil {
 		return nil, usageErr(err)
 	}
@@ -167,28 +133,9 @@ func replayCommand() *cli.Command {
 	}
 }
 
-// replayVerdict is `reduce replay --json`.
-type replayVerdict struct {
-	File      string               `json:"file"`
-	Backend   string               `json:"backend"`
-	Device    string               `json:"device"`
-	Signature signature.Signature  `json:"signature"`
-	Recorded  *signature.Signature `json:"recorded"`
-	Match     string               `json:"match"`
-	// Reproduces: it failed as recorded; for a batch that must pass
-	// (Expect "pass": a fixture's boundary or neighbour), it passed.
-	Reproduces bool `json:"reproduces"`
-	// Note says why a replay reproduces a recording that names no assert.
-	Note     string             `json:"note,omitempty"`
-	Expect   string             `json:"expect,omitempty"`
-	Exit     signature.ExitInfo `json:"exit"`
-	Seconds  float64            `json:"seconds"`
-	Stderr   string             `json:"stderr"`
-	Launcher string             `json:"launcher,omitempty"`
-	JobID    string             `json:"job_id,omitempty"`
-	Node     string             `json:"node,omitempty"`
-}
-
+// replayOnce is `reduce replay FILE`: one replay of the batch itself,
+// judged (reduction.CheckReplay), printed, and exit 3 when it does not
+// show what the file says it must.
 func replayOnce(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return usagef("replay takes one batch file, got %d arguments", c.NArg())
@@ -210,76 +157,21 @@ func replayOnce(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	v, err := be.Replay(ctx, &fixtures.View{}) // the batch itself
-
 	if err != nil {
 		if ctx.Err() != nil {
 			return withCode(ExitInterrupted, fmt.Errorf("replay %s: interrupted", path))
 		}
 		return fmt.Errorf("replay %s: %w", path, err)
 	}
-	out := replayVerdict{
-		File: path, Backend: string(v.Backend), Device: v.Device, Signature: v.Signature, Match: string(level),
-		Exit: v.Exit, Seconds: v.Duration.Seconds(), Stderr: string(v.Result.Stderr),
-	}
-	if v.Launcher != replay.LauncherLocal {
-		out.Launcher, out.JobID, out.Node = string(v.Launcher), v.JobID, v.Node
-	}
-	// What the replay must show: the recorded failure (one that names no
-	// assert is reproduced by an assert it allows, as the reduction's
-	// confirmation would keep it), a pass for a fixture's boundary or
-	// neighbour batch, any failure for a batch that records none.
-	judge := signature.Judge{Level: level}
-	expectPass := b.Meta[regress.MetaExpect] == regress.ExpectPass
-	switch {
-	case expectPass:
-		out.Expect = regress.ExpectPass
-		judge.Want = signature.Signature{Family: signature.FamilyPass}
-	case b.Error != nil:
-		rec := signature.Recorded(b.Error.Text)
-		out.Recorded = &rec
-		judge.Want, judge.Recorded = rec, true
-	}
-	ruling := judge.Rule(v.Signature)
-	out.Reproduces, out.Note = ruling.Outcome == signature.Reproduces, ruling.Note
+	check := reduction.CheckReplay(path, b, v, level)
 	if c.Bool("json") {
 		enc := json.NewEncoder(c.App.Writer)
 		enc.SetEscapeHTML(false)
-		if err := enc.Encode(out); err != nil {
+		if err := enc.Encode(check); err != nil {
 			return err
 		}
 	} else {
-		w := c.App.Writer
-		fmt.Fprintf(w, "%s: replayed with %s on %s in %.3fs", path, out.Backend, out.Device, out.Seconds)
-		if out.JobID != "" {
-			fmt.Fprintf(w, " (slurm job %s on %s)", out.JobID, out.Node)
-		}
-		fmt.Fprintln(w)
-		fmt.Fprintf(w, "signature: %s\n", out.Signature)
-		if out.Recorded != nil {
-			fmt.Fprintf(w, "recorded:  %s\n", *out.Recorded)
-		}
-		verdict := "reproduces"
-		if out.Note != "" {
-			verdict += " (" + out.Note + ")"
-		}
-		switch {
-		case expectPass && out.Reproduces:
-			verdict = "passes, as expected (a fixture's passing batch)"
-		case expectPass:
-			verdict = "fails, and it should pass (a fixture's passing batch)"
-		case !out.Reproduces:
-			verdict = "does not reproduce"
-		}
-		fmt.Fprintf(w, "verdict:   %s (match %s)\n", verdict, level)
+		check.WriteText(c.App.Writer)
 	}
-	if expectPass && !out.Reproduces {
-		return withCode(ExitNoRepro, fmt.Errorf("%s should pass (a fixture's boundary or neighbour batch) but got %s", path, out.Signature))
-	}
-	if !out.Reproduces && b.Error == nil {
-		return withCode(ExitNoRepro, fmt.Errorf("%s records no failure, and its replay did not fail: got %s (try another --backend or --device)", path, out.Signature))
-	}
-	if !out.Reproduces {
-		return withCode(ExitNoRepro, fmt.Errorf("%s does not reproduce its recorded failure: got %s (try --match family, another --backend or --device; or the bug was fixed since it was recorded)", path, out.Signature))
-	}
-	return nil
+	return withCode(ExitNoRepro, check.Err())
 }
