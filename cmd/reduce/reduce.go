@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"reduce/internal/progress"
 	"reduce/internal/reduction"
 	"reduce/internal/regress"
 	"reduce/internal/signature"
@@ -63,14 +64,14 @@ func mainJob(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	rep := newReporter(c.App.Writer, c.App.ErrWriter, c.Bool("json"), c.Bool("quiet"))
-	defer rep.close()
-	o.Events = rep.handle
+	rep := progress.New(c.App.Writer, c.App.ErrWriter, c.Bool("json"), c.Bool("quiet"))
+	defer rep.Close()
+	o.Events = rep.Handle
 	res, err := reduction.Run(ctx, b, be, o)
 	if res != nil {
-		rep.close() // the bar goes before the summary: they may share a terminal
+		rep.Close() // the bar goes before the summary: they may share a terminal
 		if c.Bool("json") {
-			rep.event(res.Summary())
+			rep.Event(res.Summary())
 		} else {
 			res.WriteText(c.App.Writer)
 		}

@@ -46,6 +46,8 @@ var rules = map[string]rule{
 		"reduce/internal/reduction": "the reduction calls it, not the other way", "os/exec": "it never replays by itself"}},
 	"reduce/internal/reduction": {never: map[string]string{"github.com/urfave/cli/": "flags are cmd/reduce's",
 		"os/exec": "the backend starts processes"}},
+	"reduce/internal/progress": {never: map[string]string{"github.com/urfave/cli/": "flags are cmd/reduce's",
+		"os/exec": "it runs nothing"}},
 	"reduce/replay": {never: map[string]string{"reduce/internal/reduction": "it does not decide what to try next",
 		"reduce/internal/regress": "it writes no fixture", "reduce/shrink": "it does not decide what to try next"}},
 }

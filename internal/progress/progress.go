@@ -1,4 +1,7 @@
-package main
+// Package progress tells a person at the terminal how the main job goes
+// (a bar on stderr, or plain lines) and a program, with --json, what
+// happened: one JSON object per line on stdout.
+package progress
 
 import (
 	"encoding/json"
@@ -15,7 +18,7 @@ import (
 	"golang.org/x/term"
 )
 
-// reporter tells a person at the terminal how the main job goes, and a
+// Reporter tells a person at the terminal how the main job goes, and a
 // program, with --json, what happened, one JSON object per line.
 //
 // Progress goes to stderr: a bar redrawn in place when stderr is a
@@ -24,7 +27,7 @@ import (
 // stdout: with --json the events and the summary, else the human summary
 // the main job prints at the end. The two never mix, so `reduce ... |
 // tail -1` is the fixture path either way.
-type reporter struct {
+type Reporter struct {
 	stderr io.Writer
 	stdout io.Writer
 	json   bool
@@ -40,8 +43,10 @@ type reporter struct {
 	best    int
 }
 
-func newReporter(stdout, stderr io.Writer, jsonLines, quiet bool) *reporter {
-	p := &reporter{stderr: stderr, stdout: stdout, json: jsonLines, quiet: quiet, start: time.Now()}
+// New is a Reporter writing results to stdout and progress to stderr;
+// jsonLines is --json, quiet is --quiet.
+func New(stdout, stderr io.Writer, jsonLines, quiet bool) *Reporter {
+	p := &Reporter{stderr: stderr, stdout: stdout, json: jsonLines, quiet: quiet, start: time.Now()}
 	if jsonLines {
 		p.enc = json.NewEncoder(stdout)
 		p.enc.SetEscapeHTML(false)
@@ -61,7 +66,7 @@ func newReporter(stdout, stderr io.Writer, jsonLines, quiet bool) *reporter {
 // handle is the reduction's event sink: logs to stderr, phases and
 // replays to the bar, and with --json every event but the logs as a line
 // on stdout. It may be called from several goroutines at once.
-func (p *reporter) handle(ev reduction.Event) {
+func (p *Reporter) Handle(ev reduction.Event) {
 	switch e := ev.(type) {
 	case *reduction.Log:
 		p.logf("%s", e.Text)
@@ -73,12 +78,12 @@ func (p *reporter) handle(ev reduction.Event) {
 			p.replayed(e.Size, e.Outcome == shrink.Fail)
 		}
 	}
-	p.event(ev)
+	p.Event(ev)
 }
 
 // event writes one JSON line on stdout with --json; v is a struct or map
 // with an "event" field.
-func (p *reporter) event(v any) {
+func (p *Reporter) Event(v any) {
 	if p.enc == nil {
 		return
 	}
@@ -88,7 +93,7 @@ func (p *reporter) event(v any) {
 }
 
 // logf writes a line of progress on stderr, above the bar on a terminal.
-func (p *reporter) logf(format string, args ...any) {
+func (p *Reporter) logf(format string, args ...any) {
 	if p.quiet {
 		return
 	}
@@ -102,7 +107,7 @@ func (p *reporter) logf(format string, args ...any) {
 }
 
 // setPhase starts a phase over size units.
-func (p *reporter) setPhase(phase string, size int) {
+func (p *Reporter) setPhase(phase string, size int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.phase, p.size, p.best = phase, size, size
@@ -111,7 +116,7 @@ func (p *reporter) setPhase(phase string, size int) {
 
 // replayed counts one replay of a candidate of the given size; failing
 // ones of a smaller size become the best so far.
-func (p *reporter) replayed(size int, fails bool) {
+func (p *Reporter) replayed(size int, fails bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.replays++
@@ -128,7 +133,7 @@ func (p *reporter) replayed(size int, fails bool) {
 }
 
 // redraw updates the bar's description; mu is held.
-func (p *reporter) redraw() {
+func (p *Reporter) redraw() {
 	if p.bar == nil {
 		return
 	}
@@ -138,7 +143,7 @@ func (p *reporter) redraw() {
 
 // close removes the bar; later lines go to stderr as plain lines. It may
 // be called more than once.
-func (p *reporter) close() {
+func (p *Reporter) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.bar != nil {

@@ -1,4 +1,4 @@
-package main
+package progress
 
 import (
 	"bytes"
@@ -11,20 +11,20 @@ import (
 
 func TestReporterPlain(t *testing.T) {
 	var out, errw bytes.Buffer
-	p := newReporter(&out, &errw, true, false)
-	p.handle(&reduction.PhaseStarted{Event: "phase", Phase: reduction.PhaseSamples, Units: 8})
+	p := New(&out, &errw, true, false)
+	p.Handle(&reduction.PhaseStarted{Event: "phase", Phase: reduction.PhaseSamples, Units: 8})
 	p.replayed(4, true)
-	p.handle(&reduction.Log{Text: "samples: culprit set [2]"})
-	p.close()
+	p.Handle(&reduction.Log{Text: "samples: culprit set [2]"})
+	p.Close()
 	// Not a terminal: plain lines, no bar, and JSON events on stdout.
 	assert.Equal(t, "reduce: samples: culprit set [2]\n", errw.String())
 	assert.Equal(t, `{"event":"phase","phase":"samples","units":8}`+"\n", out.String())
 
 	out.Reset()
 	errw.Reset()
-	q := newReporter(&out, &errw, false, true)
-	q.handle(&reduction.Log{Text: "hidden"})
-	q.event(map[string]any{"event": "x"})
+	q := New(&out, &errw, false, true)
+	q.Handle(&reduction.Log{Text: "hidden"})
+	q.Event(map[string]any{"event": "x"})
 	assert.Empty(t, errw.String())
 	assert.Empty(t, out.String())
 }
