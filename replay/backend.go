@@ -209,6 +209,10 @@ type Verdict struct {
 	Signature signature.Signature
 	// Exit is how the replay ended, as given to Parse.
 	Exit signature.ExitInfo
+	// Report is what the worker reported of a built-in op (ReportPrefix):
+	// its outputs, or its failure on the CPU; nil for none, and always for
+	// the exec backend.
+	Report *Report
 	// Result is the process's: exit status, captured output, duration.
 	Result Result
 	// Backend is the backend's Kind.
@@ -571,6 +575,9 @@ func exitInfo(r Result) signature.ExitInfo {
 func verdictOf(ctx context.Context, name Kind, device string, res Result, start time.Time) (Verdict, error) {
 	v := Verdict{Result: res, Backend: name, Device: device, Exit: exitInfo(res), Launcher: LauncherLocal}
 	v.Signature = signature.Parse(res.Stderr, v.Exit)
+	if name != KindExec {
+		v.Report = ParseReport(res.Stdout)
+	}
 	v.Duration = time.Since(start)
 	if l := res.Launch; l != nil {
 		v.Launcher, v.JobID, v.Node, v.Requeued = l.Launcher, l.JobID, l.Node, max(l.Attempts-1, 0)

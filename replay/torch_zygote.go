@@ -633,6 +633,9 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data zygoteInpu
 	}
 	v.Result, v.Exit = res, exitInfo(res)
 	v.Signature = signature.Parse(res.Stderr, v.Exit)
+	if v.Backend == KindTorch {
+		v.Report = ParseReport(res.Stdout)
+	}
 	v.Duration = time.Since(start)
 	if res.Canceled {
 		return v, false, ctx.Err()

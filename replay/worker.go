@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,7 +34,10 @@ import (
 // environment (os.Getenv).
 //
 //   - The op passes: a one-line summary on stdout (each output's dtype,
-//     shape, first values, sum and a CRC-32 of its values), exit 0.
+//     shape, first values, sum and a CRC-32 of its values), then the
+//     report line (ReportPrefix: the outputs), exit 0. A failure ends
+//     stdout with the report of the failure on the CPU (in CUDA mode, the
+//     batch run again in CPU mode), if it fails there.
 //   - The op fails on the host (CPU mode, or a check CUDA makes on the
 //     host): a Python traceback through torch's frames and the exception
 //     torch 1.13 raises ("IndexError: Target 4 is out of bounds.") on
@@ -115,7 +120,25 @@ func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(s
 	f := res.Failure
 	if f == nil {
 		writeSummary(stdout, op.Name, mode, res)
+		if err := writeReport(stdout, Report{Outputs: reportOutputs(res)}); err != nil {
+			return harness("writing the report: %v", err)
+		}
 		return 0
+	}
+	// The failure on the CPU: this one, or in CUDA mode that of the same
+	// batch run in CPU mode (which stops at its first check that fails).
+	cpu := f
+	if mode != kernels.ModeCPU {
+		cres, err := op.RunOptions(kernels.Options{Mode: kernels.ModeCPU, DeviceMemory: *deviceMemory}, b.Named(), b.Attrs)
+		if err != nil {
+			return harness("%v", err)
+		}
+		cpu = cres.Failure
+	}
+	if cpu != nil {
+		if err := writeReport(stdout, Report{CPU: &CPUFailure{Exception: cpu.Exception, Message: cpu.Message}}); err != nil {
+			return harness("writing the report: %v", err)
+		}
 	}
 	if mode == kernels.ModeCPU || !f.Device() {
 		if err := kernels.WriteCPUFailure(stderr, f); err != nil {
@@ -218,6 +241,37 @@ func writeSummary(w io.Writer, op string, mode kernels.Mode, res *kernels.Result
 	for _, note := range res.Notes {
 		fmt.Fprintf(bw, "note: %s\n", note)
 	}
+}
+
+// reportOutputs are res's outputs as a Report gives them, sorted by name;
+// one with a NaN or an infinity is left out.
+func reportOutputs(res *kernels.Result) []Output {
+	var out []Output
+	for _, n := range slices.Sorted(maps.Keys(res.Outputs)) {
+		t := res.Outputs[n]
+		if t == nil {
+			continue
+		}
+		o := Output{Name: n, DType: t.DType.String(), Shape: append([]int64{}, t.Shape...)}
+		finite := true
+		t.Each(func(_ []int64, e int64) {
+			v := t.LoadFloat(e)
+			finite = finite && !math.IsNaN(v) && !math.IsInf(v, 0)
+			o.Sum += v
+			o.SumAbs += math.Abs(v)
+			if len(o.Values) <= MaxReportValues {
+				o.Values = append(o.Values, v)
+			}
+		})
+		if !finite {
+			continue
+		}
+		if int64(len(o.Values)) != t.Numel() {
+			o.Values = nil
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 // dieBySignal ends the process by sig with the kernel's default action, as

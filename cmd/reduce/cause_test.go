@@ -30,9 +30,10 @@ func TestStepRaisedRecorded(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(bin, "--batch", "../../fixtures/examples/"+name+".bin", "--backend", "torch",
+			cmd := exec.Command(bin, "--batch", "fixtures/examples/"+name+".bin", "--backend", "torch",
 				"--python", testenv.Python(t, "torch"), "--out", t.TempDir(), "--json", "-q")
 			cmd.Env = examplesEnv(t)
+			cmd.Dir = "../.." // the repository's root, which holds the step: a step is replayed from the tree reduce runs in
 			sum := runSummary(t, cmd)
 			js, err := os.ReadFile(filepath.Join(sum.Fixture, regress.RecordFile))
 			require.NoError(t, err)

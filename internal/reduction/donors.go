@@ -37,7 +37,7 @@ func (r *run) without(ctx context.Context, set []int) ([]int64, *fixtures.Batch,
 		r.logf("neighbours: the batch without the culprits passes (%d samples, more than the %d a fixture keeps: not written)", len(rows), maxWithout)
 		return rows, nil, nil
 	}
-	b, err := r.batch.Select(rows)
+	b, err := r.rows(rows)
 	if err != nil {
 		return nil, nil, err
 	}

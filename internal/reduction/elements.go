@@ -49,7 +49,7 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 		return &candidate{View: fixtures.View{Rows: sp.rows}, edit: &edit{space: sp, keep: keep, set: set}, size: len(keep)}
 	}
 	build := func(keep []int, set map[int]value) *fixtures.Batch {
-		b, _ := keeping(keep, set).build(r.batch) // an edit's build cannot fail
+		b, _ := r.build(keeping(keep, set)) // an edit's build cannot fail
 		return b
 	}
 	r.setPhase(PhaseElements, len(sp.units))

@@ -131,8 +131,9 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 	rec.Raised = r.raised
 	reg := &regress.Regression{Batch: &min, Record: rec, Neighbours: map[string]*fixtures.Batch{}}
 	// Every batch written besides the minimal one was replayed and passed;
-	// for a built-in op the kernels give the outputs its test checks (and
-	// a batch they do not run on the CPU is left out).
+	// for a built-in op the worker reported its outputs, which its test
+	// checks. The minimal batch's failure on the CPU is the one its
+	// replay reported (the go worker's CUDA mode runs it in CPU mode too).
 	_, err := kernels.Lookup(r.batch.Op)
 	builtin := err == nil && rec.Entry == ""
 	// A passing batch carries no recorded failure: it says it must pass.
@@ -147,23 +148,18 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 		out.Meta[regress.MetaExpect] = regress.ExpectPass
 		return &out
 	}
-	expect := func(b *fixtures.Batch) ([]regress.OutputValue, bool) {
+	expect := func(b *fixtures.Batch) []regress.OutputValue {
 		if !builtin {
-			return nil, true
+			return nil
 		}
-		cpu, outs, err := regress.ExpectMemory(b, rec.DeviceMemory())
-		return outs, err == nil && cpu == nil
+		return outputValues(r.reportOf(b), b)
 	}
-	if builtin {
-		if cpu, _, err := regress.ExpectMemory(&min, rec.DeviceMemory()); err == nil {
-			reg.Record.CPU = cpu
-		}
+	if rep := r.reportOf(f.Batch); builtin && rep != nil && rep.CPU != nil {
+		reg.Record.CPU = &regress.CPUFailure{Exception: rep.CPU.Exception, Message: rep.CPU.Message}
 	}
 	if f.Boundary != nil {
-		if outs, ok := expect(f.Boundary); ok {
-			reg.Boundary = passing(f.Boundary)
-			reg.Record.Boundary = &regress.BoundaryBatch{File: regress.BoundaryFile, Outputs: outs}
-		}
+		reg.Boundary = passing(f.Boundary)
+		reg.Record.Boundary = &regress.BoundaryBatch{File: regress.BoundaryFile, Outputs: expect(f.Boundary)}
 	}
 	for _, n := range []struct {
 		file, what string
@@ -175,10 +171,8 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 		if n.b == nil {
 			continue
 		}
-		if outs, ok := expect(n.b); ok {
-			reg.Neighbours[n.file] = passing(n.b)
-			reg.Record.Neighbours = append(reg.Record.Neighbours, regress.Neighbour{File: n.file, What: n.what, Outputs: outs})
-		}
+		reg.Neighbours[n.file] = passing(n.b)
+		reg.Record.Neighbours = append(reg.Record.Neighbours, regress.Neighbour{File: n.file, What: n.what, Outputs: expect(n.b)})
 	}
 	return reg
 }
@@ -335,4 +329,26 @@ func indexText(idx []int64) string {
 		parts[i] = strconv.FormatInt(x, 10)
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// outputValues are a report's outputs as fixture.json records them
+// (regress.OutputValueOf), with b's input dtypes for their tolerance.
+func outputValues(rep *replay.Report, b *fixtures.Batch) []regress.OutputValue {
+	if rep == nil {
+		return nil
+	}
+	var inputs []kernels.DType
+	for _, e := range b.Tensors {
+		inputs = append(inputs, e.DType)
+	}
+	var out []regress.OutputValue
+	for _, o := range rep.Outputs {
+		dt, err := kernels.ParseDType(o.DType)
+		if err != nil {
+			continue
+		}
+		v := regress.OutputValueOf(o.Name, dt, o.Shape, o.Values, o.Sum, o.SumAbs, inputs)
+		out = append(out, v)
+	}
+	return out
 }

@@ -32,8 +32,16 @@ type journal struct {
 
 	mu      sync.Mutex
 	f       *os.File
-	answers map[answerKey]signature.Signature
+	answers map[answerKey]journalAnswer
 	loaded  map[answerKey]bool // answers read from the file by --resume, not used yet
+}
+
+// journalAnswer is what a replay showed: its signature, and the worker's
+// report (a built-in op's outputs, or its failure on the CPU), from which
+// the fixtures' expectations come.
+type journalAnswer struct {
+	sig    signature.Signature
+	report *replay.Report
 }
 
 type answerKey struct {
@@ -62,6 +70,7 @@ type journalEntry struct {
 	Key       string              `json:"key"`
 	Trial     int                 `json:"trial"`
 	Signature signature.Signature `json:"signature"`
+	Report    *replay.Report      `json:"report,omitempty"`
 }
 
 // journalPath is where the journal of a reduction of the file with the
@@ -75,7 +84,7 @@ func journalPath(out, srcHash string) string {
 // head, and its answers are loaded; without, any old one is replaced.
 // replaced reports that a journal was there and was started afresh.
 func openJournal(path string, head journalHeader, resume bool) (j *journal, replaced bool, err error) {
-	j = &journal{path: path, answers: map[answerKey]signature.Signature{}, loaded: map[answerKey]bool{}}
+	j = &journal{path: path, answers: map[answerKey]journalAnswer{}, loaded: map[answerKey]bool{}}
 	head.Journal = journalVersion
 	if resume {
 		data, err := os.ReadFile(path)
@@ -157,7 +166,7 @@ func (j *journal) load(data []byte, head journalHeader) error {
 			return fmt.Errorf("line %d is not an answer", n)
 		}
 		k := answerKey{e.Key, e.Trial}
-		j.answers[k] = e.Signature
+		j.answers[k] = journalAnswer{e.Signature, e.Report}
 		j.loaded[k] = true
 	}
 	return sc.Err()
@@ -171,7 +180,8 @@ func (j *journal) lookup(key string, trial int) (s signature.Signature, ok, from
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	k := answerKey{key, trial}
-	s, ok = j.answers[k]
+	a, ok := j.answers[k]
+	s = a.sig
 	if ok && j.loaded[k] {
 		delete(j.loaded, k)
 		fromFile = true
@@ -181,17 +191,25 @@ func (j *journal) lookup(key string, trial int) (s signature.Signature, ok, from
 
 // record keeps an answer. A journal that cannot be written is not worth
 // stopping the reduction for: the answer is kept in memory.
-func (j *journal) record(key string, trial int, s signature.Signature) {
-	line, err := json.Marshal(journalEntry{Key: key, Trial: trial, Signature: s})
+func (j *journal) record(key string, trial int, s signature.Signature, rep *replay.Report) {
+	line, err := json.Marshal(journalEntry{Key: key, Trial: trial, Signature: s, Report: rep})
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.answers[answerKey{key, trial}] = s
+	j.answers[answerKey{key, trial}] = journalAnswer{s, rep}
 	if j.f != nil && err == nil {
 		if _, err := j.f.Write(append(line, '\n')); err != nil {
 			j.f.Close()
 			j.f = nil
 		}
 	}
+}
+
+// report is the worker's report of the first trial of the candidate key
+// describes, nil when none was replayed or its worker reported nothing.
+func (j *journal) report(key string) *replay.Report {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.answers[answerKey{key, 0}].report
 }
 
 // close ends the journal; remove deletes its file (the reduction

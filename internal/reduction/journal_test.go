@@ -23,9 +23,13 @@ func TestJournal(t *testing.T) {
 	require.NoError(t, err)
 	fail := signature.Signature{Family: signature.FamilyHostCheck, Expression: "IndexError: Target N is out of bounds."}
 	pass := signature.Signature{Family: signature.FamilyPass}
-	j.record("{0-3}", 0, fail)
-	j.record("{0-1}", 0, pass)
-	j.record("{0-1}", 1, fail)
+	// A built-in op's replay reports its outputs, or its failure on the CPU.
+	outputs := &replay.Report{Outputs: []replay.Output{{Name: "output", DType: "float32", Shape: []int64{}, Values: []float64{1.5}, Sum: 1.5, SumAbs: 1.5}}}
+	cpu := &replay.Report{CPU: &replay.CPUFailure{Exception: "IndexError", Message: "Target 4 is out of bounds."}}
+	j.record("{0-3}", 0, fail, cpu)
+	j.record("{0-1}", 0, pass, outputs)
+	j.record("{0-1}", 1, fail, nil)
+	assert.Equal(t, outputs, j.report("{0-1}"), "a report is the first trial's")
 	// Answers of this run are found again, by key and trial, and are not
 	// counted as resumed.
 	s, ok, fromFile := j.lookup("{0-3}", 0)
@@ -61,6 +65,9 @@ func TestJournal(t *testing.T) {
 		assert.Equal(t, fail, s, "the answer of trial 1 maps back to trial 1")
 		s, _, _ = lookup("{0-1}", 0)
 		assert.Equal(t, pass, s)
+		assert.Equal(t, outputs, j.report("{0-1}"), "the report is journaled with its answer")
+		assert.Equal(t, cpu, j.report("{0-3}"))
+		assert.Nil(t, j.report("{2-3}"))
 		_, ok, _ = lookup("{2-3}", 0)
 		assert.False(t, ok)
 		assert.Equal(t, 3, resumed)
@@ -96,7 +103,7 @@ func TestJournal(t *testing.T) {
 		require.NoError(t, os.WriteFile(cut, append(data, []byte(`{"key":"{1}","trial":0,"sig`)...), 0o644))
 		j, _, err := openJournal(cut, head, true)
 		require.NoError(t, err)
-		j.record("{1}", 0, pass)
+		j.record("{1}", 0, pass, nil)
 		j.close(false)
 		// The cut line was dropped, so the new answer is a line of its own.
 		j, _, err = openJournal(cut, head, true)

@@ -74,7 +74,7 @@ func (r *run) neutralizeMode(ctx context.Context, first Finding) ([]Finding, err
 		if set == nil {
 			return []Finding{first}, nil
 		}
-		sub, err := r.batch.Select(build(set))
+		sub, err := r.rows(build(set))
 		if err != nil {
 			return nil, err
 		}
@@ -88,7 +88,7 @@ func (r *run) neutralizeMode(ctx context.Context, first Finding) ([]Finding, err
 		r.logf("neutralize: culprit set %v %s", set, strings.Join(r.idsOf(set), " "))
 		r.emit(&CulpritFound{Event: "culprit", Indices: set, IDs: r.idsOf(set)})
 		rows := build(set)
-		sub, err := r.batch.Select(rows)
+		sub, err := r.rows(rows)
 		if err != nil {
 			return found, err
 		}

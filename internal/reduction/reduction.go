@@ -206,6 +206,44 @@ type run struct {
 	phase       Phase
 	phases      map[Phase]PhaseCount // replays and resumed answers, by phase
 	others      map[string]*regress.OtherFailure
+	// built names the candidate each batch a finding holds was built
+	// from, so that its fixture takes what that replay reported
+	// (reportOf).
+	built map[*fixtures.Batch]string
+}
+
+// build makes candidate c's batch for a finding (candidate.build) and
+// remembers which candidate it is.
+func (r *run) build(c *candidate) (*fixtures.Batch, error) {
+	b, err := c.build(r.batch)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.built == nil {
+		r.built = map[*fixtures.Batch]string{}
+	}
+	r.built[b] = c.key(r.batch.Samples)
+	return b, nil
+}
+
+// rows is build for the candidate that keeps rows.
+func (r *run) rows(rows []int64) (*fixtures.Batch, error) {
+	return r.build(keepRows(rows, len(rows)))
+}
+
+// reportOf is what the worker reported when it replayed b's candidate (the
+// first trial): a built-in op's outputs, or its failure on the CPU; nil
+// when b was not built by build, or nothing was reported.
+func (r *run) reportOf(b *fixtures.Batch) *replay.Report {
+	r.mu.Lock()
+	key, ok := r.built[b]
+	r.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return r.journal.report(key)
 }
 
 // Run reduces b, read from o.Source, replaying candidates with be (a
@@ -458,7 +496,7 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, er
 	r.mu.Lock()
 	phase := r.count(func(pc *PhaseCount) { pc.Replays++ })
 	r.mu.Unlock()
-	r.journal.record(key, trial, a.sig)
+	r.journal.record(key, trial, a.sig, verdict.Report)
 	ev := &Replayed{Event: "replay", Phase: phase, Key: keyWithTrial(key, trial), Size: c.size, Outcome: a.outcome,
 		Signature: a.sig, Seconds: verdict.Duration.Seconds()}
 	if verdict.Launcher != "" && verdict.Launcher != replay.LauncherLocal {

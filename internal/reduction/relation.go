@@ -209,7 +209,7 @@ func (r *run) valueRelation(ctx context.Context, f *Finding, base *candidate) er
 			names = append(names, fmt.Sprintf("%s[%d]", path, f.Indices[k]))
 		}
 		rel.Text = strings.Join(names, " == ")
-		b, err := with(map[int]json.RawMessage{group[0]: fresh[0]}).build(r.batch)
+		b, err := r.build(with(map[int]json.RawMessage{group[0]: fresh[0]}))
 		if err != nil {
 			return err
 		}

@@ -124,7 +124,7 @@ func (r *run) partialSamples(res shrink.Result) []Finding {
 	if len(res.Culprits) > 0 {
 		set = res.Culprits[0]
 	}
-	sub, err := r.batch.Select(rowsOf(set))
+	sub, err := r.rows(rowsOf(set))
 	if err != nil {
 		return nil
 	}
@@ -138,7 +138,7 @@ func (r *run) reduceSet(ctx context.Context, set []int) (Finding, error) {
 	r.logf("%s", strings.TrimSpace(fmt.Sprintf("samples: culprit set %v %s", set, strings.Join(r.idsOf(set), " "))))
 	r.emit(&CulpritFound{Event: "culprit", Indices: set, IDs: r.idsOf(set)})
 	rows := rowsOf(set)
-	sub, err := r.batch.Select(rows)
+	sub, err := r.rows(rows)
 	if err != nil {
 		return Finding{}, err
 	}

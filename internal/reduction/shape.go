@@ -106,14 +106,14 @@ func (r *run) shape(ctx context.Context, f *Finding, base *candidate, why string
 			continue // the next size fails otherwise: no size decides it
 		}
 		smallest := res.Value + 1
-		failing, err := cut(smallest).build(r.batch)
+		failing, err := r.build(cut(smallest))
 		if err != nil {
 			return nil, err
 		}
 		if smallest == g.size {
 			failing = f.Batch
 		}
-		passing, err := cut(res.Value).build(r.batch)
+		passing, err := r.build(cut(res.Value))
 		if err != nil {
 			return nil, err
 		}

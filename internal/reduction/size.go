@@ -42,7 +42,7 @@ func (r *run) sizeMode(ctx context.Context, why string) ([]Finding, error) {
 		switch {
 		case ctx.Err() != nil || res.Incomplete || errors.Is(err, shrink.ErrBudget):
 			// The best so far: the smallest batch that failed as kept.
-			sub, err := r.batch.Select(prefix(sf))
+			sub, err := r.rows(prefix(sf))
 			if err != nil {
 				return nil, err
 			}
@@ -62,13 +62,13 @@ func (r *run) sizeMode(ctx context.Context, why string) ([]Finding, error) {
 	r.size = &regress.SizeResult{LargestPassing: largestPass, SmallestFailing: smallestFail}
 	r.logf("size: %d samples fail, %d pass", smallestFail, largestPass)
 	set := ints(prefix(smallestFail))
-	sub, err := r.batch.Select(prefix(smallestFail))
+	sub, err := r.rows(prefix(smallestFail))
 	if err != nil {
 		return nil, err
 	}
 	f := Finding{Indices: set, IDs: r.idsOf(set), Batch: sub, ContentFree: true}
 	if largestPass > 0 {
-		if f.Boundary, err = r.batch.Select(prefix(largestPass)); err != nil {
+		if f.Boundary, err = r.rows(prefix(largestPass)); err != nil {
 			return nil, err
 		}
 	}

@@ -49,7 +49,7 @@ func shapeRegression(t testing.TB, input, target *kernels.Tensor, ids []string) 
 		},
 		Meta: map[string]string{"torch": "1.13.1", "python": "3.11.2", "device": "cpu", "git": "0123abc"}}
 	require.NoError(t, b.Validate())
-	cpu, _, err := Expect(b)
+	cpu, _, err := Replayed(b, 0)
 	require.NoError(t, err)
 	require.NotNil(t, cpu, "the batch fails on the CPU")
 	rec := Record{
@@ -217,7 +217,7 @@ func deviceRegression(t testing.TB, input, target *kernels.Tensor, ids []string)
 		Error: &fixtures.Failure{Text: "RuntimeError: CUDA error: device-side assert triggered", Exception: "RuntimeError"},
 		Meta:  map[string]string{"torch": "2.15.0", "python": "3.11.2", "cuda": "13.2", "device": "NVIDIA H200", "git": "0123abc"}}
 	require.NoError(t, b.Validate())
-	cpu, _, err := Expect(b)
+	cpu, _, err := Replayed(b, 0)
 	require.NoError(t, err)
 	require.Nil(t, cpu, "the batch meets cross_entropy's contract: it passes on the CPU")
 	rec := Record{
@@ -395,7 +395,7 @@ func TestUpstreamOpCalls(t *testing.T) {
 		for _, x := range c.tensors {
 			b.Tensors = append(b.Tensors, &fixtures.Entry{Name: x.name, Tensor: x.t})
 		}
-		cpu, outs, err := Expect(b)
+		cpu, outs, err := Replayed(b, 0)
 		require.NoError(t, err, op)
 		require.Nil(t, cpu, "%s: the case fails: %+v", op, cpu)
 		reg := &Regression{Batch: b, Record: Record{Op: op, Signature: signature.Signature{Family: signature.FamilyHostCheck, Backend: signature.BackendCPU}}}
