@@ -8,6 +8,8 @@
 #   - reduce replay --backend go --device cuda --json (the emulation, for comparison),
 #   - the torch worker directly, with and without CUDA_LAUNCH_BLOCKING=1, so that the
 #     real device-assert text is kept as CUDA prints it,
+# then the main job (reduce --batch ... --backend torch --device cuda) on MAIN_EXAMPLES and
+# the collector's tests of the fixtures it wrote (when pytest is there),
 # and saves stdout, stderr and exit status of each under $OUT/<example>/, plus
 # nvidia-smi, the torch/CUDA versions and a summary ($OUT/summary.txt). It never fails
 # half-way: a missing GPU, torch without CUDA or a failed build are reported and the
@@ -104,6 +106,26 @@ fi
 MODULE="$OUT/reduce_replay.py"
 cp replay/python/reduce_batch.py replay/python/reduce_hooks.py replay/python/reduce_collect.py \
 	replay/python/reduce_replay.py "$OUT/"
+
+# The main job end to end on the device: a reduction with the torch backend on cuda, its
+# fixture.json kept, and the collector run over the fixtures when pytest is there.
+if [ -n "$REDUCE" ] && [ "$TORCH_OK" = 1 ]; then
+	for name in ${MAIN_EXAMPLES:-four_class_targets token_id_vocab gather_out_of_range}; do
+		say "-- main job: $name"
+		run "main/$name" "$REDUCE" --batch "fixtures/examples/$name.bin" --backend torch --device cuda \
+			--python "$PYTHON" --timeout 50s --out "$OUT/main/fixtures-$name" --json -q
+		tail -n 1 "$OUT/main/$name.stdout" 2>/dev/null | cut -c1-400 | tee -a "$SUMMARY"
+		for rec in "$OUT/main/fixtures-$name"/*/fixture.json; do
+			[ -f "$rec" ] && cp "$rec" "$OUT/main/$name.fixture.json"
+		done
+		if [ -f "$OUT/main/$name.fixture.json" ] && timeout 60 "$PYTHON" -c 'import pytest' 2>/dev/null; then
+			cp replay/python/reduce_batch.py "$OUT/main/fixtures-$name/"
+			run "main/$name-pytest" env REDUCE_BATCH_PATH="$OUT/main/fixtures-$name" "$PYTHON" -m pytest -q -p no:cacheprovider \
+				--rootdir "$OUT/main/fixtures-$name" "$OUT/main/fixtures-$name"
+			tail -n 1 "$OUT/main/$name-pytest.stdout" 2>/dev/null | tee -a "$SUMMARY"
+		fi
+	done
+fi
 
 for ex in fixtures/examples/*.bin; do
 	name=$(basename "$ex" .bin)
