@@ -108,6 +108,23 @@ type Attr struct {
 	Default any
 }
 
+// TorchCall is how PyTorch runs an op (Op.Torch), in the terms of
+// reduce_collect.py's run_op.
+type TorchCall struct {
+	// Function is a dotted path under the torch module
+	// ("nn.functional.cross_entropy", "index_select"), or "" for Python
+	// indexing: the first of Positional indexed along the second (an
+	// attribute) by the third, input[(slice(None),)*dim + (index,)].
+	Function string
+	// Positional are the tensors and attributes passed by position, in
+	// order. Every other tensor given and every attribute (its default when
+	// the batch gives none) is passed by keyword under its name, so those
+	// names must be torch's keyword names; a name torch's parser does not
+	// take as a keyword (one_hot's tensor, which torch calls input) must be
+	// positional.
+	Positional []string
+}
+
 // Op is a built-in operator. Everything the rest of reduce needs to know
 // about one op lives in its Op value, set in the op's one register call, so
 // that adding an op touches no switch on its name anywhere else.
@@ -117,6 +134,10 @@ type Op struct {
 	Attrs   []Attr
 	// Signature is PyTorch's call, for documentation and tracebacks.
 	Signature string
+	// Torch is how PyTorch runs the op, which the torch backend follows:
+	// reduce_collect.py's op table is rendered from it (go generate
+	// ./replay), so that an op is written here only.
+	Torch TorchCall
 	// Advice is what to check first when this op's range check fires on
 	// the device: one sentence for a person, in Markdown (the regression
 	// report prints it under the failure).

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -42,6 +43,54 @@ func TestOpDeclarations(t *testing.T) {
 			}
 			assert.True(t, found, "%s: neutral rule names attribute %q it does not take", name, attr)
 		}
+	}
+}
+
+// Every op says how torch runs it (Op.Torch), in names the op has, since
+// the torch backend's run_op follows it (reduce_collect.py's op table is
+// rendered from it, and TestPythonOpTable in replay holds the two equal):
+// an op without a call, or whose call names a tensor or attribute it does
+// not take, would fail only when a batch of that op reached torch.
+func TestOpTorchCalls(t *testing.T) {
+	dotted := regexp.MustCompile(`^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$`)
+	for _, name := range OpNames() {
+		op, err := Lookup(name)
+		require.NoError(t, err)
+		call := op.Torch
+		if !assert.NotEmpty(t, call.Positional, "%s: no Torch call (Positional is empty)", name) {
+			continue
+		}
+		// What each positional name is: a tensor by its name (run_op
+		// looks tensors up under their names, never their aliases) or an
+		// attribute.
+		kinds := map[string]string{}
+		for _, ta := range op.Tensors {
+			kinds[ta.Name] = "tensor"
+		}
+		for _, at := range op.Attrs {
+			kinds[at.Name] = "attribute"
+			if at.Kind == AttrInt {
+				kinds[at.Name] = "int"
+			}
+		}
+		var shape []string
+		seen := map[string]bool{}
+		for _, p := range call.Positional {
+			assert.Contains(t, kinds, p, "%s: Torch.Positional names %q, which is none of its tensors and attributes", name, p)
+			assert.False(t, seen[p], "%s: Torch.Positional names %q twice", name, p)
+			seen[p] = true
+			shape = append(shape, kinds[p])
+		}
+		if call.Function == "" {
+			// Python indexing, input[(slice(None),)*dim + (index,)]:
+			// run_op unpacks exactly these three.
+			assert.Equal(t, []string{"tensor", "int", "tensor"}, shape,
+				"%s: Python indexing (Torch.Function \"\") takes the indexed tensor, an integer dim and the index, by position", name)
+			continue
+		}
+		assert.Regexp(t, dotted, call.Function, "%s: Torch.Function is a dotted path under the torch module", name)
+		assert.True(t, strings.HasPrefix(op.Signature, "torch."+call.Function+"("),
+			"%s: Signature %q does not call torch.%s", name, op.Signature, call.Function)
 	}
 }
 

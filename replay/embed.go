@@ -29,8 +29,11 @@ const HooksModuleName = "reduce_hooks.py"
 // CollectorModule is reduce_collect.py: the pytest collector of the
 // regression fixtures, which regress writes as the conftest.py at the root
 // of --out, and the runtime of a recorded batch (ops, steps and entries,
-// device memory, child replays, checks) that the worker imports.
+// device memory, child replays, checks) that the worker imports. Its op
+// table is generated from the Go registry (kernels.Op): the directive below
+// rewrites it, and TestPythonOpTable fails while it is stale.
 //
+//go:generate go test -run TestPythonOpTable . -update
 //go:embed python/reduce_collect.py
 var CollectorModule []byte
 

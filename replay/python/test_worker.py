@@ -58,7 +58,7 @@ def test_run_op_matches_torch():
         assert torch.equal(got, want), op
 
 
-def test_run_op_errors():
+def test_run_op_errors(monkeypatch):
     x, y = torch.randn(3, 4), torch.tensor([0, 1, 4])
     with pytest.raises(IndexError, match="Target 4 is out of bounds"):
         rc.run_op("cross_entropy", {"input": x, "target": y}, {})
@@ -72,10 +72,14 @@ def test_run_op_errors():
         rc.run_op("cross_entropy", {"input": x, "target": y}, {"pos_weight": 2})
     with pytest.raises(rc.HarnessError, match="missing attribute 'dim'"):
         rc.run_op("gather", {"input": x, "index": y}, {})
+    # A table generated for a torch that has a function this one lacks.
+    monkeypatch.setitem(rc._OPS, "gather", ("nn.functional.gather_v9",) + rc._OPS["gather"][1:])
+    with pytest.raises(rc.HarnessError, match=r"gather: this torch \(.*\) has no torch\.nn\.functional\.gather_v9"):
+        rc.run_op("gather", {"input": x, "index": y[:, None]}, {"dim": 1})
 
 
 def test_run_op_passes_the_defaults():
-    # The table's defaults, the Go kernels' own (TestPythonOpTable), reach torch explicitly.
+    # The table's defaults, the Go kernels' own (the table is rendered from them), reach torch.
     x, y = torch.randn(4, 4), torch.tensor([0, 1, 3])
     assert rc._op_args("cross_entropy", {"input": x, "target": y}, {"reduction": "sum"})[1] == \
         {"ignore_index": -100, "reduction": "sum", "label_smoothing": 0.0}
@@ -84,21 +88,31 @@ def test_run_op_passes_the_defaults():
     assert torch.equal(rc.run_op("index", {"input": x, "index": y}, {}), x[y])  # dim 0: reduce's own op
 
 
-def test_op_defaults_are_torchs():
-    # Where torch's function has a Python signature, its defaults are the table's: the Go kernels,
-    # the table and torch agree on what an attribute left out means.
+def test_op_calls_are_torchs():
+    # Where torch's function has a Python signature, the table's calls and defaults are its own: the
+    # names run_op passes by keyword are its parameters, and the Go kernels, the table and torch agree
+    # on what an attribute left out means. (torch's builtins, such as torch.gather, have no signature
+    # to read: test_run_op_matches_torch calls each.)
+    import functools
     import inspect
 
-    funcs = {"cross_entropy": F.cross_entropy, "nll_loss": F.nll_loss,
-             "binary_cross_entropy": F.binary_cross_entropy, "embedding": F.embedding}
-    for op, fn in funcs.items():
-        params = inspect.signature(fn).parameters
-        required, optional, _, defaults = rc._OPS[op]
+    checked = set()
+    for op, (function, positional, required, optional, _, defaults) in rc._OPS.items():
+        if not function:
+            continue  # Python indexing
+        fn = functools.reduce(getattr, function.split("."), torch)
+        try:
+            params = inspect.signature(fn).parameters
+        except ValueError:
+            continue
+        checked.add(op)
         for name in required + optional:
             assert name in params, (op, name)
+        assert list(positional) == list(params)[:len(positional)], (op, positional)
         for name, default in defaults.items():
             assert name in params and params[name].default == default, (op, name, params.get(name))
             assert type(params[name].default) is type(default), (op, name)
+    assert {"cross_entropy", "nll_loss", "binary_cross_entropy", "embedding"} <= checked
 
 
 def test_runtime_replay(tmp_path):
