@@ -13,8 +13,9 @@
 # and saves stdout, stderr and exit status of each under $OUT/<example>/, plus
 # nvidia-smi, the torch/CUDA versions and a summary ($OUT/summary.txt). It never fails
 # half-way: a missing GPU, torch without CUDA or a failed build are reported and the
-# rest goes on. Runtime is bounded: each command by STEP_TIMEOUT (60 s), the whole by
-# BUDGET (270 s), after which the remaining steps are skipped.
+# rest goes on. Runtime is bounded: each command by STEP_TIMEOUT (60 s; a reduction by
+# MAIN_TIMEOUT, 150 s), the whole by BUDGET (270 s), after which the remaining steps are
+# skipped.
 set -u
 
 OUT=${OUT:-./out/gpu-check}
@@ -112,8 +113,8 @@ cp replay/python/reduce_batch.py replay/python/reduce_hooks.py replay/python/red
 if [ -n "$REDUCE" ] && [ "$TORCH_OK" = 1 ]; then
 	for name in ${MAIN_EXAMPLES:-four_class_targets token_id_vocab gather_out_of_range}; do
 		say "-- main job: $name"
-		run "main/$name" "$REDUCE" --batch "fixtures/examples/$name.bin" --backend torch --device cuda \
-			--python "$PYTHON" --timeout 50s --out "$OUT/main/fixtures-$name" --json -q
+		STEP_TIMEOUT=${MAIN_TIMEOUT:-150} run "main/$name" "$REDUCE" --batch "fixtures/examples/$name.bin" --backend torch --device cuda \
+			--python "$PYTHON" --timeout 50s -j 4 --out "$OUT/main/fixtures-$name" --json -q
 		tail -n 1 "$OUT/main/$name.stdout" 2>/dev/null | cut -c1-400 | tee -a "$SUMMARY"
 		for rec in "$OUT/main/fixtures-$name"/*/fixture.json; do
 			[ -f "$rec" ] && cp "$rec" "$OUT/main/$name.fixture.json"
