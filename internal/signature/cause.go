@@ -88,6 +88,16 @@ func (s Signature) Cause() Cause {
 	if c := s.Class(); c != "" {
 		return classCauses[c]
 	}
+	if cs := s.Classes(); len(cs) > 0 && s.Expression != "" {
+		// An assert several checks raise: their cause, when they share it.
+		c := classCauses[cs[0]]
+		for _, x := range cs[1:] {
+			if classCauses[x] != c {
+				return CauseUnknown
+			}
+		}
+		return c
+	}
 	switch s.Family {
 	case FamilyCrashSignal, FamilyAbortSignal, FamilyCUDAError:
 		return CauseFault

@@ -11,7 +11,12 @@ import (
 func TestClassCauses(t *testing.T) {
 	classes := map[string]bool{ClassHostOOM: true, ClassDeviceOOM: true, ClassNaNAnomaly: true, ClassNonFinite: true}
 	for _, r := range deviceClassRules {
-		classes[r.class] = true
+		if r.class != "" {
+			classes[r.class] = true
+		}
+		for _, c := range r.classes {
+			classes[c] = true
+		}
 	}
 	for _, r := range hostClassRules {
 		classes[r.class] = true

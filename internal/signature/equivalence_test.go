@@ -4,6 +4,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Issue 14, "Signatures that hold across builds": one check is one
@@ -362,6 +365,35 @@ func TestLibraryFamilies(t *testing.T) {
 		got := tc.check(t)
 		if strings.Contains(got.Expression, "cublasSgemm") || strings.Contains(got.Expression, "handle") {
 			t.Errorf("%s: the call is in the expression: %q", tc.name, got.Expression)
+		}
+	}
+}
+
+// TestVectorizedGatherEitherCheck: torch 2.x's vectorized_gather_kernel
+// assert (a real capture of an embedding on an H200) is raised by
+// index_select, which embedding calls, and by indexing: it reproduces a
+// recording of either, on the CPU or on CUDA, both ways, and nothing else.
+func TestVectorizedGatherEitherCheck(t *testing.T) {
+	cases := loadCorpus(t)
+	sig := func(name string) Signature {
+		c := cases[name]
+		require.NotNil(t, c, "no corpus file %s.txt", name)
+		return Parse(c.stderr, c.exit)
+	}
+	v := sig("cuda_embedding_vectorized_gather_torch211")
+	assert.Empty(t, v.Class(), "the text does not say which check")
+	assert.ElementsMatch(t, []string{ClassIndexSelect, ClassIndexBounds}, v.Classes())
+	assert.Equal(t, CauseValue, v.Cause(), "both checks say a value is out of range")
+	for _, name := range append(buildGroups["index_select"], buildGroups["index"]...) {
+		other := sig(name)
+		assert.True(t, reproduces(v, other, MatchStrict), "it reproduces %s (%s)", name, other)
+		assert.True(t, reproduces(other, v, MatchStrict), "%s (%s) reproduces it", name, other)
+	}
+	for _, group := range []string{"nll", "gather", "bce", "oom", "unknown_assert"} {
+		for _, name := range buildGroups[group] {
+			other := sig(name)
+			assert.False(t, reproduces(v, other, MatchStrict), "it reproduces %s (%s)", name, other)
+			assert.False(t, reproduces(other, v, MatchStrict), "%s (%s) reproduces it", name, other)
 		}
 	}
 }

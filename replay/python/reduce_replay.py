@@ -255,9 +255,13 @@ def replay(path, device="cpu", entry=None, device_memory=0, step=None):
     try:
         out = rc.run_loaded(batch, fn, device)
     except Exception as e:
-        # A built-in op's failure on the CPU, exactly: what a fixture's test expects there.
-        if fn is None and torch.device(device).type == "cpu" and not isinstance(e, rc.HarnessError):
-            _report({"cpu": {"exception": type(e).__name__, "message": str(e)}})
+        # A built-in op's failure on the CPU, exactly: what a fixture's test expects there. On
+        # another device, that of the same candidate loaded and run again on the CPU (a broken
+        # CUDA context leaves the CPU usable), when it fails there too.
+        if fn is None and not isinstance(e, rc.HarnessError):
+            cpu = e if torch.device(device).type == "cpu" else _cpu_failure(path, step)
+            if cpu is not None:
+                _report({"cpu": {"exception": type(cpu).__name__, "message": str(cpu)}})
         raise
     if lift is not None:
         lift()
@@ -265,6 +269,19 @@ def replay(path, device="cpu", entry=None, device_memory=0, step=None):
     if fn is None:
         _report({"outputs": _report_outputs(out)})
     return out
+
+
+def _cpu_failure(path, step):
+    """The exception a built-in op's candidate raises on the CPU, or None when it passes there or
+    cannot be run again."""
+    try:
+        batch, _ = rc.load_candidate(path, "cpu", None, step, load=load_view if isinstance(path, dict) else None)
+        rc.run_op(batch.op, batch.tensors, batch.attrs)
+    except rc.HarnessError:
+        return None
+    except Exception as e:  # noqa: BLE001 - whatever the op raises is its failure on the CPU
+        return e
+    return None
 
 
 REPORT_PREFIX = "reduce-report: "  # replay.ReportPrefix

@@ -190,6 +190,33 @@ def test_replay_command_in_process(capsys, tmp_path):
     assert rr.main(["replay", ok, "--device", "tpu"]) == rr.HARNESS_EXIT
 
 
+def test_report_line(capsys, tmp_path):
+    """The report line the Go side reads (replay.Report): a built-in op's outputs when it passes,
+    its failure on the CPU when it fails; _cpu_failure gives the latter for a replay on another
+    device, from the candidate run again on the CPU."""
+    path = example("four_class_targets")
+    with pytest.raises(IndexError):
+        rr.replay(path, "cpu")
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith(rr.REPORT_PREFIX)]
+    assert len(lines) == 1, lines
+    assert json.loads(lines[0][len(rr.REPORT_PREFIX):]) == {
+        "cpu": {"exception": "IndexError", "message": "Target 4 is out of bounds."}}
+    e = rr._cpu_failure(path, None)
+    assert type(e) is IndexError and str(e) == "Target 4 is out of bounds."
+
+    b = rb.load(path)
+    ok = str(tmp_path / "ok.bin")
+    rb.save(ok, {"input": b.tensors["input"][:2], "target": b.tensors["target"][:2]}, op="cross_entropy",
+            provenance=False)
+    assert rr._cpu_failure(ok, None) is None
+    out = rr.replay(ok, "cpu")
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith(rr.REPORT_PREFIX)]
+    assert len(lines) == 1, lines
+    (o,) = json.loads(lines[0][len(rr.REPORT_PREFIX):])["outputs"]
+    assert o["name"] == "output" and o["dtype"] == "float32" and o["shape"] == []
+    assert o["values"] == [float(out)] and o["sum"] == float(out) and o["sum_abs"] == abs(float(out))
+
+
 def test_replay_command_process():
     """The real traceback and exit status 1 of an uncaught torch exception."""
     p = subprocess.run([sys.executable, MODULE, "replay", example("four_class_targets")],
