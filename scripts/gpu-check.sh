@@ -9,7 +9,7 @@
 #   - the torch worker directly, with and without CUDA_LAUNCH_BLOCKING=1, so that the
 #     real device-assert text is kept as CUDA prints it,
 # then the main job (reduce --batch ... --backend torch --device cuda) on MAIN_EXAMPLES and
-# the collector's tests of the fixtures it wrote (when pytest is there),
+# the collector's tests of the fixtures it wrote (when pytest is there; REPLAYS=0: this alone),
 # and saves stdout, stderr and exit status of each under $OUT/<example>/, plus
 # nvidia-smi, the torch/CUDA versions and a summary ($OUT/summary.txt). It never fails
 # half-way: a missing GPU, torch without CUDA or a failed build are reported and the
@@ -128,7 +128,8 @@ if [ -n "$REDUCE" ] && [ "$TORCH_OK" = 1 ]; then
 	done
 fi
 
-for ex in fixtures/examples/*.bin; do
+[ "${REPLAYS:-1}" = 0 ] && say "-- the examples' replays: skipped (REPLAYS=0)"
+for ex in $([ "${REPLAYS:-1}" = 0 ] || echo fixtures/examples/*.bin); do
 	name=$(basename "$ex" .bin)
 	say "-- $name"
 	if [ -n "$REDUCE" ]; then
