@@ -19,6 +19,9 @@
 set -u
 
 OUT=${OUT:-./out/gpu-check}
+# The examples recorded for a step of their own import it by name (fixtures/examples/
+# example_steps.py), as scripts/regress-fixtures.sh has it.
+export PYTHONPATH="$PWD/fixtures/examples${PYTHONPATH:+:$PYTHONPATH}"
 PYTHON=${PYTHON:-python3}
 STEP_TIMEOUT=${STEP_TIMEOUT:-60}
 BUDGET=${BUDGET:-270}
