@@ -610,8 +610,8 @@ def _step_entry(step):
         raise ValueError(f"step {step!r} cannot be imported by name (a lambda or a function defined inside another): "
                          "define it at the top level of a module")
     entry = {"module": mod, "qualname": qual, "cwd": os.getcwd()}
-    src = getattr(getattr(fn, "__code__", None), "co_filename", "")
-    if src and os.path.isfile(src):
+    src = getattr(getattr(fn, "__code__", None), "co_filename", "") or getattr(sys.modules.get(mod), "__file__", "")
+    if src and os.path.isfile(src):  # a class (the LightningModule) has its module's file
         entry["file"] = os.path.abspath(src)
         line = _runs_at_import(src) if mod == "__main__" else 0
         if line:

@@ -268,8 +268,8 @@ def resolve_step(step, chdir=False, what="step"):
         os.chdir(step["cwd"])
     if step.get("module") == "__main__":
         if not step.get("file"):
-            raise HarnessError("the step {} was defined in an interactive session (module __main__ without a "
-                               "file): define it in a file".format(step.get("qualname")))
+            raise HarnessError("the {} {} was defined in an interactive session (module __main__ without a "
+                               "file): define it in a file".format(what, step.get("qualname")))
         target = "{}:{}".format(_script(step["file"]), step["qualname"])
     else:
         target = "{}:{}".format(step["module"], step["qualname"])

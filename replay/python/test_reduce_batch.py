@@ -237,6 +237,19 @@ def test_batch_dim_not_zero(tmp_path):
     assert not (tmp_path / "c.bin").exists()
 
 
+class _AClass:
+    pass
+
+
+def test_step_entry_of_a_class_names_its_file():
+    """A class (the LightningModule the hooks record) has no code object: its file is its module's,
+    which the replay needs to import it again (and the trust check to place it)."""
+    for obj in (_AClass, test_step_entry_of_a_class_names_its_file):
+        entry = rb._step_entry(obj)
+        assert entry["module"] == __name__ and entry["qualname"] == obj.__qualname__
+        assert entry["file"] == os.path.abspath(__file__)
+
+
 def test_save_rejects_bad_input(tmp_path):
     p = tmp_path / "x.bin"
     with pytest.raises(ValueError, match="no batch"):
