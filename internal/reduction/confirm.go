@@ -109,8 +109,13 @@ func (r *run) confirm(ctx context.Context) error {
 		// Partial information is no wildcard: say what it allows.
 		what += "; the recording " + p + ", so only a device assert it allows reproduces it"
 	}
-	return errorf(ErrNoRepro, "%s does not reproduce: wanted %s, %s (try --match family, --trials, another --backend or --device)",
-		r.o.Source, r.judge.Want, what)
+	try := "try --match family, --trials, another --backend or --device"
+	if set := r.be.Settings(); (set.Step != "" || set.Entry != "") && seen[len(seen)-1].Family == signature.FamilyPass {
+		// The step is the user's code as it is now: a fix made since the
+		// recording is the likeliest reason it passes.
+		try = "the step is replayed as its code is now: if it was fixed since the recording, there is nothing to reduce; else " + try
+	}
+	return errorf(ErrNoRepro, "%s does not reproduce: wanted %s, %s (%s)", r.o.Source, r.judge.Want, what, try)
 }
 
 // lastLines returns the last n non-empty lines of out, joined by " | ".

@@ -405,6 +405,15 @@ func TestNoRepro(t *testing.T) {
 	assert.Empty(t, left, "a failed confirmation leaves no journal to resume: its passes would answer a retry")
 	assert.Contains(t, err.Error(), "does not reproduce: wanted host_check(cpu) cross_entropy: IndexError: Target N is out of bounds.")
 	assert.Contains(t, err.Error(), "it passed")
+	assert.NotContains(t, err.Error(), "replayed as its code is now", "an op's replay has no code of the user's")
+
+	// A recorded step that passes now: the likeliest reason is a fix
+	// made since the recording, which the message says first.
+	fixed := newStep(func(*fixtures.Batch) signature.Signature { return pass })
+	fixed.settings.Step = "train:train_step"
+	_, err = reduce(t, b, path, fixed, reduction.Options{Out: t.TempDir()})
+	require.ErrorIs(t, err, reduction.ErrNoRepro)
+	assert.Contains(t, err.Error(), "(the step is replayed as its code is now: if it was fixed since the recording, there is nothing to reduce; else try --match family")
 
 	other := func(*fixtures.Batch) signature.Signature { return raise("ValueError: something else") }
 	_, err = reduce(t, b, path, newStep(other), reduction.Options{})

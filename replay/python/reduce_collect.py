@@ -215,12 +215,16 @@ def resolve_entry(entry):
     return obj
 
 
-def _step_paths(step):
+def _step_paths(step, tree=None):
     """The folders the recorded step is imported from, first first: the root of its module's
     package (the folder of its file for a top-level module), then the working directory it ran
-    in, as when the user ran their script."""
+    in, as when the user ran their script. With a tree to trust (step_check's), a recorded folder
+    outside it stands for the folder of the tree that holds the same file (_in_tree: another
+    checkout of the repository, whose code is the one under test), when there is one: else it
+    stays, for step_check to refuse by name."""
     out = []
     f, mod = step.get("file"), step.get("module", "")
+    rels = [os.path.basename(f)] if f and mod == "__main__" else _module_rels(mod)
     if f:
         root = os.path.dirname(os.path.abspath(f))
         if mod != "__main__":
@@ -232,12 +236,37 @@ def _step_paths(step):
         out.append(root)
     if step.get("cwd"):
         out.append(step["cwd"])
+    if tree:
+        out = [d if _under(os.path.realpath(d), tree) else _in_tree(d, rels, tree) or d for d in out]
     return out
 
 
-def _script(path):
+def _module_rels(mod):
+    """The paths, relative to a folder on sys.path, of the file of the module named mod."""
+    base = os.path.join(*mod.split(".")) if mod else ""
+    return [base + ".py", os.path.join(base, "__init__.py")] if base else []
+
+
+def _in_tree(folder, rels, tree):
+    """The folder of `tree` that stands for `folder`, a recorded folder outside it: the tree itself
+    or its subfolder named by the folder's last components, the first that holds one of rels; None
+    when none does."""
+    parts = [p for p in os.path.abspath(folder).split(os.sep) if p]
+    for k in range(len(parts) + 1):
+        cand = os.path.join(tree, *parts[len(parts) - k:]) if k else tree
+        if any(os.path.isfile(os.path.join(cand, r)) for r in rels):
+            return cand
+    return None
+
+
+def _script(path, tree=None):
     """The recorded script, or the file of its name on sys.path (the working directory first)
-    when the recorded path is gone: another checkout of the same repository, in CI."""
+    when the recorded path is gone: another checkout of the same repository, in CI. With a tree to
+    trust, a script outside it stands for the tree's file of the same name (_in_tree)."""
+    if tree and not _under(os.path.realpath(path), tree):
+        found = _in_tree(os.path.dirname(path), [os.path.basename(path)], tree)
+        if found:
+            return os.path.join(found, os.path.basename(path))
     if os.path.exists(path):
         return path
     base = os.path.basename(path)
@@ -259,7 +288,8 @@ def resolve_step(step, chdir=False, what="step"):
     imported by name, or from its file when it was defined in the script that was run. Raises
     HarnessError naming the module and the sys.path tried. `what` names it in errors (a
     LightningModule class is resolved the same way)."""
-    paths = _step_paths(step)
+    tree = getattr(step_check, "tree", None)
+    paths = _step_paths(step, tree)
     for d in reversed(paths):
         if d in sys.path:
             sys.path.remove(d)
@@ -270,7 +300,7 @@ def resolve_step(step, chdir=False, what="step"):
         if not step.get("file"):
             raise HarnessError("the {} {} was defined in an interactive session (module __main__ without a "
                                "file): define it in a file".format(what, step.get("qualname")))
-        target = "{}:{}".format(_script(step["file"]), step["qualname"])
+        target = "{}:{}".format(_script(step["file"], tree), step["qualname"])
     else:
         target = "{}:{}".format(step["module"], step["qualname"])
     if step_check is not None:
@@ -281,7 +311,7 @@ def resolve_step(step, chdir=False, what="step"):
         why = str(e).replace(f"--entry {target!r}: ", "")
         # The recorder's own check of a script (a reduce_batch of another version may lack it).
         trains = getattr(reduce_batch, "_runs_at_import", lambda path: 0)
-        line = step.get("module") == "__main__" and trains(_script(step["file"]))
+        line = step.get("module") == "__main__" and trains(_script(step["file"], tree))
         if line:
             why += f"; the script runs code when imported (line {line}): put it under `if __name__ == \"__main__\":`"
         raise HarnessError("the recorded {} {}: {}".format(what, target, why.replace("(sys.path: ", "(sys.path tried: ")))
@@ -300,8 +330,9 @@ class StepTrust:
     reduce_hooks:lightning_step beside this file is reduce's own (the worker's copy): the class it
     rebuilds comes through here too."""
 
-    def __init__(self, tree):
+    def __init__(self, tree, runner="reduce"):
         self.tree = os.path.realpath(tree)
+        self.runner = runner  # "reduce" (the worker) or "pytest" (the collector): who says no
 
     def __call__(self, step, target, what):
         hooks = getattr(sys.modules.get("reduce_hooks"), "__file__", None)
@@ -314,6 +345,12 @@ class StepTrust:
             files = _module_files(step.get("module", ""))
         for name, origin in files:
             why = self.untrusted(origin)
+            if why and self.runner == "pytest":
+                raise HarnessError(
+                    f"the recorded {what} {target} is not replayed: {name} ({origin}) {why}. A fixture replays "
+                    "its recorded step only from a file of the repository under test (pytest's root directory) "
+                    "that is not installed, since a fixture may come from someone else: run pytest in the "
+                    "repository that holds the step")
             if why:
                 raise HarnessError(
                     f"the recorded {what} {target} is not replayed: {name} ({origin}) {why}. reduce replays a "
@@ -329,7 +366,8 @@ class StepTrust:
         if _installed(real, self.tree):
             return "is a standard-library or installed module"
         if not _under(real, self.tree):
-            return f"lies outside {self.tree}, the directory reduce runs in"
+            where = "pytest's root directory" if self.runner == "pytest" else "the directory reduce runs in"
+            return f"lies outside {self.tree}, {where}"
         return None
 
 
@@ -635,7 +673,7 @@ sys.path[:0] = [sys.argv[1], os.getcwd()]
 spec = importlib.util.spec_from_file_location("reduce_collect", sys.argv[2])
 rc = sys.modules["reduce_collect"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rc)
-rc.step_check = rc.StepTrust(os.environ["REDUCE_STEP_ROOT"]) if os.environ.get("REDUCE_STEP_ROOT") else None
+rc.step_check = rc.StepTrust(os.environ["REDUCE_STEP_ROOT"], "pytest") if os.environ.get("REDUCE_STEP_ROOT") else None
 rc._child_replay(*sys.argv[3:])
 """
 
@@ -1528,7 +1566,7 @@ if pytest is not None:
         # A fixture is data too: its recorded step is imported only from a file of the repository
         # (pytest's root directory) that is not installed, as reduce's worker imports it.
         global step_check
-        step_check = StepTrust(str(config.rootpath))
+        step_check = StepTrust(str(config.rootpath), "pytest")
 
     def pytest_collect_file(parent, file_path):
         if file_path.name == "fixture.json":

@@ -280,3 +280,38 @@ def test_lightning_class_is_checked(tmp_path):
     finally:
         rc.step_check = old
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("layout", ["module", "src_module", "script"])
+def test_a_second_checkout_replays_its_own_step(tmp_path, layout):
+    """A fixture's tests in another checkout of the repository, the first one still there: the
+    recorded step resolves to the checkout under test (pytest's root), not to the file the batch
+    was recorded from, which lies outside it; a step that is in neither is refused with a message
+    for pytest, not for reduce."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    sub = "src" if layout == "src_module" else ""
+    name = "train.py" if layout == "script" else "mytrain.py"
+    for repo, result in ((first, "first"), (second, "second")):
+        _write(repo / sub / name, "def train_step(b):\n    return %r\n" % result)
+    f = str(first / sub / name)
+    if layout == "script":
+        step = {"module": "__main__", "qualname": "train_step", "file": f, "cwd": str(first)}
+    else:
+        step = {"module": "mytrain", "qualname": "train_step", "file": f, "cwd": str(first)}
+    old, path, cwd = rc.step_check, list(sys.path), os.getcwd()
+    rc.step_check = rc.StepTrust(str(second), "pytest")
+    os.chdir(str(second))
+    try:
+        sys.modules.pop("mytrain", None)
+        assert rc.resolve_step(dict(step))(None) == "second"
+        os.remove(str(second / sub / name))
+        sys.modules.pop("mytrain", None)
+        with pytest.raises(rc.HarnessError) as e:
+            rc.resolve_step(dict(step))(None)
+        assert "pytest's root directory" in str(e.value) or "cannot import" in str(e.value), e.value
+        assert "--trust-step" not in str(e.value), e.value
+    finally:
+        rc.step_check = old
+        sys.path[:] = path
+        os.chdir(cwd)
+        sys.modules.pop("mytrain", None)
