@@ -64,6 +64,9 @@ func benchReduce(b *testing.B, args ...string) {
 		out := b.TempDir()
 		cmd := exec.Command(bin, append(args, "--out", out, "--json", "-q")...)
 		cmd.Env = examplesEnv(b)
+		// The repository's root, as a user runs reduce in their repository:
+		// a recorded step is replayed from the tree reduce runs in.
+		cmd.Dir = "../.."
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Run(); err != nil {
@@ -126,7 +129,7 @@ func BenchmarkReduceExamples(b *testing.B) {
 					if ex.step != "" && backend == "go" {
 						b.Skipf("recorded for a step of its own (%s): the go backend runs built-in ops only", ex.step)
 					}
-					args := []string{"--batch", "../../fixtures/examples/" + ex.name + ".bin", "--backend", backend, "-j", fmt.Sprint(jobs)}
+					args := []string{"--batch", "fixtures/examples/" + ex.name + ".bin", "--backend", backend, "-j", fmt.Sprint(jobs)}
 					if backend == "torch" {
 						if python == "" {
 							python = testenv.Python(b, "torch")
