@@ -25,9 +25,11 @@ const MaxReportValues = 64
 // second time to learn what a replay already showed.
 type Report struct {
 	Outputs []Output `json:"outputs,omitempty"`
-	// CPU is the failure on the CPU: the replay's own on the CPU; in the
-	// go worker's CUDA mode, that of the same batch run in CPU mode, when
-	// it fails there too.
+	// CPU is the failure on the CPU: the replay's own on the CPU; on
+	// another device (the go worker's CUDA mode, the torch worker on a GPU)
+	// that of the same batch run again on the CPU, when it fails there. The
+	// go worker reports it for a batch that passes on the device too,
+	// instead of its outputs.
 	CPU *CPUFailure `json:"cpu,omitempty"`
 }
 

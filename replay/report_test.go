@@ -2,10 +2,14 @@ package replay
 
 import (
 	"math"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"reduce/fixtures"
+	"reduce/kernels"
 )
 
 // targetBounds is the failure four_class_targets records, as torch raises
@@ -78,4 +82,33 @@ func TestParseReport(t *testing.T) {
 	} {
 		assert.Nil(t, ParseReport([]byte(stdout)), name)
 	}
+}
+
+// A batch that passes in CUDA mode but that torch 1.13 cannot run on the
+// CPU (cross_entropy of float16 logits) reports that CPU failure instead of
+// outputs: a fixture's test runs a passing batch on the CPU, so the
+// reduction leaves such a batch out.
+func TestGoWorkerReportPassesOnlyOnTheDevice(t *testing.T) {
+	input := kernels.MustNew(kernels.Float16, 2, 3)
+	target := kernels.MustNew(kernels.Int64, 2)
+	target.StoreInt(1, 2)
+	zero := 0
+	b := &fixtures.Batch{Samples: 2, Op: "cross_entropy", Tensors: []*fixtures.Entry{
+		{Name: "input", BatchDim: &zero, Tensor: input}, {Name: "target", BatchDim: &zero, Tensor: target}}}
+	path := filepath.Join(t.TempDir(), "half.bin")
+	require.NoError(t, fixtures.Write(path, b))
+	o := goOptions(t, "cuda")
+	o.File = path
+	v := replayOK(t, newBackend(t, o, b), whole)
+	require.Equal(t, 0, v.Result.ExitCode, "%s", v.Result.Stderr)
+	require.NotNil(t, v.Report, "stdout: %s", v.Result.Stdout)
+	assert.Empty(t, v.Report.Outputs)
+	require.NotNil(t, v.Report.CPU)
+	assert.Equal(t, "RuntimeError", v.Report.CPU.Exception)
+	assert.Contains(t, v.Report.CPU.Message, "not implemented for 'Half'")
+
+	o = goOptions(t, "cpu")
+	o.File = path
+	v = replayOK(t, newBackend(t, o, b), whole)
+	assert.Equal(t, 1, v.Result.ExitCode, "on the CPU it fails")
 }

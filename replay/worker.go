@@ -35,9 +35,10 @@ import (
 //
 //   - The op passes: a one-line summary on stdout (each output's dtype,
 //     shape, first values, sum and a CRC-32 of its values), then the
-//     report line (ReportPrefix: the outputs), exit 0. A failure ends
-//     stdout with the report of the failure on the CPU (in CUDA mode, the
-//     batch run again in CPU mode), if it fails there.
+//     report line (ReportPrefix: the outputs; in CUDA mode, the failure
+//     of the batch run again in CPU mode instead, if it fails there), exit
+//     0. A failure ends stdout with the report of the failure on the CPU
+//     (in CUDA mode, the batch run again in CPU mode), if it fails there.
 //   - The op fails on the host (CPU mode, or a check CUDA makes on the
 //     host): a Python traceback through torch's frames and the exception
 //     torch 1.13 raises ("IndexError: Target 4 is out of bounds.") on
@@ -118,27 +119,31 @@ func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(s
 		return harness("%v", err)
 	}
 	f := res.Failure
-	if f == nil {
-		writeSummary(stdout, op.Name, mode, res)
-		if err := writeReport(stdout, Report{Outputs: reportOutputs(res)}); err != nil {
-			return harness("writing the report: %v", err)
+	// The report is information, never the verdict: one that cannot be
+	// written is left out. In CUDA mode the batch runs again in CPU mode,
+	// where a fixture's tests run it (a check that fails stops it early).
+	onCPU := func() *kernels.Failure {
+		if mode == kernels.ModeCPU {
+			return f
 		}
-		return 0
-	}
-	// The failure on the CPU: this one, or in CUDA mode that of the same
-	// batch run in CPU mode (which stops at its first check that fails).
-	cpu := f
-	if mode != kernels.ModeCPU {
 		cres, err := op.RunOptions(kernels.Options{Mode: kernels.ModeCPU, DeviceMemory: *deviceMemory}, b.Named(), b.Attrs)
 		if err != nil {
-			return harness("%v", err)
+			return nil
 		}
-		cpu = cres.Failure
+		return cres.Failure
 	}
-	if cpu != nil {
-		if err := writeReport(stdout, Report{CPU: &CPUFailure{Exception: cpu.Exception, Message: cpu.Message}}); err != nil {
-			return harness("writing the report: %v", err)
+	if f == nil {
+		writeSummary(stdout, op.Name, mode, res)
+		rep := Report{Outputs: reportOutputs(res)}
+		if cpu := onCPU(); cpu != nil {
+			// It passes here but fails on the CPU: no outputs to check there.
+			rep = Report{CPU: &CPUFailure{Exception: cpu.Exception, Message: cpu.Message}}
 		}
+		_ = writeReport(stdout, rep)
+		return 0
+	}
+	if cpu := onCPU(); cpu != nil {
+		_ = writeReport(stdout, Report{CPU: &CPUFailure{Exception: cpu.Exception, Message: cpu.Message}})
 	}
 	if mode == kernels.ModeCPU || !f.Device() {
 		if err := kernels.WriteCPUFailure(stderr, f); err != nil {
@@ -259,14 +264,14 @@ func reportOutputs(res *kernels.Result) []Output {
 			finite = finite && !math.IsNaN(v) && !math.IsInf(v, 0)
 			o.Sum += v
 			o.SumAbs += math.Abs(v)
-			if len(o.Values) <= MaxReportValues {
+			if len(o.Values) < MaxReportValues {
 				o.Values = append(o.Values, v)
 			}
 		})
-		if !finite {
+		if !finite || math.IsInf(o.Sum, 0) || math.IsInf(o.SumAbs, 0) {
 			continue
 		}
-		if int64(len(o.Values)) != t.Numel() {
+		if t.Numel() > MaxReportValues {
 			o.Values = nil
 		}
 		out = append(out, o)

@@ -9,6 +9,7 @@ import (
 	"reduce/shrink"
 
 	"reduce/internal/signature"
+	"reduce/replay"
 )
 
 // confirm replays the original Options.Confirm times, as trials 0, 1, ...
@@ -110,7 +111,7 @@ func (r *run) confirm(ctx context.Context) error {
 		what += "; the recording " + p + ", so only a device assert it allows reproduces it"
 	}
 	try := "try --match family, --trials, another --backend or --device"
-	if set := r.be.Settings(); (set.Step != "" || set.Entry != "") && seen[len(seen)-1].Family == signature.FamilyPass {
+	if set := r.be.Settings(); (set.Step != "" || set.Entry != "" || set.Kind == replay.KindExec) && seen[len(seen)-1].Family == signature.FamilyPass {
 		// The step is the user's code as it is now: a fix made since the
 		// recording is the likeliest reason it passes.
 		try = "the step is replayed as its code is now: if it was fixed since the recording, there is nothing to reduce; else " + try

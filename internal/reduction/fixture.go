@@ -14,6 +14,7 @@ import (
 
 	"reduce/fixtures"
 	"reduce/internal/regress"
+	"reduce/internal/signature"
 	"reduce/kernels"
 	"reduce/replay"
 )
@@ -133,7 +134,8 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 	// Every batch written besides the minimal one was replayed and passed;
 	// for a built-in op the worker reported its outputs, which its test
 	// checks. The minimal batch's failure on the CPU is the one its
-	// replay reported (the go worker's CUDA mode runs it in CPU mode too).
+	// replay reported (on another device, the worker runs it again on the
+	// CPU).
 	_, err := kernels.Lookup(r.batch.Op)
 	builtin := err == nil && rec.Entry == ""
 	// A passing batch carries no recorded failure: it says it must pass.
@@ -148,18 +150,23 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 		out.Meta[regress.MetaExpect] = regress.ExpectPass
 		return &out
 	}
-	expect := func(b *fixtures.Batch) []regress.OutputValue {
+	// A batch that passed on the device but fails on the CPU, where its
+	// test runs it, is left out.
+	expect := func(b *fixtures.Batch) ([]regress.OutputValue, bool) {
 		if !builtin {
-			return nil
+			return nil, true
 		}
-		return outputValues(r.reportOf(b), b)
+		rep := r.reportOf(b, signature.Passes)
+		return outputValues(rep, b), rep == nil || rep.CPU == nil
 	}
-	if rep := r.reportOf(f.Batch); builtin && rep != nil && rep.CPU != nil {
+	if rep := r.reportOf(f.Batch, signature.Reproduces); builtin && rep != nil && rep.CPU != nil {
 		reg.Record.CPU = &regress.CPUFailure{Exception: rep.CPU.Exception, Message: rep.CPU.Message}
 	}
 	if f.Boundary != nil {
-		reg.Boundary = passing(f.Boundary)
-		reg.Record.Boundary = &regress.BoundaryBatch{File: regress.BoundaryFile, Outputs: expect(f.Boundary)}
+		if outs, ok := expect(f.Boundary); ok {
+			reg.Boundary = passing(f.Boundary)
+			reg.Record.Boundary = &regress.BoundaryBatch{File: regress.BoundaryFile, Outputs: outs}
+		}
 	}
 	for _, n := range []struct {
 		file, what string
@@ -171,8 +178,10 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 		if n.b == nil {
 			continue
 		}
-		reg.Neighbours[n.file] = passing(n.b)
-		reg.Record.Neighbours = append(reg.Record.Neighbours, regress.Neighbour{File: n.file, What: n.what, Outputs: expect(n.b)})
+		if outs, ok := expect(n.b); ok {
+			reg.Neighbours[n.file] = passing(n.b)
+			reg.Record.Neighbours = append(reg.Record.Neighbours, regress.Neighbour{File: n.file, What: n.what, Outputs: outs})
+		}
 	}
 	return reg
 }

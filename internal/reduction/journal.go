@@ -49,10 +49,11 @@ type answerKey struct {
 	trial int
 }
 
-// journalVersion 3: answers keyed by candidate description and trial; an
+// journalVersion 4: answers keyed by candidate description and trial, each
+// with the worker's report, from which the fixtures' expectations come; an
 // edit's description names its donors, and a step's dropped elements take
-// their values (version 2 set them to zero under the same description).
-const journalVersion = 3
+// their values.
+const journalVersion = 4
 
 // journalHeader is the first line of a journal.
 type journalHeader struct {
@@ -204,12 +205,13 @@ func (j *journal) record(key string, trial int, s signature.Signature, rep *repl
 	}
 }
 
-// report is the worker's report of the first trial of the candidate key
-// describes, nil when none was replayed or its worker reported nothing.
-func (j *journal) report(key string) *replay.Report {
+// answerAt is the answer kept for trial of the candidate key describes,
+// with the worker's report (nil when it reported nothing).
+func (j *journal) answerAt(key string, trial int) (signature.Signature, *replay.Report, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.answers[answerKey{key, 0}].report
+	a, ok := j.answers[answerKey{key, trial}]
+	return a.sig, a.report, ok
 }
 
 // close ends the journal; remove deletes its file (the reduction

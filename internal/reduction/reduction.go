@@ -233,17 +233,24 @@ func (r *run) rows(rows []int64) (*fixtures.Batch, error) {
 	return r.build(keepRows(rows, len(rows)))
 }
 
-// reportOf is what the worker reported when it replayed b's candidate (the
-// first trial): a built-in op's outputs, or its failure on the CPU; nil
-// when b was not built by build, or nothing was reported.
-func (r *run) reportOf(b *fixtures.Batch) *replay.Report {
+// reportOf is what the worker reported when it replayed b's candidate, of
+// the first trial whose answer was want (Reproduces for a finding's
+// minimal batch, Passes for the batches that pass): a built-in op's
+// outputs, or its failure on the CPU; nil when b was not built by build,
+// or nothing was reported.
+func (r *run) reportOf(b *fixtures.Batch, want signature.Outcome) *replay.Report {
 	r.mu.Lock()
 	key, ok := r.built[b]
 	r.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	return r.journal.report(key)
+	for t := range max(r.o.Trials, 1) {
+		if sig, rep, ok := r.journal.answerAt(key, t); ok && r.judge.Rule(sig).Outcome == want {
+			return rep
+		}
+	}
+	return nil
 }
 
 // Run reduces b, read from o.Source, replaying candidates with be (a

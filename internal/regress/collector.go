@@ -95,7 +95,7 @@ func MarkFixed(dir string) (bool, error) {
 	if err != nil {
 		if held, _ := filepath.Glob(filepath.Join(dir, "*", RecordFile)); len(held) > 0 {
 			// The folder of --out: the fixtures are its directories.
-			return false, fmt.Errorf("%s: %w: it holds fixtures, one per directory; name the one whose bug is fixed (reduce fixed %s)",
+			return false, fmt.Errorf("%s: %w: it holds fixtures, one per directory; name the one whose bug is fixed, such as reduce fixed %s",
 				dir, ErrNotFixture, ShellQuote(filepath.Dir(held[0])))
 		}
 		return false, fmt.Errorf("%s: %w (%v)", dir, ErrNotFixture, err)

@@ -80,7 +80,8 @@ var classCauses = map[string]Cause{
 const internalAssert = "INTERNAL ASSERT FAILED"
 
 // Cause says what s, a failure, says about the inputs that raised it: its
-// class's cause; for a signature without a class, CauseFault for a failure
+// class's cause (for an assert that several checks raise, their cause when
+// they share one); for a signature without a class, CauseFault for a failure
 // of the device or the process that no check named (a device assert that
 // names no assert is a check all the same: unknown) and for PyTorch's
 // internal assert, else CauseUnknown.

@@ -216,13 +216,14 @@ def resolve_entry(entry):
 
 
 def _step_paths(step, tree=None):
-    """The folders the recorded step is imported from, first first: the root of its module's
-    package (the folder of its file for a top-level module), then the working directory it ran
-    in, as when the user ran their script. With a tree to trust (step_check's), a recorded folder
-    outside it stands for the folder of the tree that holds the same file (_in_tree: another
-    checkout of the repository, whose code is the one under test), when there is one: else it
-    stays, for step_check to refuse by name."""
-    out = []
+    """(folders, cwd): the folders the recorded step is imported from, first first (the root of
+    its module's package, the folder of its file for a top-level module; then the working
+    directory it ran in, as when the user ran their script), and that working directory. With a
+    tree to trust (step_check's) that holds the step's file at the place it had in the recorded
+    checkout (_checkout_move: another checkout of the repository, whose code is the one under
+    test), every recorded folder moves into the tree and one outside the recorded checkout is
+    left out; a tree that does not hold it leaves them as recorded, for step_check to refuse."""
+    folders, cwd = [], step.get("cwd") or None
     f, mod = step.get("file"), step.get("module", "")
     rels = [os.path.basename(f)] if f and mod == "__main__" else _module_rels(mod)
     if f:
@@ -233,12 +234,15 @@ def _step_paths(step, tree=None):
                 parts = parts[:-1]
             for _ in parts[:-1]:
                 root = os.path.dirname(root)
-        out.append(root)
-    if step.get("cwd"):
-        out.append(step["cwd"])
-    if tree:
-        out = [d if _under(os.path.realpath(d), tree) else _in_tree(d, rels, tree) or d for d in out]
-    return out
+        folders.append(root)
+    if cwd:
+        folders.append(cwd)
+    if tree and folders and not all(_under(os.path.realpath(d), tree) for d in folders):
+        move = _checkout_move(folders[0], rels, tree, cwd)
+        if move is not None:
+            folders = [m for m in map(move, folders) if m]
+            cwd = move(cwd) if cwd else None
+    return folders, cwd
 
 
 def _module_rels(mod):
@@ -247,24 +251,49 @@ def _module_rels(mod):
     return [base + ".py", os.path.join(base, "__init__.py")] if base else []
 
 
-def _in_tree(folder, rels, tree):
-    """The folder of `tree` that stands for `folder`, a recorded folder outside it: the tree itself
-    or its subfolder named by the folder's last components, the first that holds one of rels; None
-    when none does."""
+def _in_tree(folder, rels, tree, within=None):
+    """(the folder of `tree` that stands for `folder`, a recorded folder outside it, and the
+    recorded checkout's root): the tree's subfolder named by the folder's last components, the
+    longest such that holds one of rels, down to the tree itself, whose recorded root holds
+    `within` too (the recorded working directory: the same checkout); (None, None) when none
+    does."""
     parts = [p for p in os.path.abspath(folder).split(os.sep) if p]
-    for k in range(len(parts) + 1):
-        cand = os.path.join(tree, *parts[len(parts) - k:]) if k else tree
+    for k in range(len(parts), -1, -1):
+        cand = os.path.join(tree, *parts[len(parts) - k:])
+        recorded = os.sep + os.path.join(*parts[:len(parts) - k]) if len(parts) > k else os.sep
+        if within and not _under(os.path.abspath(within), recorded):
+            continue
         if any(os.path.isfile(os.path.join(cand, r)) for r in rels):
-            return cand
-    return None
+            return cand, recorded
+    return None, None
 
 
-def _script(path, tree=None):
+def _checkout_move(folder, rels, tree, within=None):
+    """The function that moves a recorded folder into the tree (None for one outside the
+    recorded checkout), when the tree holds rels where `folder` held them (_in_tree); None when
+    it does not."""
+    if _under(os.path.realpath(folder), tree):
+        return lambda d: d if _under(os.path.realpath(d), tree) else None
+    found, recorded = _in_tree(folder, rels, tree, within)
+    if found is None:
+        return None
+
+    def move(d):
+        if _under(os.path.realpath(d), tree):
+            return d
+        a = os.path.abspath(d)
+        return os.path.join(tree, os.path.relpath(a, recorded)) if _under(a, recorded) else None
+
+    return move
+
+
+def _script(path, tree=None, within=None):
     """The recorded script, or the file of its name on sys.path (the working directory first)
     when the recorded path is gone: another checkout of the same repository, in CI. With a tree to
-    trust, a script outside it stands for the tree's file of the same name (_in_tree)."""
+    trust, a script outside it stands for the tree's file at the same place (_in_tree, `within` the
+    recorded working directory's checkout)."""
     if tree and not _under(os.path.realpath(path), tree):
-        found = _in_tree(os.path.dirname(path), [os.path.basename(path)], tree)
+        found, _ = _in_tree(os.path.dirname(path), [os.path.basename(path)], tree, within)
         if found:
             return os.path.join(found, os.path.basename(path))
     if os.path.exists(path):
@@ -289,18 +318,18 @@ def resolve_step(step, chdir=False, what="step"):
     HarnessError naming the module and the sys.path tried. `what` names it in errors (a
     LightningModule class is resolved the same way)."""
     tree = getattr(step_check, "tree", None)
-    paths = _step_paths(step, tree)
+    paths, cwd = _step_paths(step, tree)
     for d in reversed(paths):
         if d in sys.path:
             sys.path.remove(d)
         sys.path.insert(0, d)
-    if chdir and step.get("cwd") and os.path.isdir(step["cwd"]):
-        os.chdir(step["cwd"])
+    if chdir and cwd and os.path.isdir(cwd):
+        os.chdir(cwd)
     if step.get("module") == "__main__":
         if not step.get("file"):
             raise HarnessError("the {} {} was defined in an interactive session (module __main__ without a "
                                "file): define it in a file".format(what, step.get("qualname")))
-        target = "{}:{}".format(_script(step["file"], tree), step["qualname"])
+        target = "{}:{}".format(_script(step["file"], tree, step.get("cwd")), step["qualname"])
     else:
         target = "{}:{}".format(step["module"], step["qualname"])
     if step_check is not None:
@@ -311,7 +340,7 @@ def resolve_step(step, chdir=False, what="step"):
         why = str(e).replace(f"--entry {target!r}: ", "")
         # The recorder's own check of a script (a reduce_batch of another version may lack it).
         trains = getattr(reduce_batch, "_runs_at_import", lambda path: 0)
-        line = step.get("module") == "__main__" and trains(_script(step["file"], tree))
+        line = step.get("module") == "__main__" and trains(_script(step["file"], tree, step.get("cwd")))
         if line:
             why += f"; the script runs code when imported (line {line}): put it under `if __name__ == \"__main__\":`"
         raise HarnessError("the recorded {} {}: {}".format(what, target, why.replace("(sys.path: ", "(sys.path tried: ")))

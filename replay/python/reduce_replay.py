@@ -258,7 +258,9 @@ def replay(path, device="cpu", entry=None, device_memory=0, step=None):
         # A built-in op's failure on the CPU, exactly: what a fixture's test expects there. On
         # another device, that of the same candidate loaded and run again on the CPU (a broken
         # CUDA context leaves the CPU usable), when it fails there too.
-        if fn is None and not isinstance(e, rc.HarnessError):
+        # Not after running out of memory: the host would run the batch too large for the device.
+        oom = isinstance(e, MemoryError) or "out of memory" in str(e).lower()
+        if fn is None and not isinstance(e, rc.HarnessError) and (torch.device(device).type == "cpu" or not oom):
             cpu = e if torch.device(device).type == "cpu" else _cpu_failure(path, step)
             if cpu is not None:
                 _report({"cpu": {"exception": type(cpu).__name__, "message": str(cpu)}})
@@ -289,10 +291,15 @@ MAX_REPORT_VALUES = 64  # replay.MaxReportValues
 
 
 def _report(report):
-    """The report line (replay.Report) on stdout, flushed: the last line the Go side reads."""
+    """The report line (replay.Report) on stdout, flushed: the last line the Go side reads. A
+    report is information, never the verdict: one that cannot be written is left out."""
     if report.get("outputs") == []:
         return
-    sys.stdout.write(REPORT_PREFIX + json.dumps(report, allow_nan=False) + "\n")
+    try:
+        line = REPORT_PREFIX + json.dumps(report, allow_nan=False) + "\n"
+    except ValueError:  # a sum past float64's range
+        return
+    sys.stdout.write(line)
     sys.stdout.flush()
 
 
@@ -311,6 +318,8 @@ def _report_outputs(out):
             continue
         o = {"name": name, "dtype": str(t.dtype).replace("torch.", ""), "shape": [int(n) for n in t.shape],
              "sum": float(flat.sum()), "sum_abs": float(flat.abs().sum())}
+        if o["sum_abs"] == float("inf"):  # finite values whose sum is not: no sum to check
+            continue
         if flat.numel() <= MAX_REPORT_VALUES:
             o["values"] = [float(v) for v in flat.tolist()]
         found.append(o)

@@ -282,30 +282,36 @@ def test_lightning_class_is_checked(tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("layout", ["module", "src_module", "script"])
+@pytest.mark.parametrize("layout", ["module", "src_module", "script", "sub_script"])
 def test_a_second_checkout_replays_its_own_step(tmp_path, layout):
     """A fixture's tests in another checkout of the repository, the first one still there: the
-    recorded step resolves to the checkout under test (pytest's root), not to the file the batch
-    was recorded from, which lies outside it; a step that is in neither is refused with a message
-    for pytest, not for reduce."""
+    recorded step resolves to the checkout under test (pytest's root), its imports and its working
+    directory too, not to the checkout the batch was recorded in; a file of the same name
+    elsewhere in the tree is not taken for it; a step that is in neither checkout is refused with
+    a message for pytest, not for reduce."""
     first, second = tmp_path / "first", tmp_path / "second"
-    sub = "src" if layout == "src_module" else ""
-    name = "train.py" if layout == "script" else "mytrain.py"
+    sub = {"src_module": "src", "sub_script": "examples"}.get(layout, "")
+    name = "train.py" if layout.endswith("script") else "mytrain.py"
     for repo, result in ((first, "first"), (second, "second")):
-        _write(repo / sub / name, "def train_step(b):\n    return %r\n" % result)
+        _write(repo / "settings_of_test.py", "WHO = %r\n" % result)
+        _write(repo / sub / name, "import os\nimport settings_of_test\n\n\ndef train_step(b):\n"
+               "    return settings_of_test.WHO, os.path.basename(os.getcwd())\n")
+        if sub:  # a file of the same name at the root, which is not the step
+            _write(repo / name, "def train_step(b):\n    return 'the wrong file'\n")
     f = str(first / sub / name)
-    if layout == "script":
-        step = {"module": "__main__", "qualname": "train_step", "file": f, "cwd": str(first)}
-    else:
-        step = {"module": "mytrain", "qualname": "train_step", "file": f, "cwd": str(first)}
+    module = "__main__" if layout.endswith("script") else "mytrain"
+    step = {"module": module, "qualname": "train_step", "file": f, "cwd": str(first)}
     old, path, cwd = rc.step_check, list(sys.path), os.getcwd()
     rc.step_check = rc.StepTrust(str(second), "pytest")
-    os.chdir(str(second))
     try:
-        sys.modules.pop("mytrain", None)
-        assert rc.resolve_step(dict(step))(None) == "second"
+        for m in ("mytrain", "settings_of_test"):
+            sys.modules.pop(m, None)
+        assert rc.resolve_step(dict(step), chdir=True)(None) == ("second", "second")
+        assert not any(p.startswith(str(first)) for p in sys.path), sys.path
+        os.chdir(cwd)
         os.remove(str(second / sub / name))
-        sys.modules.pop("mytrain", None)
+        for m in ("mytrain", "settings_of_test"):
+            sys.modules.pop(m, None)
         with pytest.raises(rc.HarnessError) as e:
             rc.resolve_step(dict(step))(None)
         assert "pytest's root directory" in str(e.value) or "cannot import" in str(e.value), e.value
@@ -314,4 +320,5 @@ def test_a_second_checkout_replays_its_own_step(tmp_path, layout):
         rc.step_check = old
         sys.path[:] = path
         os.chdir(cwd)
-        sys.modules.pop("mytrain", None)
+        for m in ("mytrain", "settings_of_test"):
+            sys.modules.pop(m, None)
