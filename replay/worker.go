@@ -12,7 +12,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -133,8 +132,7 @@ func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(s
 		return cres.Failure
 	}
 	if f == nil {
-		writeSummary(stdout, op.Name, mode, res)
-		rep := Report{Outputs: reportOutputs(res)}
+		rep := Report{Outputs: writeSummary(stdout, op.Name, mode, res)}
 		if cpu := onCPU(); cpu != nil {
 			// It passes here but fails on the CPU: no outputs to check there.
 			rep = Report{CPU: &CPUFailure{Exception: cpu.Exception, Message: cpu.Message}}
@@ -214,67 +212,48 @@ func stepFrames(op *kernels.Op, f *kernels.Failure, blocking bool) []kernels.Fra
 
 // writeSummary prints one line per output: name, dtype, shape, up to four
 // values in row-major order, their sum and the CRC-32 of the values'
-// little-endian bytes in row-major order (the same for any layout).
-func writeSummary(w io.Writer, op string, mode kernels.Mode, res *kernels.Result) {
-	names := make([]string, 0, len(res.Outputs))
-	for n := range res.Outputs {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+// little-endian bytes in row-major order (the same for any layout). It
+// returns the outputs as a Report gives them, from the same pass over
+// their elements, sorted by name; one with a NaN or an infinity (or a sum
+// past float64's range) is left out.
+func writeSummary(w io.Writer, op string, mode kernels.Mode, res *kernels.Result) []Output {
 	bw := bufio.NewWriter(w)
 	defer bw.Flush()
-	for _, n := range names {
-		t := res.Outputs[n]
-		if t == nil {
-			continue
-		}
-		var first []string
-		sum := 0.0
-		h := crc32.NewIEEE()
-		es := int64(t.DType.Size())
-		t.Each(func(_ []int64, e int64) {
-			v := t.LoadFloat(e)
-			sum += v
-			if len(first) < 4 {
-				first = append(first, strconv.FormatFloat(v, 'g', 6, 64))
-			}
-			h.Write(t.Data[e*es : (e+1)*es])
-		})
-		fmt.Fprintf(bw, "ok %s (%s): %s %s%v first=[%s] sum=%s crc32=%08x\n", op, mode, n, t.DType, t.Shape,
-			strings.Join(first, " "), strconv.FormatFloat(sum, 'g', 8, 64), h.Sum32())
-	}
-	for _, note := range res.Notes {
-		fmt.Fprintf(bw, "note: %s\n", note)
-	}
-}
-
-// reportOutputs are res's outputs as a Report gives them, sorted by name;
-// one with a NaN or an infinity is left out.
-func reportOutputs(res *kernels.Result) []Output {
 	var out []Output
 	for _, n := range slices.Sorted(maps.Keys(res.Outputs)) {
 		t := res.Outputs[n]
 		if t == nil {
 			continue
 		}
+		var first []string
 		o := Output{Name: n, DType: t.DType.String(), Shape: append([]int64{}, t.Shape...)}
 		finite := true
+		h := crc32.NewIEEE()
+		es := int64(t.DType.Size())
 		t.Each(func(_ []int64, e int64) {
 			v := t.LoadFloat(e)
-			finite = finite && !math.IsNaN(v) && !math.IsInf(v, 0)
 			o.Sum += v
+			if len(first) < 4 {
+				first = append(first, strconv.FormatFloat(v, 'g', 6, 64))
+			}
+			h.Write(t.Data[e*es : (e+1)*es])
+			finite = finite && !math.IsNaN(v) && !math.IsInf(v, 0)
 			o.SumAbs += math.Abs(v)
 			if len(o.Values) < MaxReportValues {
 				o.Values = append(o.Values, v)
 			}
 		})
-		if !finite || math.IsInf(o.Sum, 0) || math.IsInf(o.SumAbs, 0) {
-			continue
-		}
+		fmt.Fprintf(bw, "ok %s (%s): %s %s%v first=[%s] sum=%s crc32=%08x\n", op, mode, n, t.DType, t.Shape,
+			strings.Join(first, " "), strconv.FormatFloat(o.Sum, 'g', 8, 64), h.Sum32())
 		if t.Numel() > MaxReportValues {
 			o.Values = nil
 		}
-		out = append(out, o)
+		if finite && !math.IsInf(o.Sum, 0) && !math.IsInf(o.SumAbs, 0) {
+			out = append(out, o)
+		}
+	}
+	for _, note := range res.Notes {
+		fmt.Fprintf(bw, "note: %s\n", note)
 	}
 	return out
 }

@@ -25,6 +25,7 @@ class (reduce_collect.imported_type), never by importing what the file names.
 
 import ctypes
 import json
+import math
 import os
 import platform
 import sys
@@ -313,15 +314,23 @@ def _report_outputs(out):
     for name, t in sorted(rc._outputs(out).items()):
         if not isinstance(t, torch.Tensor):
             continue
-        flat = t.detach().cpu().reshape(-1).to(torch.float64)
-        if not bool(torch.isfinite(flat).all()):
+        t = t.detach()
+        # The sums as cheaply as the output allows (it may be large): float32 and float64 in their
+        # own dtype, the other floating types in float64, integers exactly. A NaN or an infinity
+        # among the values makes the sum of magnitudes NaN or infinite, as a sum past float64's
+        # range does: then there is nothing to check, and the output is left out.
+        if t.dtype in (torch.float32, torch.float64):
+            total, mag = float(t.sum()), float(torch.linalg.vector_norm(t, 1))
+        elif t.dtype.is_floating_point or t.dtype.is_complex:
+            total, mag = float(t.sum(dtype=torch.float64)), float(t.abs().sum(dtype=torch.float64))
+        else:
+            total, mag = int(t.sum()), int((t if t.dtype == torch.bool else t.abs()).sum())
+        if not (math.isfinite(total) and math.isfinite(mag)):
             continue
         o = {"name": name, "dtype": str(t.dtype).replace("torch.", ""), "shape": [int(n) for n in t.shape],
-             "sum": float(flat.sum()), "sum_abs": float(flat.abs().sum())}
-        if o["sum_abs"] == float("inf"):  # finite values whose sum is not: no sum to check
-            continue
-        if flat.numel() <= MAX_REPORT_VALUES:
-            o["values"] = [float(v) for v in flat.tolist()]
+             "sum": float(total), "sum_abs": float(mag)}
+        if t.numel() <= MAX_REPORT_VALUES:
+            o["values"] = [float(v) for v in t.reshape(-1).to(torch.float64).cpu().tolist()]
         found.append(o)
     return found
 
