@@ -214,7 +214,7 @@ func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int6
 			}
 			if o == shrink.Pass {
 				fe.Passing = &x
-				fe.Rule = "NaN fails; the finite value " + fmtValue(x) + " passes"
+				fe.Rule = "NaN fails; the finite value " + fmtValue(x, t.DType) + " passes"
 				return bounds{passing: &value{f: x}}, nil
 			}
 		}
@@ -232,7 +232,7 @@ func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int6
 		}
 		if o == shrink.Pass {
 			fe.Passing = &m
-			fe.Rule = fmt.Sprintf("%s fails; the largest finite %s of its sign, %s, passes", fe.ValueText, t.DType, fmtValue(m))
+			fe.Rule = fmt.Sprintf("%s fails; the largest finite %s of its sign, %s, passes", fe.ValueText, t.DType, fmtValue(m, t.DType))
 			return bounds{passing: &value{f: m}}, nil
 		}
 		v = m
@@ -272,18 +272,18 @@ func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int6
 	zero := 0.0
 	switch {
 	case closed && sign > 0:
-		fe.Rule = fmt.Sprintf("valid range [0, %s]", fmtValue(p))
+		fe.Rule = fmt.Sprintf("valid range [0, %s]", fmtValue(p, t.DType))
 		fe.Valid = &regress.ValueRange{Lo: &zero, Hi: &p}
 		out.other = &value{}
 	case closed:
-		fe.Rule = fmt.Sprintf("valid range [%s, 0]", fmtValue(p))
+		fe.Rule = fmt.Sprintf("valid range [%s, 0]", fmtValue(p, t.DType))
 		fe.Valid = &regress.ValueRange{Lo: &p, Hi: &zero}
 		out.other = &value{}
 	case sign > 0:
-		fe.Rule = fmt.Sprintf("values up to %s pass", fmtValue(p))
+		fe.Rule = fmt.Sprintf("values up to %s pass", fmtValue(p, t.DType))
 		fe.Valid = &regress.ValueRange{Hi: &p}
 	default:
-		fe.Rule = fmt.Sprintf("values from %s pass", fmtValue(p))
+		fe.Rule = fmt.Sprintf("values from %s pass", fmtValue(p, t.DType))
 		fe.Valid = &regress.ValueRange{Lo: &p}
 	}
 	return out, nil
@@ -300,4 +300,16 @@ func boundaryTrouble(err error) string {
 	return err.Error()
 }
 
-func fmtValue(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+// fmtValue prints a value of a tensor of dtype dt with the digits the dtype
+// holds: a float32, float16 or bfloat16 value as the shortest text that
+// reads back to it as a float32 (1e+30, not 1.0000000150474662e+30), an
+// integer's as an integer, a float64's as the shortest that reads back to it.
+func fmtValue(v float64, dt kernels.DType) string {
+	switch {
+	case dt == kernels.Float32 || dt == kernels.Float16 || dt == kernels.BFloat16:
+		return strconv.FormatFloat(v, 'g', -1, 32)
+	case !dt.IsFloat() && v == math.Trunc(v) && math.Abs(v) < 1<<63:
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"reduce/internal/regress"
 	"reduce/shrink"
 
 	"reduce/internal/signature"
@@ -103,8 +104,8 @@ func (r *run) confirm(ctx context.Context) error {
 		what += " (the replays gave: " + strings.Join(all, "; ") + ")"
 	}
 	if r.recorded == nil {
-		return errorf(ErrNoRepro, "%s records no failure and none of %d replays failed: %s (try --trials, another --backend or --device)",
-			r.o.Source, n, what)
+		return errorf(ErrNoRepro, "%s records no failure and none of %s failed: %s (try --trials, another --backend or --device)",
+			r.o.Source, regress.Count(int64(n), "replay"), what)
 	}
 	if p := r.judge.Want.Partial(); p != "" {
 		// Partial information is no wildcard: say what it allows.

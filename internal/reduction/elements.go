@@ -116,7 +116,7 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 		bd := *e.BatchDim
 		idx := slices.Clone(un.index)
 		idx[bd] = orig(idx[bd])
-		return Element{row: un.index[bd], Element: regress.Element{Tensor: e.Name, Index: idx, MinimalIndex: un.index}}
+		return Element{row: un.index[bd], dtype: e.DType, Element: regress.Element{Tensor: e.Name, Index: idx, MinimalIndex: un.index}}
 	}
 	with := func(set map[int]value) *candidate { return keeping(keep, set) }
 	ask := func(ctx context.Context, set map[int]value) (shrink.Outcome, error) {

@@ -244,9 +244,9 @@ func (f Finding) Culprit(dir string) regress.Culprit {
 // Diagnosis is the element's line for a person: "target[2] = 4 triggers
 // the failure; 3 passes (valid range [0, 4))".
 func (e Element) Diagnosis() string {
-	s := fmt.Sprintf("%s%s = %s triggers the failure", e.Tensor, indexText(e.Index), valueText(e.Element))
+	s := fmt.Sprintf("%s%s = %s triggers the failure", e.Tensor, indexText(e.Index), valueText(e))
 	if e.Passing != nil {
-		s += fmt.Sprintf("; %s passes", fmtValue(*e.Passing))
+		s += fmt.Sprintf("; %s passes", fmtValue(*e.Passing, e.dtype))
 	}
 	if e.Rule != "" {
 		s += " (" + e.Rule + ")"
@@ -254,11 +254,11 @@ func (e Element) Diagnosis() string {
 	return s
 }
 
-func valueText(e regress.Element) string {
+func valueText(e Element) string {
 	if e.ValueText != "" {
-		return e.ValueText
+		return e.ValueText // NaN, ±Inf, an int64 beyond 2^53
 	}
-	return fmtValue(e.Value)
+	return fmtValue(e.Value, e.dtype)
 }
 
 // diagnosis is the finding's one line for a person.
@@ -282,7 +282,7 @@ func (r *run) diagnosis(f Finding) string {
 		return fmt.Sprintf("%s: %s in %s: %s: equal per-sample values fail, either one changed to a value found nowhere in the batch passes",
 			op, r.judge.Want.Family, where, f.Relation.Text)
 	case r.mode == ModeSize && r.size != nil:
-		return fmt.Sprintf("%s: %s at batch size %d; %d samples pass", op, r.judge.Want.Family, r.size.SmallestFailing, r.size.LargestPassing)
+		return fmt.Sprintf("%s: %s at batch size %d; %s pass", op, r.judge.Want.Family, r.size.SmallestFailing, regress.Count(r.size.LargestPassing, "sample"))
 	case f.ContentFree && longer != "":
 		return fmt.Sprintf("%s: %s with %s: %s", op, r.judge.Want.Family, where, longer)
 	case f.ContentFree && len(values) > 0:
@@ -298,19 +298,15 @@ func (r *run) diagnosis(f Finding) string {
 		var parts []string
 		if f.Relation != nil {
 			parts = append(parts, fmt.Sprintf("%s = %s: equal values fail, either one changed to a value found nowhere in the batch passes",
-				f.Relation.Text, valueText(f.Elements[0].Element)))
+				f.Relation.Text, valueText(f.Elements[0])))
 		}
 		for k, e := range f.Elements {
 			if f.Relation != nil && k < len(f.Relation.Elements) {
 				continue // the relation's, listed first
 			}
-			value := fmtValue(e.Value)
-			if e.ValueText != "" {
-				value = e.ValueText // NaN, ±Inf, an int64 beyond 2^53
-			}
-			s := fmt.Sprintf("%s%s = %s", e.Tensor, indexText(e.Index), value)
+			s := fmt.Sprintf("%s%s = %s", e.Tensor, indexText(e.Index), valueText(e))
 			if e.Passing != nil {
-				s += fmt.Sprintf(" fails where %s passes", fmtValue(*e.Passing))
+				s += fmt.Sprintf(" fails where %s passes", fmtValue(*e.Passing, e.dtype))
 			}
 			if e.Rule != "" {
 				s += " (" + e.Rule + ")"

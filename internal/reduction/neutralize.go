@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"reduce/internal/regress"
 	"reduce/shrink"
 )
 
@@ -43,11 +44,11 @@ func (r *run) neutralizeMode(ctx context.Context, first Finding) ([]Finding, err
 		}
 	}
 	if benign < 0 {
-		r.modeReason = fmt.Sprintf("the failure needs %d samples although only %d hold triggering values, but no sample of the batch could fill it without failing, so they were dropped, not neutralized", len(first.Indices), len(needed))
+		r.modeReason = fmt.Sprintf("the failure needs %s although only %d hold triggering values, but no sample of the batch could fill it without failing, so they were dropped, not neutralized", regress.Count(int64(len(first.Indices)), "sample"), len(needed))
 		return []Finding{first}, nil
 	}
 	r.mode = ModeNeutralize
-	r.modeReason = fmt.Sprintf("the failure needs %d samples but only %d of them for their values: the batch size matters, so samples were replaced by copies of sample %d (a batch of its copies passes) instead of dropped", len(first.Indices), len(needed), benign)
+	r.modeReason = fmt.Sprintf("the failure needs %s but only %d of them for their values: the batch size matters, so samples were replaced by copies of sample %d (a batch of its copies passes) instead of dropped", regress.Count(int64(len(first.Indices)), "sample"), len(needed), benign)
 	r.logf("neutralize: %s", r.modeReason)
 	build := func(keep []int) []int64 {
 		idx := repeat(int64(benign), n)

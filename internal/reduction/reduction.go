@@ -16,6 +16,7 @@ import (
 	"reduce/fixtures"
 	"reduce/internal/regress"
 	"reduce/internal/signature"
+	"reduce/kernels"
 	"reduce/replay"
 	"reduce/shrink"
 )
@@ -173,7 +174,8 @@ type Finding struct {
 // searched.
 type Element struct {
 	regress.Element
-	row int64 // its position along the batch axis of the batch searched
+	row   int64         // its position along the batch axis of the batch searched
+	dtype kernels.DType // its tensor's: the digits its values are printed with (fmtValue)
 }
 
 // run is one reduction: the batch, the backend, the failure kept, and

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"reduce/internal/regress"
 	"reduce/kernels"
 	"reduce/shrink"
 )
@@ -71,7 +72,7 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 		r.modeReason = r.neutralized() + " neutralized, one sample still fails: the cause is a shape or dtype, which any sample has"
 		return []Finding{first}, nil
 	case first.ContentFree:
-		return r.sizeMode(ctx, fmt.Sprintf("the failure needs %d samples but none of their values: it depends on the batch size", len(first.Indices)))
+		return r.sizeMode(ctx, fmt.Sprintf("the failure needs %s but none of their values: it depends on the batch size", regress.Count(int64(len(first.Indices)), "sample")))
 	case len(first.Elements) > 0 && len(first.Indices) > 1 && len(rowsWithElements(first)) < len(first.Indices):
 		return r.neutralizeMode(ctx, first)
 	}

@@ -55,12 +55,12 @@ func (r *run) sizeMode(ctx context.Context, why string) ([]Finding, error) {
 		if sf != lp+1 {
 			// The size after the largest pass failed otherwise (a
 			// different failure): the answer is the gap between them.
-			r.modeReason += fmt.Sprintf("; sizes %d to %d fail otherwise, so the smallest batch failing as recorded has %d samples", lp+1, sf-1, sf)
+			r.modeReason += fmt.Sprintf("; sizes %d to %d fail otherwise, so the smallest batch failing as recorded has %s", lp+1, sf-1, regress.Count(sf, "sample"))
 		}
 		smallestFail, largestPass = sf, lp
 	}
 	r.size = &regress.SizeResult{LargestPassing: largestPass, SmallestFailing: smallestFail}
-	r.logf("size: %d samples fail, %d pass", smallestFail, largestPass)
+	r.logf("size: %s fail, %d pass", regress.Count(smallestFail, "sample"), largestPass)
 	set := ints(prefix(smallestFail))
 	sub, err := r.rows(prefix(smallestFail))
 	if err != nil {

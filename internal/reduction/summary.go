@@ -58,7 +58,7 @@ func (res *Result) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "mode: %s (%s)\n", res.Mode, res.ModeReason)
 	if res.Size != nil {
-		fmt.Fprintf(w, "size: %d samples fail, %d pass\n", res.Size.SmallestFailing, res.Size.LargestPassing)
+		fmt.Fprintf(w, "size: %s fail, %d pass\n", regress.Count(res.Size.SmallestFailing, "sample"), res.Size.LargestPassing)
 	}
 	for i, f := range res.Findings {
 		if res.Mode != ModeSize {
@@ -84,7 +84,7 @@ func (res *Result) WriteText(w io.Writer) {
 		}
 	}
 	for _, o := range res.OtherFailures {
-		fmt.Fprintf(w, "other failure (not followed), %d times: %s\n", o.Count, o.Signature)
+		fmt.Fprintf(w, "other failure (not followed), %s: %s\n", regress.Count(int64(o.Count), "time"), o.Signature)
 	}
 	if l := res.Launch; l.Launcher == replay.LauncherSlurm {
 		lost := 0
