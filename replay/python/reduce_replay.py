@@ -220,15 +220,8 @@ def _summary(out):
 
     if isinstance(out, torch.Tensor):
         o = out.detach()
-        if o.device.type != "cpu":
-            o = o.cpu()
-        flat = o.reshape(-1)
-        first = flat[:4].tolist()
-        if o.dtype.is_floating_point or o.dtype.is_complex:
-            total = float(flat.double().sum()) if flat.numel() else 0.0
-        else:
-            total = int(flat.long().sum()) if flat.numel() else 0
-        return "%s%s first=%s sum=%r" % (str(o.dtype).replace("torch.", ""), list(o.shape), first, total)
+        first = o.reshape(-1)[:4].cpu().tolist()
+        return "%s%s first=%s sum=%r" % (str(o.dtype).replace("torch.", ""), list(o.shape), first, _sums(o)[0])
     if isinstance(out, (tuple, list)):
         return "(%s)" % ", ".join(_summary(x) for x in out)
     if isinstance(out, dict):
@@ -304,6 +297,21 @@ def _report(report):
     sys.stdout.flush()
 
 
+def _sums(t):
+    """(sum, sum of magnitudes) of a tensor's values, as cheaply as the tensor allows (an output
+    may be large, and on a GPU): on its own device, float32 and float64 in their own dtype, the
+    other floating types in float64, a complex one's real part, integers exactly; no copy of it."""
+    import torch
+
+    if t.dtype in (torch.float32, torch.float64):
+        return float(t.sum()), float(torch.linalg.vector_norm(t, 1))
+    if t.dtype.is_complex:
+        return float(t.real.sum(dtype=torch.float64)), float(t.abs().sum(dtype=torch.float64))
+    if t.dtype.is_floating_point:
+        return float(t.sum(dtype=torch.float64)), float(t.abs().sum(dtype=torch.float64))
+    return int(t.sum()), int((t if t.dtype == torch.bool else t.abs()).sum())
+
+
 def _report_outputs(out):
     """A built-in op's outputs as replay.Output: by name (reduce_collect's names), each tensor's
     dtype, shape, values in row-major order (at most MAX_REPORT_VALUES, else none), sum and sum of
@@ -315,16 +323,9 @@ def _report_outputs(out):
         if not isinstance(t, torch.Tensor):
             continue
         t = t.detach()
-        # The sums as cheaply as the output allows (it may be large): float32 and float64 in their
-        # own dtype, the other floating types in float64, integers exactly. A NaN or an infinity
-        # among the values makes the sum of magnitudes NaN or infinite, as a sum past float64's
-        # range does: then there is nothing to check, and the output is left out.
-        if t.dtype in (torch.float32, torch.float64):
-            total, mag = float(t.sum()), float(torch.linalg.vector_norm(t, 1))
-        elif t.dtype.is_floating_point or t.dtype.is_complex:
-            total, mag = float(t.sum(dtype=torch.float64)), float(t.abs().sum(dtype=torch.float64))
-        else:
-            total, mag = int(t.sum()), int((t if t.dtype == torch.bool else t.abs()).sum())
+        # A NaN or an infinity among the values makes the sum of magnitudes NaN or infinite, as a
+        # sum past float64's range does: then there is nothing to check, and the output is left out.
+        total, mag = _sums(t)
         if not (math.isfinite(total) and math.isfinite(mag)):
             continue
         o = {"name": name, "dtype": str(t.dtype).replace("torch.", ""), "shape": [int(n) for n in t.shape],
