@@ -17,6 +17,7 @@ import (
 
 	"reduce/fixtures"
 	"reduce/internal/reduction"
+	"reduce/internal/regress"
 	"reduce/internal/testenv"
 	"reduce/kernels"
 )
@@ -36,6 +37,8 @@ type expectedAnswer struct {
 	MinimalSamples int             `json:"minimal_samples"`
 	LargestPassing *int64          `json:"largest_passing"`
 	SmallestFail   *int64          `json:"smallest_failing"`
+	// SmallestPass: a batch too small; this many copies pass.
+	SmallestPass *int64 `json:"smallest_passing"`
 	OtherFailures  *bool           `json:"other_failures"`
 	BadElements    []struct {
 		Sample int     `json:"sample"`
@@ -204,6 +207,12 @@ func checkAnswer(t *testing.T, exp expectedAnswer, sum reduction.Summary) {
 	if exp.Mode != "" {
 		assert.Equal(t, exp.Mode, string(sum.Mode), "mode (%s)", sum.ModeReason)
 	}
+	if exp.SmallestPass != nil {
+		require.NotNil(t, sum.Size, "size result")
+		assert.Equal(t, *exp.SmallestPass, sum.Size.SmallestPassing, "smallest passing size")
+		assert.Equal(t, *exp.SmallestFail, sum.Size.SmallestFailing, "smallest failing size")
+		return
+	}
 	if exp.LargestPassing != nil {
 		require.NotNil(t, sum.Size, "size result")
 		assert.Equal(t, *exp.LargestPassing, sum.Size.LargestPassing, "largest passing size")
@@ -223,6 +232,24 @@ func checkAnswer(t *testing.T, exp expectedAnswer, sum reduction.Summary) {
 		n := max(exp.MinimalSamples, 1)
 		require.Len(t, got, 1, "one finding")
 		assert.Len(t, got[0], n, "any %d sample(s)", n)
+		// Any sample: its element holds the stated value, and passes
+		// with one in the valid range.
+		for _, be := range exp.BadElements {
+			if be.Value == nil {
+				continue
+			}
+			var e *regress.Element
+			for _, x := range sum.Culprits[0].Elements {
+				if x.Tensor == be.Tensor && x.Value == *be.Value {
+					e = &x
+				}
+			}
+			if assert.NotNil(t, e, "no element %s = %v: %+v", be.Tensor, *be.Value, sum.Culprits[0].Elements) && exp.Boundary != nil &&
+				exp.Boundary.ValidMin != nil && assert.NotNil(t, e.Passing, "%s passing value", be.Tensor) {
+				assert.GreaterOrEqual(t, *e.Passing, *exp.Boundary.ValidMin)
+				assert.LessOrEqual(t, *e.Passing, *exp.Boundary.ValidMax)
+			}
+		}
 		return
 	}
 	want := exp.sets(t)

@@ -83,8 +83,11 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, elsewhere func(
 		br, err = shrink.Boundary(ctx, lo, hi, func(ctx context.Context, x int64, trial int) (shrink.Outcome, error) {
 			return try(ctx, value{i: x}, trial)
 		}, shrink.Options{Jobs: r.jobs(), Trials: r.o.Trials})
-		if err != nil || br.Incomplete || br.PassOutcome != shrink.Pass {
+		if err != nil || br.Incomplete {
 			return bounds{}, err
+		}
+		if br.PassOutcome != shrink.Pass {
+			return r.neutralPasses(ctx, v, neutral, fe, try)
 		}
 	}
 	p := float64(br.Pass)
@@ -138,6 +141,24 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, elsewhere func(
 		fe.Valid = &regress.ValueRange{Lo: &p}
 	}
 	return out, nil
+}
+
+// neutralPasses is the answer of an element whose bisection found no
+// passing value (the values between it and its neutral value fail
+// otherwise: a target of -100 fails as ignore_index, -99 to -1 are out of
+// bounds): the neutral value, which the element phase replayed with the
+// element dropped, when it passes; no range is claimed.
+func (r *run) neutralPasses(ctx context.Context, v, neutral int64, fe *regress.Element, try tryValue) (bounds, error) {
+	if neutral == v {
+		return bounds{}, nil
+	}
+	o, err := try.all(ctx, value{i: neutral}, r.o.Trials)
+	if err != nil || o != shrink.Pass {
+		return bounds{}, err
+	}
+	p := float64(neutral)
+	fe.Passing = &p
+	return bounds{passing: &value{i: neutral}}, nil
 }
 
 // largestElsewhere is the largest value tensor ti of the batch holds in

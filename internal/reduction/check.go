@@ -46,7 +46,7 @@ func CheckReplay(path string, b *fixtures.Batch, v replay.Verdict, level signatu
 	if v.Launcher != replay.LauncherLocal {
 		c.Launcher, c.JobID, c.Node = string(v.Launcher), v.JobID, v.Node
 	}
-	judge := signature.Judge{Level: level}
+	judge := signature.Judge{Level: level, Volatile: volatileValues(b)}
 	switch {
 	case b.Meta[regress.MetaExpect] == regress.ExpectPass:
 		c.Expect = regress.ExpectPass

@@ -49,7 +49,7 @@ func (r *run) confirm(ctx context.Context) error {
 		switch {
 		case !signature.Failing(sig):
 		case a.outcome != shrink.Fail:
-			r.other(sig)
+			r.other(sig, v)
 		case fails > 0:
 			fails++
 		default:
@@ -64,6 +64,12 @@ func (r *run) confirm(ctx context.Context) error {
 			}
 			r.judge.Recorded = false
 			fails++
+			switch {
+			case r.batch.Error != nil && a.note == "":
+				r.message = signature.Message([]byte(r.batch.Error.Text), r.judge.Want)
+			case v != nil:
+				r.message = signature.Message(v.Result.Stderr, r.judge.Want)
+			}
 		}
 		if r.raised == nil && v != nil && r.batch.Op == "" && a.outcome == shrink.Fail {
 			// Whose code raised the failure kept, for the report (a

@@ -281,6 +281,8 @@ func (r *run) diagnosis(f Finding) string {
 	case f.Relation != nil && len(f.Elements) == 0:
 		return fmt.Sprintf("%s: %s in %s: %s: equal per-sample values fail, either one changed to a value found nowhere in the batch passes",
 			op, r.judge.Want.Family, where, f.Relation.Text)
+	case r.mode == ModeSize && r.size != nil && r.size.SmallestPassing > 0:
+		return fmt.Sprintf("%s: %s with %s: the batch is too small: it %s", op, r.judge.Want.Family, where, r.size.Text())
 	case r.mode == ModeSize && r.size != nil:
 		return fmt.Sprintf("%s: %s at batch size %d; %s pass", op, r.judge.Want.Family, r.size.SmallestFailing, regress.Count(r.size.LargestPassing, "sample"))
 	case f.ContentFree && longer != "":
@@ -312,6 +314,9 @@ func (r *run) diagnosis(f Finding) string {
 				s += " (" + e.Rule + ")"
 			}
 			parts = append(parts, s)
+		}
+		if len(f.Shared) > 0 {
+			parts = append(parts, fmt.Sprintf("every sample of the batch holds %s, and each fails alone", strings.Join(f.Shared, " and ")))
 		}
 		return fmt.Sprintf("%s: %s in %s: %s", op, r.judge.Want.Family, where, strings.Join(parts, "; "))
 	}

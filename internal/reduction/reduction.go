@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -107,6 +109,10 @@ type Result struct {
 	// when the batch recorded none.
 	Want     signature.Signature
 	Recorded *signature.Signature
+	// Message is the failure kept as the process printed it (the
+	// recording's line, or the first reproducing replay's), "" when no
+	// line states it.
+	Message string
 	// WantNote says why Want differs from Recorded (the recording named no
 	// assert and the first replay's was kept), or what a Want that names
 	// no assert matches; "" when there is nothing to say.
@@ -168,6 +174,13 @@ type Finding struct {
 	// nil when there is none.
 	OtherEnd *fixtures.Batch
 	Without  *fixtures.Batch
+	// Canonical: no sample passed without the culprits, and the elements
+	// were found against zeros (the dtype's own values), not against
+	// other samples' values.
+	Canonical bool
+	// Shared are the elements that every sample of the batch holds at the
+	// same value ("label = -100"), when Canonical: why no sample passes.
+	Shared []string
 }
 
 // Element is a triggering element, with where it lies in the batch
@@ -195,7 +208,9 @@ type run struct {
 	wantNote string
 	// raised is where the first confirming replay of a step raised its
 	// exception (regress.Record.Raised).
-	raised  *signature.Raise
+	raised *signature.Raise
+	// message is the failure kept as printed (Result.Message).
+	message string
 	start   time.Time
 	journal *journal
 
@@ -278,7 +293,7 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 	if err := regress.CheckCollector(o.Out); err != nil {
 		return nil, collectorError(err) // before any replay: the fixture could not be written
 	}
-	r := &run{o: o, batch: b, be: be, srcHash: srcHash, start: time.Now(), judge: signature.Judge{Level: o.Match},
+	r := &run{o: o, batch: b, be: be, srcHash: srcHash, start: time.Now(), judge: signature.Judge{Level: o.Match, Volatile: volatileValues(b)},
 		phases: map[Phase]PhaseCount{}, others: map[string]*regress.OtherFailure{}}
 	if b.Error != nil {
 		s := signature.Recorded(b.Error.Text)
@@ -346,7 +361,7 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 func (r *run) result(found []Finding, dirs []string, partial bool) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := &Result{Want: r.judge.Want, Recorded: r.recorded, WantNote: r.wantNote, Mode: r.mode, ModeReason: r.modeReason, Size: r.size,
+	res := &Result{Want: r.judge.Want, Recorded: r.recorded, Message: r.message, WantNote: r.wantNote, Mode: r.mode, ModeReason: r.modeReason, Size: r.size,
 		Findings: found, Fixtures: dirs, Phases: maps.Clone(r.phases), OtherFailures: r.otherFailures(),
 		Launch: replay.Provenance(r.be), Seconds: time.Since(r.start).Seconds(), Partial: partial}
 	for _, pc := range r.phases {
@@ -410,7 +425,7 @@ func (r *run) ask(ctx context.Context, c *candidate, trial int) (shrink.Outcome,
 		return shrink.Unresolved, err
 	}
 	if a.outcome == shrink.Unresolved && a.src != fromCache {
-		r.other(a.sig)
+		r.other(a.sig, a.verdict)
 	}
 	return a.outcome, nil
 }
@@ -526,14 +541,22 @@ func (r *run) count(add func(*PhaseCount)) Phase {
 
 func keyWithTrial(key string, trial int) string { return fmt.Sprintf("%s#%d", key, trial) }
 
-func (r *run) other(s signature.Signature) {
+// other counts a different failure met, v the replay that met it (nil
+// when the journal answered); failures that differ only in a number a
+// probe changed are one.
+func (r *run) other(s signature.Signature, v *replay.Verdict) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	key := s.String()
-	if r.others[key] == nil {
-		r.others[key] = &regress.OtherFailure{Signature: s}
+	key := signature.Grouped(s)
+	o := r.others[key]
+	if o == nil {
+		o = &regress.OtherFailure{Signature: s}
+		r.others[key] = o
 	}
-	r.others[key].Count++
+	if o.Message == "" && v != nil {
+		o.Message = signature.Message(v.Result.Stderr, s)
+	}
+	o.Count++
 }
 
 // otherFailures lists the different failures met, in a stable order; mu
@@ -556,6 +579,27 @@ func (r *run) idsOf(set []int) []string {
 		ids[i] = r.batch.SampleIDs[x]
 	}
 	return ids
+}
+
+// volatileValues are the values of b that a host message may quote
+// (signature.Judge.Volatile): its per-sample strings, and the fresh
+// values the relation probes give them (freshJSON).
+func volatileValues(b *fixtures.Batch) []string {
+	out := []string{"reduce-fresh-1"} // every reduce-fresh-<k> normalizes as this one does
+	for _, path := range b.SampleValues() {
+		leaf := b.Structure.SampleLeaf(path)
+		if leaf == nil {
+			continue
+		}
+		for _, v := range leaf.Values {
+			var s string
+			if json.Unmarshal(v, &s) == nil && s != "" {
+				out = append(out, s)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // hashFile is the hex SHA-256 of the file at path, read as a stream.

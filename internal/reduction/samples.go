@@ -68,7 +68,15 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 			r.modeReason += ", a relation between them"
 		}
 		return []Finding{first}, nil
+	case first.Canonical && len(first.Indices) == 1:
+		// No sample passed without it: every sample may fail the same way,
+		// and a search for further sets would find each of them.
+		r.modeReason = "the failure depends on the values of the samples, and no other sample of the batch passes without this one: any sample may hold the same values"
+		return []Finding{first}, nil
 	case first.ContentFree && len(first.Indices) == 1:
+		if grown, ok, err := r.growMode(ctx, first); err != nil || ok {
+			return grown, err
+		}
 		r.modeReason = r.neutralized() + " neutralized, one sample still fails: the cause is a shape or dtype, which any sample has"
 		return []Finding{first}, nil
 	case first.ContentFree:
@@ -155,7 +163,23 @@ func (r *run) reduceSet(ctx context.Context, set []int) (Finding, error) {
 	if _, err := kernels.Lookup(r.batch.Op); err != nil {
 		donors = r.donorsFor(set, wrows) // a step of the user's own: no op says what is neutral
 	}
-	er, err := r.elements(ctx, rows, sub, nil, func(pos int64) int64 { return int64(set[pos]) }, donors)
+	orig := func(pos int64) int64 { return int64(set[pos]) }
+	er, err := r.elements(ctx, rows, sub, nil, orig, donors)
+	if err == nil && ctx.Err() == nil && er.contentFree && wrows == nil && len(donors) > 0 {
+		// No sample passed without the culprits, so the donors' values were
+		// no replay's: the culprits may hold the very values that fail in
+		// every sample (every target -100). Then the values are searched
+		// against zeros, the dtype's own.
+		r.logf("elements: with the other samples' values the culprits still fail, and no sample passes without them: searching against zeros")
+		if er, err = r.elements(ctx, rows, sub, nil, orig, nil); err == nil && !er.contentFree {
+			f.Canonical = true
+			for _, e := range er.elements {
+				if r.everySample(e) {
+					f.Shared = append(f.Shared, fmt.Sprintf("%s%s = %s", e.Tensor, perSample(e), valueText(e)))
+				}
+			}
+		}
+	}
 	f.Elements, f.ContentFree, f.Partial = er.elements, er.contentFree, er.partial
 	f.Relation, f.Boundary, f.OtherEnd = er.relation, er.boundary, er.otherEnd
 	if er.reduced != nil {
@@ -207,4 +231,40 @@ func (r *run) neutralized() string {
 		return "every value"
 	}
 	return "every value but those of the bool tensors (" + strings.Join(bools, ", ") + ", left as recorded)"
+}
+
+// everySample reports whether every sample of the recorded batch holds
+// e's value at e's place.
+func (r *run) everySample(e Element) bool {
+	for _, t := range r.batch.Tensors {
+		if t.Name != e.Tensor || t.BatchDim == nil || t.Tensor == nil {
+			continue
+		}
+		bd, idx := *t.BatchDim, slices.Clone(e.Index)
+		for s := int64(0); s < r.batch.Samples; s++ {
+			idx[bd] = s
+			at, err := t.Tensor.StorageIndex(idx)
+			if err != nil {
+				return false
+			}
+			v := t.Tensor.LoadFloat(at)
+			if !t.DType.IsFloat() {
+				v = float64(t.Tensor.LoadInt(at))
+			}
+			if v != e.Value {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// perSample is e's index without its batch dim, as a sample holds it:
+// "" for a sample that is one number, "[3]" otherwise.
+func perSample(e Element) string {
+	if len(e.MinimalIndex) <= 1 {
+		return ""
+	}
+	return indexText(e.MinimalIndex[1:])
 }

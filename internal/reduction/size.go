@@ -82,3 +82,65 @@ func ints(v []int64) []int {
 	}
 	return out
 }
+
+// growSizes are the batch sizes growMode tries, copies of one sample:
+// BatchNorm's two, and a few more for a batch that must fill a device
+// mesh or hold enough negatives.
+var growSizes = []int64{2, 8, 64}
+
+// growMode answers a failure that one sample has whatever its values,
+// which may be the batch's size rather than any shape or dtype (BatchNorm
+// in training refuses a batch of one): batches of copies of the sample,
+// of growSizes, are replayed until one passes, and the sizes between the
+// last that failed and it are bisected. It returns the finding in size
+// mode when one passed (the passing batch its boundary), else ok false
+// and the finding as it was.
+func (r *run) growMode(ctx context.Context, first Finding) (found []Finding, ok bool, err error) {
+	c := int64(first.Indices[0])
+	copies := func(k int64) *candidate { return keepRows(repeat(c, int(k)), int(k)) }
+	r.setPhase(PhaseSize, int(growSizes[len(growSizes)-1]))
+	failing, passing := int64(len(first.Indices)), int64(0)
+	ask := func(k int64) (shrink.Outcome, error) { return r.askTrials(ctx, copies(k)) }
+	for _, k := range growSizes {
+		o, err := ask(k)
+		if err != nil || ctx.Err() != nil || o == shrink.Unresolved {
+			return nil, false, err
+		}
+		if o == shrink.Pass {
+			passing = k
+			break
+		}
+		failing = k
+	}
+	if passing == 0 {
+		return nil, false, nil
+	}
+	for passing-failing > 1 {
+		mid := failing + (passing-failing)/2
+		o, err := ask(mid)
+		if err != nil || ctx.Err() != nil {
+			return nil, false, err
+		}
+		switch o {
+		case shrink.Pass:
+			passing = mid
+		case shrink.Fail:
+			failing = mid
+		default:
+			failing = passing - 1 // another failure between: the smallest pass known stands
+		}
+	}
+	r.mode = ModeSize
+	r.size = &regress.SizeResult{SmallestFailing: int64(len(first.Indices)), SmallestPassing: passing}
+	r.modeReason = fmt.Sprintf("one sample fails whatever its values, and a batch of %d copies of it passes: the batch is too small", passing)
+	r.logf("size: %s", r.size.Text())
+	f := first
+	if f.Batch, err = r.rows([]int64{c}); err != nil {
+		return nil, false, err
+	}
+	if f.Boundary, err = r.rows(repeat(c, int(passing))); err != nil {
+		return nil, false, err
+	}
+	f.Elements, f.Shape, f.Relation, f.OtherEnd, f.Without = nil, nil, nil, nil, nil
+	return []Finding{f}, true, nil
+}

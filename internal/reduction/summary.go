@@ -17,6 +17,7 @@ type Summary struct {
 	Fixture       string                 `json:"fixture"`
 	Fixtures      []string               `json:"fixtures"`
 	Signature     signature.Signature    `json:"signature"`
+	Message       string                 `json:"message,omitempty"`
 	SignatureNote string                 `json:"signature_note,omitempty"`
 	Mode          Mode                   `json:"mode"`
 	ModeReason    string                 `json:"mode_reason"`
@@ -36,7 +37,7 @@ type Summary struct {
 
 // Summary is res for a program.
 func (res *Result) Summary() Summary {
-	s := Summary{Event: "summary", Fixture: res.Fixtures[0], Fixtures: res.Fixtures, Signature: res.Want, SignatureNote: res.WantNote, Mode: res.Mode,
+	s := Summary{Event: "summary", Fixture: res.Fixtures[0], Fixtures: res.Fixtures, Signature: res.Want, Message: res.Message, SignatureNote: res.WantNote, Mode: res.Mode,
 		ModeReason: res.ModeReason, Culprits: []regress.Culprit{}, Size: res.Size, Replays: res.Replays, Resumed: res.Resumed,
 		Phases: res.Phases, OtherFailures: res.OtherFailures, Launcher: res.Launch, Seconds: res.Seconds, Partial: res.Partial}
 	for i, f := range res.Findings {
@@ -52,13 +53,16 @@ func (res *Result) Summary() Summary {
 // set with its diagnosis, the other failures, the replays; the fixture's
 // path is the last line.
 func (res *Result) WriteText(w io.Writer) {
+	if res.Message != "" {
+		fmt.Fprintf(w, "failure: %s\n", res.Message)
+	}
 	fmt.Fprintf(w, "signature: %s\n", res.Want)
 	if res.WantNote != "" {
 		fmt.Fprintf(w, "  (%s)\n", res.WantNote)
 	}
 	fmt.Fprintf(w, "mode: %s (%s)\n", res.Mode, res.ModeReason)
 	if res.Size != nil {
-		fmt.Fprintf(w, "size: %s fail, %d pass\n", regress.Count(res.Size.SmallestFailing, "sample"), res.Size.LargestPassing)
+		fmt.Fprintf(w, "size: %s\n", res.Size.Text())
 	}
 	for i, f := range res.Findings {
 		if res.Mode != ModeSize {
@@ -73,6 +77,9 @@ func (res *Result) WriteText(w io.Writer) {
 			}
 			fmt.Fprintf(w, "  %s\n", e.Diagnosis())
 		}
+		if len(f.Shared) > 0 {
+			fmt.Fprintf(w, "  every sample of the batch holds %s, and each fails alone\n", strings.Join(f.Shared, " and "))
+		}
 		switch {
 		case f.Shape != nil:
 			fmt.Fprintf(w, "  shape: %s\n", f.Shape.Text)
@@ -84,7 +91,7 @@ func (res *Result) WriteText(w io.Writer) {
 		}
 	}
 	for _, o := range res.OtherFailures {
-		fmt.Fprintf(w, "other failure (not followed), %s: %s\n", regress.Count(int64(o.Count), "time"), o.Signature)
+		fmt.Fprintf(w, "other failure (not followed), %s: %s\n", regress.Count(int64(o.Count), "time"), o.Text())
 	}
 	if l := res.Launch; l.Launcher == replay.LauncherSlurm {
 		lost := 0

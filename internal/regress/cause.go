@@ -89,6 +89,9 @@ func judge(rec *Record, reg *Regression) judgement {
 		// the setup's to fix (and an emulated device a snippet lacks).
 		return judgement{verdict: verdictData}
 	}
+	if j, ok := brokenRule(rec, reg); ok {
+		return j // a documented rule the minimal batch breaks as a whole
+	}
 	for _, e := range findingElements(rec) {
 		if e.Rule != "" {
 			return judgement{verdict: verdictData} // the values' range: the data
@@ -110,9 +113,6 @@ func judge(rec *Record, reg *Regression) judgement {
 			return judgement{verdict: verdictRule, contract: r.Text, fix: r.Fix,
 				lead: fmt.Sprintf("A documented rule of %s that this batch breaks, not a bug of PyTorch's: %s.", mdCode(r.Function), failureText(rec, reg))}
 		}
-	}
-	if j, ok := brokenRule(rec, reg); ok {
-		return j
 	}
 	if r := rec.Raised; r != nil && r.By == signature.RaisedByCode && op == nil {
 		where := "the step's own code"

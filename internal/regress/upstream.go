@@ -87,6 +87,8 @@ func issueText(rec *Record, reg *Regression, red *redactor) string {
 	w("%s raises %s on %s for the batch below, whose inputs meet its contract as far as reduce can tell. ", upperFirst(subject), mdCode(red.text(raises)), device)
 	b.WriteString("It is the minimal case that reduce (a test-case reducer for failing training batches) cut from a failing batch")
 	switch {
+	case rec.Mode == "size" && rec.Size != nil && rec.Size.SmallestPassing > 0:
+		w(": it fails with a batch of %d %s, and %d copies of it pass.\n\n", rec.Size.SmallestFailing, plural(rec.Size.SmallestFailing, "sample"), rec.Size.SmallestPassing)
 	case rec.Mode == "size" && rec.Size != nil:
 		w(": it fails from batch size %d on, and %d %s pass.\n\n", rec.Size.SmallestFailing, rec.Size.LargestPassing, plural(rec.Size.LargestPassing, "sample"))
 	case valuesFree(rec):

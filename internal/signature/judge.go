@@ -46,6 +46,12 @@ type Judge struct {
 	// allows (refines), with a note, so that the replay's assert can stand
 	// for it.
 	Recorded bool
+	// Volatile are values of the batch (per-sample strings, the fresh
+	// values a probe gives them) that a host message may quote: in Want
+	// and the replay's message alike such a value is one mark, so that a
+	// check that names the offending value ("duplicate clip_id 'c-7f3a'")
+	// is one failure whichever sample or probe value it names.
+	Volatile []string
 }
 
 // Ruling is a Judge's answer about one replay.
@@ -85,7 +91,8 @@ type Ruling struct {
 // Matches. A Want that is no failure (a pass, a timeout) is reproduced by
 // the same family at every level.
 func (j Judge) Rule(got Signature) Ruling {
-	want, level := j.Want, j.Level
+	want, level := maskVolatile(j.Want, j.Volatile), j.Level
+	got = maskVolatile(got, j.Volatile)
 	if level == "" {
 		level = MatchStrict
 	}

@@ -1044,7 +1044,8 @@ def _sample_leaf(sample, tensor):
     if tensor == "batch" and _children(sample) is None:
         return sample  # a batch that is one tensor: _Flattener names it "batch"
     raise KeyError(f"batch tensor {tensor!r}: {_sample_missing(sample, tensor)}. reduce_sample must return the "
-                   "sample as the Dataset yields it (before the collate), with the keys of the batch")
+                   "sample as the Dataset yields it, with the keys of the batch, or, where the collate renames or "
+                   "makes keys, the collated one-sample batch (collate_fn([sample]))")
 
 
 def _is_array(x):
@@ -1240,7 +1241,8 @@ _SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "ash", "busybox")
 _FORMAT_EXT = {"": ".bin", "bin": ".bin", "npz": ".npz", "safetensors": ".safetensors"}
 HOW_TO_SAMPLE = ("these tests check the culprit samples as your Dataset yields them: define once, in a "
                  "conftest.py of yours,\n    @pytest.fixture\n    def reduce_sample():\n        return lambda "
-                 "sample_id: MyDataset(...)[index_of(sample_id)]  # the sample of that id, before collation")
+                 "sample_id: MyDataset(...)[index_of(sample_id)]  # the sample of that id\nor, where the collate "
+                 "renames or adds keys, the collated one-sample batch: collate_fn([MyDataset(...)[index_of(sample_id)]])")
 
 
 class FixtureError(Exception):
@@ -1387,8 +1389,9 @@ class Fixture:
 
     def data_cases(self):
         """The data tests' cases: each triggering element of the culprit samples with the rule found
-        (a range, finiteness), and each relation (values that must differ). A shape finding gets no
-        data test: a length the model cannot take is as often the step's to handle as the data's."""
+        (a range, finiteness), each relation (values that must differ), and a shape finding's
+        length (each culprit sample's size along the dim, at most the largest that passed). Each
+        case says the batch's rank and batch dim of its tensor, for a collated one-sample batch."""
         if getattr(self, "_cases", None) is not None:
             return self._cases
         r, self._cases = self.record, ([], [])
@@ -1407,14 +1410,29 @@ class Fixture:
                 return batch.batch_dims[tensor]
             return 0 if _samples_leaf(batch.manifest.get("structure"), "", tensor) else None
 
+        def ndim(tensor):  # None for a per-sample Python value
+            t = batch.tensors.get(tensor)
+            return t.dim() if t is not None else None
+
         (cases, distinct), related = self._cases, set()
         rel = c.get("relation") or {}
         bd = batch_dim(rel["elements"][0]["tensor"]) if rel.get("elements") else None
         if bd is not None:
-            distinct.append({"tensor": rel["elements"][0]["tensor"], "text": rel.get("text", ""),
+            name = rel["elements"][0]["tensor"]
+            distinct.append({"tensor": name, "text": rel.get("text", ""), "batch_dim": bd, "ndim": ndim(name),
                              "ids": [id_of.get(e["index"][bd]) for e in rel["elements"]],
                              "indices": [e["index"][:bd] + e["index"][bd + 1:] for e in rel["elements"]]})
             related = {(e["tensor"], tuple(e["index"])) for e in rel["elements"]}
+        shape = r.get("shape") or {}
+        for name, dim in zip(shape.get("tensors") or [], shape.get("dims") or []):
+            bd = batch_dim(name)
+            if bd is None or dim == bd or shape.get("largest_passing") is None:
+                continue
+            rule = {"kind": "max_size", "max": shape["largest_passing"], "dim": dim - (1 if dim > bd else 0),
+                    "text": shape.get("text", "")}
+            for i in indices:
+                cases.append({"id": id_of.get(i), "tensor": name, "index": None, "rule": rule, "batch_dim": bd,
+                              "ndim": ndim(name)})
         for e in c.get("elements") or []:
             bd = batch_dim(e["tensor"])
             if bd is None or (related and (e["tensor"], tuple(e["index"])) in related):
@@ -1426,8 +1444,8 @@ class Fixture:
                         "text": e.get("rule", "")}
             else:
                 continue
-            cases.append({"id": id_of.get(e["index"][bd]), "tensor": e["tensor"],
-                          "index": e["index"][:bd] + e["index"][bd + 1:], "rule": rule})
+            cases.append({"id": id_of.get(e["index"][bd]), "tensor": e["tensor"], "batch_dim": bd,
+                          "ndim": ndim(e["tensor"]), "index": e["index"][:bd] + e["index"][bd + 1:], "rule": rule})
         return self._cases
 
 
@@ -1458,32 +1476,57 @@ def check_passing(out, outputs=None):
         check_result(out)
 
 
+def _skip_here(reason):
+    """Skip the running test, reported at the test (the fixture's item), not at this line."""
+    try:
+        exc = pytest.skip.Exception(reason, _use_item_location=True)
+    except TypeError:  # a pytest before 7.1 reports the skip here
+        exc = pytest.skip.Exception(reason)
+    raise exc
+
+
 def fixture_sample(request, how_to=HOW_TO_SAMPLE):
     """The user's reduce_sample fixture (a function of a sample id that returns the sample as the
-    Dataset yields it), or skip the test with `how_to`."""
+    Dataset yields it, or the collated one-sample batch), or skip the test with `how_to`."""
     try:
         return request.getfixturevalue("reduce_sample")
     except pytest.FixtureLookupError:
-        pytest.skip(how_to)
+        _skip_here(how_to)
+
+
+def _uncollated(sample, case):
+    """The sample, from a collated one-sample batch where reduce_sample returned one: the part of
+    case["tensor"] with the batch's rank (case["ndim"]) and size 1 along its batch dim, or a
+    per-sample value's list of one, stands for its one sample."""
+    tensor, bd, ndim = case["tensor"], case.get("batch_dim"), case.get("ndim")
+    leaf = _sample_leaf(sample, tensor)
+    if _is_array(leaf) and ndim is not None and bd is not None and len(leaf.shape) == ndim and leaf.shape[bd] == 1:
+        return {tensor: leaf[(slice(None),) * bd + (0,)]}
+    if ndim is None and isinstance(leaf, (list, tuple)) and len(leaf) == 1 and not case.get("index"):
+        return {tensor: leaf[0]}
+    return {tensor: leaf}
+
+
+def _culprit_value(get, sample_id, case, index, dim=0):
+    try:
+        return sample_value(_uncollated(get(sample_id), case), case["tensor"], index, dim=dim)
+    except KeyError as e:
+        raise AssertionError(f"sample {sample_id!r}: {e.args[0] if e.args else e}") from None
 
 
 def check_culprit_sample(get, case):
-    """The culprit sample get(case["id"]) satisfies the rule found for case["tensor"] at
-    case["index"] (check_sample_rule); skipped when the sample does not hold that tensor (one the
-    collate makes)."""
+    """The culprit sample get(case["id"]) (the Dataset's sample or the collated one-sample batch)
+    satisfies the rule found for case["tensor"] at case["index"] (check_sample_rule); a sample
+    without that tensor fails, saying what reduce_sample should return."""
     rule = case["rule"]
-    try:
-        value = sample_value(get(case["id"]), case["tensor"], case["index"], dim=rule.get("dim", 0))
-    except KeyError as e:
-        pytest.skip(str(e))
+    value = _culprit_value(get, case["id"], case, case["index"], dim=rule.get("dim", 0))
     check_sample_rule(value, dict(rule, sample=case["id"], tensor=case["tensor"], index=case["index"]))
 
 
 def check_culprits_distinct(get, case):
     """The culprit samples case["ids"] hold distinct values of case["tensor"] at case["indices"]
     (check_distinct)."""
-    check_distinct([sample_value(get(i), case["tensor"], idx) for i, idx in zip(case["ids"], case["indices"])],
-                   case["ids"])
+    check_distinct([_culprit_value(get, i, case, idx) for i, idx in zip(case["ids"], case["indices"])], case["ids"])
 
 
 # The collector (pytest's doc/en/example/nonpython) ---------------------------------------------
@@ -1583,7 +1626,7 @@ if pytest is not None:
         def repr_failure(self, excinfo, style=None):
             if isinstance(excinfo.value, AssertionError):
                 return str(excinfo.value)
-            return super().repr_failure(excinfo, style="short")
+            return super().repr_failure(excinfo)  # pytest.Function's takes no style
 
     def _culprit_test(case, request):
         check_culprit_sample(fixture_sample(request), case)

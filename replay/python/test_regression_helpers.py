@@ -494,7 +494,8 @@ def test_sample_value_errors():
         rc.sample_value(sample, "labels", [])
     assert info.value.args[0] == (
         "batch tensor 'labels': the sample has no 'labels' (it has keys 'label', 'inputs'). reduce_sample must "
-        "return the sample as the Dataset yields it (before the collate), with the keys of the batch")
+        "return the sample as the Dataset yields it, with the keys of the batch, or, where the collate renames or "
+        "makes keys, the collated one-sample batch (collate_fn([sample]))")
     with pytest.raises(KeyError, match=r"'inputs' has no 'token_ids' \(it has keys 'ids', 'mask'\)"):
         rc.sample_value(sample, "inputs.token_ids", [0])
     with pytest.raises(KeyError, match=r"'label' is a Tensor, which has no 'x'"):
@@ -615,8 +616,28 @@ def test_fixture_helpers(tmp_path):
     rc.check_culprit_sample(samples.get, {"id": "b", "tensor": "label", "index": [], "rule": rule})
     with pytest.raises(AssertionError, match="'a'"):
         rc.check_culprit_sample(samples.get, {"id": "a", "tensor": "label", "index": [], "rule": rule})
-    with pytest.raises(pytest.skip.Exception):
+    # a sample without the batch's key fails, saying what reduce_sample should return
+    with pytest.raises(AssertionError, match=r"sample 'a': .*no 'mask' \(it has keys 'label', 'key'\).*collate_fn"):
         rc.check_culprit_sample(samples.get, {"id": "a", "tensor": "mask", "index": [], "rule": rule})
     rc.check_culprits_distinct(samples.get, {"tensor": "key", "ids": ["a", "c"], "indices": [[], []]})
     with pytest.raises(AssertionError, match="share"):
         rc.check_culprits_distinct(samples.get, {"tensor": "key", "ids": ["a", "b"], "indices": [[], []]})
+
+    # the collated one-sample batch stands for its sample: a tensor of the batch's rank with one row, a
+    # per-sample value's list of one
+    collated = {"a": {"label": torch.tensor([3]), "key": [7], "img": torch.zeros(1, 2, 5)},
+                "b": {"label": torch.tensor([1]), "key": [7], "img": torch.zeros(1, 2, 3)}}
+    with pytest.raises(AssertionError, match="'a'"):
+        rc.check_culprit_sample(collated.get, {"id": "a", "tensor": "label", "index": [], "rule": rule,
+                                               "batch_dim": 0, "ndim": 1})
+    rc.check_culprit_sample(collated.get, {"id": "b", "tensor": "label", "index": [], "rule": rule,
+                                           "batch_dim": 0, "ndim": 1})
+    with pytest.raises(AssertionError, match="share"):
+        rc.check_culprits_distinct(collated.get, {"tensor": "key", "ids": ["a", "b"], "indices": [[], []],
+                                                  "batch_dim": 0, "ndim": None})
+    size = {"kind": "max_size", "max": 4, "dim": 1, "text": "at most 4 along dim 2"}
+    rc.check_culprit_sample(collated.get, {"id": "b", "tensor": "img", "index": None, "rule": size,
+                                           "batch_dim": 0, "ndim": 3})
+    with pytest.raises(AssertionError, match="size of img along dim 1 = 5, want at most 4"):
+        rc.check_culprit_sample(collated.get, {"id": "a", "tensor": "img", "index": None, "rule": size,
+                                               "batch_dim": 0, "ndim": 3})

@@ -1,0 +1,204 @@
+package reduction_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"reduce/fixtures"
+	"reduce/internal/reduction"
+	"reduce/internal/signature"
+	"reduce/kernels"
+)
+
+// labelBatch is a step's batch of n samples: label int64 [n] (all -100,
+// ignore_index) and x float32 [n, 2].
+func labelBatch(n int) *fixtures.Batch {
+	label := kernels.MustNew(kernels.Int64, int64(n))
+	x := kernels.MustNew(kernels.Float32, int64(n), 2)
+	ids := make([]string, n)
+	for i := int64(0); i < int64(n); i++ {
+		label.StoreInt(i, -100)
+		x.StoreFloat(2*i, 0.5+float64(i))
+		x.StoreFloat(2*i+1, -0.25)
+		ids[i] = fmt.Sprintf("utt-%d", i)
+	}
+	return &fixtures.Batch{Samples: int64(n), SampleIDs: ids, Tensors: []*fixtures.Entry{
+		{Name: "label", BatchDim: fixtures.Dim(0), Tensor: label}, {Name: "x", BatchDim: fixtures.Dim(0), Tensor: x}}}
+}
+
+// maskedMean is the user's step: a mean loss over the labels that are
+// not -100 is 0/0 when there is none (their finiteness check raises); a
+// label past 4 or below -100 is out of bounds, -99 to -1 too.
+func maskedMean(b *fixtures.Batch) signature.Signature {
+	label := b.Tensor("label").Tensor
+	counted := 0
+	var bad *int64
+	label.Each(func(_ []int64, e int64) {
+		v := label.LoadInt(e)
+		switch {
+		case v == -100:
+		case v < 0 || v > 4:
+			bad = &v
+		default:
+			counted++
+		}
+	})
+	switch {
+	case bad != nil:
+		return raise(fmt.Sprintf("IndexError: Target %d is out of bounds.", *bad))
+	case counted == 0:
+		return raise("FloatingPointError: loss is nan")
+	}
+	return pass
+}
+
+// TestNoDonorPasses: every label is -100, so every sample fails alone and
+// no sample passes without the culprit: the other samples' values, taken
+// as donors, change nothing. The element is found against zeros (a
+// class), its passing value is 0, the finding says that every sample
+// holds the value, and no further culprit set is searched.
+func TestNoDonorPasses(t *testing.T) {
+	b := labelBatch(6)
+	path := recordStep(t, b, maskedMean)
+	res, err := reduce(t, b, path, newStep(maskedMean), reduction.Options{})
+	require.NoError(t, err)
+	assert.Equal(t, reduction.ModeSamples, res.Mode, res.ModeReason)
+	require.Len(t, res.Findings, 1, "any one sample is the answer")
+	f := res.Findings[0]
+	require.Len(t, f.Indices, 1)
+	assert.False(t, f.ContentFree, "a value triggers it")
+	assert.True(t, f.Canonical)
+	require.Len(t, f.Elements, 1)
+	e := f.Elements[0]
+	assert.Equal(t, "label", e.Tensor)
+	assert.Equal(t, -100.0, e.Value)
+	require.NotNil(t, e.Passing)
+	assert.Equal(t, 0.0, *e.Passing)
+	assert.Equal(t, []string{"label = -100"}, f.Shared)
+	assert.Equal(t, pass, maskedMean(f.Boundary), "the boundary batch passes")
+	var text bytes.Buffer
+	res.WriteText(&text)
+	assert.Contains(t, text.String(), "every sample of the batch holds label = -100, and each fails alone")
+	assert.LessOrEqual(t, res.Replays, 24)
+}
+
+// batchNorm is the user's step with BatchNorm in training: a batch of one
+// sample raises whatever its values; an x with 3 columns is a shape error.
+func batchNorm(b *fixtures.Batch) signature.Signature {
+	if b.Tensor("x").Tensor.Shape[1] != 2 {
+		return raise("RuntimeError: mat1 and mat2 shapes cannot be multiplied")
+	}
+	if b.Samples < 2 {
+		return raise(fmt.Sprintf("ValueError: Expected more than 1 value per channel when training, got input size torch.Size([%d, 2])", b.Samples))
+	}
+	return pass
+}
+
+// TestGrowBatchOfOne: a batch of one that fails whatever its values is
+// grown, with copies of its sample, to the smallest size that passes; the
+// passing batch is the fixture's boundary.
+func TestGrowBatchOfOne(t *testing.T) {
+	for _, n := range []int{1, 5} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			b := labelBatch(n)
+			for i := range n {
+				b.Tensor("label").Tensor.StoreInt(int64(i), 1)
+			}
+			step := batchNorm
+			if n > 1 {
+				// A loss that needs 4 samples, recorded on a batch of 3.
+				b, _ = b.Select([]int64{0, 1, 2})
+				step = func(b *fixtures.Batch) signature.Signature {
+					if b.Samples < 4 {
+						return raise(fmt.Sprintf("ValueError: contrastive loss needs 4 samples, got %d", b.Samples))
+					}
+					return pass
+				}
+			}
+			path := recordStep(t, b, step)
+			res, err := reduce(t, b, path, newStep(step), reduction.Options{})
+			require.NoError(t, err)
+			assert.Equal(t, reduction.ModeSize, res.Mode, res.ModeReason)
+			require.NotNil(t, res.Size)
+			want := int64(2)
+			if n > 1 {
+				want = 4
+			}
+			assert.Equal(t, int64(1), res.Size.SmallestFailing)
+			assert.Equal(t, want, res.Size.SmallestPassing)
+			require.Len(t, res.Findings, 1)
+			f := res.Findings[0]
+			require.NotNil(t, f.Boundary)
+			assert.Equal(t, want, f.Boundary.Samples)
+			assert.Equal(t, pass, step(f.Boundary))
+			assert.NotEqual(t, pass, step(f.Batch))
+			assert.Contains(t, res.Size.Text(), fmt.Sprintf("fails with a batch of 1 sample; %d pass", want))
+		})
+	}
+}
+
+// TestQuotedValueRelation: a step that quotes the duplicate key in its
+// message ("duplicate clip_id 'c-7'"): the relation probe's fresh value
+// gives the same message with another value, which is the same failure,
+// and the relation is found.
+func TestQuotedValueRelation(t *testing.T) {
+	b := keyBatch(16)
+	ids := make([]string, 16)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("c-%02x", 0x30+i)
+	}
+	ids[11] = ids[3]
+	b.Structure = sampleStrings(t, b, "clip_id", ids)
+	step := func(b *fixtures.Batch) signature.Signature {
+		leaf := b.Structure.SampleLeaf("clip_id")
+		seen := map[string]bool{}
+		for _, v := range leaf.Values {
+			if seen[string(v)] {
+				return raise(fmt.Sprintf("ValueError: duplicate clip_id '%s' in batch", unquote(v)))
+			}
+			seen[string(v)] = true
+		}
+		return pass
+	}
+	path := recordStep(t, b, step)
+	res, err := reduce(t, b, path, newStep(step), reduction.Options{})
+	require.NoError(t, err)
+	require.Len(t, res.Findings, 1)
+	f := res.Findings[0]
+	assert.Equal(t, []int{3, 11}, f.Indices)
+	require.NotNil(t, f.Relation, res.ModeReason)
+	assert.Equal(t, "clip_id[3] == clip_id[11]", f.Relation.Text)
+	assert.Empty(t, res.OtherFailures, "the probe's message quotes another value: the same failure")
+}
+
+// sampleStrings is b's structure as a dict of its tensors and a per-sample
+// list of strings named name.
+func sampleStrings(t *testing.T, b *fixtures.Batch, name string, values []string) *fixtures.Node {
+	t.Helper()
+	key := func(s string) json.RawMessage { v, _ := json.Marshal(s); return v }
+	n := &fixtures.Node{Kind: fixtures.NodeDict}
+	for _, e := range b.Tensors {
+		n.Keys = append(n.Keys, key(e.Name))
+		n.Items = append(n.Items, &fixtures.Node{Kind: fixtures.NodeTensor, Name: e.Name})
+	}
+	leaf := &fixtures.Node{Kind: fixtures.NodeSamples}
+	for _, v := range values {
+		leaf.Values = append(leaf.Values, key(v))
+	}
+	n.Keys = append(n.Keys, key(name))
+	n.Items = append(n.Items, leaf)
+	return n
+}
+
+func unquote(v json.RawMessage) string {
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		return string(v)
+	}
+	return s
+}
