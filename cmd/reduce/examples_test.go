@@ -37,6 +37,9 @@ type expectedAnswer struct {
 	MinimalSamples int             `json:"minimal_samples"`
 	LargestPassing *int64          `json:"largest_passing"`
 	SmallestFail   *int64          `json:"smallest_failing"`
+	// Predates: the cause lies before the batch (the recorded state is
+	// broken): the summary says so, and names witnesses, no culprit.
+	Predates bool `json:"predates"`
 	// SmallestPass: a batch too small; this many copies pass.
 	SmallestPass *int64 `json:"smallest_passing"`
 	OtherFailures  *bool           `json:"other_failures"`
@@ -207,6 +210,11 @@ func checkAnswer(t *testing.T, exp expectedAnswer, sum reduction.Summary) {
 	if exp.Mode != "" {
 		assert.Equal(t, exp.Mode, string(sum.Mode), "mode (%s)", sum.ModeReason)
 	}
+	if exp.Predates {
+		assert.NotEmpty(t, sum.Predates, "the cause predates the batch (%s)", sum.ModeReason)
+		return
+	}
+	assert.Empty(t, sum.Predates)
 	if exp.SmallestPass != nil {
 		require.NotNil(t, sum.Size, "size result")
 		assert.Equal(t, *exp.SmallestPass, sum.Size.SmallestPassing, "smallest passing size")

@@ -105,7 +105,7 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 	rec := regress.Record{
 		Version: regress.RecordVersion, Op: r.batch.Op, Signature: r.judge.Want, Match: string(r.o.Match),
 		Mode: string(r.mode), ModeReason: r.modeReason, Culprits: culprits, Finding: k, Size: r.size,
-		Diagnosis: r.diagnosis(f), Replays: replays, Phases: phases, OtherFailures: others,
+		Diagnosis: r.diagnosis(f), Predates: r.history, Replays: replays, Phases: phases, OtherFailures: others,
 		Seconds: time.Since(r.start).Seconds(), Partial: f.Partial,
 		Source:      regress.RecordSource{File: filepath.Base(r.o.Source), Hash: "sha256:" + r.srcHash, Samples: r.batch.Samples},
 		Environment: r.environment(set), Attrs: r.batch.Attrs, Entry: set.Entry, Step: set.Step, Shape: f.Shape,
@@ -270,12 +270,23 @@ func (r *run) diagnosis(f Finding) string {
 	if op == "" {
 		op = "the step"
 	}
-	where := fmt.Sprintf("sample %s", joinInts(f.Indices, ", "))
+	noun := "sample"
+	if len(f.Indices) > 1 {
+		noun = "samples"
+	}
+	where := fmt.Sprintf("%s %s", noun, joinInts(f.Indices, ", "))
 	longer, values := r.batch.LongerSamples(f.Indices), r.batch.SampleValues()
 	if len(f.IDs) > 0 {
 		where += " (" + strings.Join(f.IDs, ", ") + ")"
 	}
 	switch {
+	case r.history != "":
+		verb := "fails"
+		if len(f.Indices) > 1 {
+			verb = "fail"
+		}
+		return fmt.Sprintf("%s: %s: the cause predates this batch: %s %s only against the recorded state, which already holds values no healthy step leaves",
+			op, r.judge.Want.Family, where, verb)
 	case f.Shape != nil:
 		return fmt.Sprintf("%s: %s with %s: %s", op, r.judge.Want.Family, where, f.Shape.Text)
 	case f.Relation != nil && len(f.Elements) == 0:

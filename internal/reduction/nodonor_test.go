@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -201,4 +202,68 @@ func unquote(v json.RawMessage) string {
 		return string(v)
 	}
 	return s
+}
+
+// TestPredates: a step recorded with its state, whose weights an earlier
+// step made huge or non-finite: the samples fail only against that state.
+// reduce says that the cause predates the batch, names the state tensor,
+// and stops at the first witness (no element search, no further set).
+func TestPredates(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		value float64
+		says  string
+	}{
+		{"huge", 3e18, "state.model.weight reaches |x| = 3e+18"},
+		{"nan", math.NaN(), "state.model.weight holds 1 non-finite of 4 values"},
+		{"healthy", 0.5, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := labelBatch(8)
+			b.Structure = &fixtures.Node{Kind: fixtures.NodeDict, Keys: []json.RawMessage{json.RawMessage(`"label"`), json.RawMessage(`"x"`)},
+				Items: []*fixtures.Node{{Kind: fixtures.NodeTensor, Name: "label"}, {Kind: fixtures.NodeTensor, Name: "x"}}}
+			w := kernels.MustNew(kernels.Float32, 4)
+			for i := int64(0); i < 4; i++ {
+				w.StoreFloat(i, 0.25)
+			}
+			w.StoreFloat(2, tc.value)
+			b.Tensors = append(b.Tensors, &fixtures.Entry{Name: "state.model.weight", Tensor: w})
+			b.State = &fixtures.Node{Kind: fixtures.NodeDict, Keys: []json.RawMessage{json.RawMessage(`"model"`)},
+				Items: []*fixtures.Node{{Kind: fixtures.NodeTensor, Name: "state.model.weight"}}}
+			x := b.Tensor("x").Tensor
+			x.StoreFloat(6, 40) // samples 3 and 5 overflow against the weights
+			x.StoreFloat(10, 40)
+			step := func(b *fixtures.Batch) signature.Signature {
+				w := b.Tensor("state.model.weight").Tensor.LoadFloat(2)
+				x := b.Tensor("x").Tensor
+				for i := int64(0); i < b.Samples; i++ {
+					if v := x.LoadFloat(2*i) * w; math.IsNaN(v) || math.Abs(v) > 1e19 {
+						return raise("FloatingPointError: loss is inf")
+					}
+				}
+				if b.Samples > 0 && x.LoadFloat(0) > 30 && w < 1 {
+					return raise("FloatingPointError: loss is inf") // healthy: a value of the batch
+				}
+				return pass
+			}
+			if tc.name == "healthy" {
+				x.StoreFloat(0, 40)
+			}
+			path := recordStep(t, b, step)
+			res, err := reduce(t, b, path, newStep(step), reduction.Options{})
+			require.NoError(t, err)
+			if tc.says == "" {
+				assert.Empty(t, res.Predates, "healthy weights say nothing")
+				return
+			}
+			assert.Contains(t, res.Predates, tc.says)
+			require.Len(t, res.Findings, 1)
+			assert.Empty(t, res.Findings[0].Elements, "a witness: no element searched")
+			var text bytes.Buffer
+			res.WriteText(&text)
+			assert.Contains(t, text.String(), "cause: predates this batch")
+			assert.Contains(t, text.String(), "witness: samples")
+			assert.NotContains(t, text.String(), "culprit:")
+		})
+	}
 }

@@ -117,6 +117,11 @@ type Result struct {
 	// assert and the first replay's was kept), or what a Want that names
 	// no assert matches; "" when there is nothing to say.
 	WantNote string
+	// Predates says why the cause lies before the recorded batch (the
+	// recorded state already holds non-finite or huge values): the
+	// finding is then a witness that fails against that state, not a
+	// culprit. "" otherwise.
+	Predates string
 	// Mode is how the samples were reduced and ModeReason why.
 	Mode       Mode
 	ModeReason string
@@ -211,6 +216,8 @@ type run struct {
 	raised *signature.Raise
 	// message is the failure kept as printed (Result.Message).
 	message string
+	// history is Result.Predates.
+	history string
 	start   time.Time
 	journal *journal
 
@@ -319,6 +326,9 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 		r.journal.close(ctx.Err() == nil)
 		return nil, err
 	}
+	if r.history = r.predates(); r.history != "" {
+		r.logf("state: %s", r.history)
+	}
 	var found []Finding
 	if r.judge.Want.Family == signature.FamilyOOM {
 		found, err = r.sizeMode(ctx, "the failure is out of memory, which depends on how many samples there are, not on which")
@@ -361,7 +371,7 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 func (r *run) result(found []Finding, dirs []string, partial bool) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := &Result{Want: r.judge.Want, Recorded: r.recorded, Message: r.message, WantNote: r.wantNote, Mode: r.mode, ModeReason: r.modeReason, Size: r.size,
+	res := &Result{Want: r.judge.Want, Recorded: r.recorded, Message: r.message, Predates: r.history, WantNote: r.wantNote, Mode: r.mode, ModeReason: r.modeReason, Size: r.size,
 		Findings: found, Fixtures: dirs, Phases: maps.Clone(r.phases), OtherFailures: r.otherFailures(),
 		Launch: replay.Provenance(r.be), Seconds: time.Since(r.start).Seconds(), Partial: partial}
 	for _, pc := range r.phases {

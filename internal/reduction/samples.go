@@ -44,6 +44,16 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 	if slices.Contains(res.Unconfirmed, 0) {
 		r.logf("samples: culprit set %v failed in the search but not in its fresh replays: the failure is flaky (a higher --trials helps)", res.Culprits[0])
 	}
+	if r.history != "" {
+		// The samples fail against a state an earlier step broke: the
+		// first set is a witness, and neither its elements nor further
+		// sets would name a cause.
+		set := res.Culprits[0]
+		r.modeReason = predatesReason(r.history)
+		r.emit(&CulpritFound{Event: "culprit", Indices: set, IDs: r.idsOf(set)})
+		sub, err := r.rows(rowsOf(set))
+		return []Finding{{Indices: set, IDs: r.idsOf(set), Batch: sub}}, err
+	}
 	first, err := r.reduceSet(ctx, res.Culprits[0])
 	if err != nil || ctx.Err() != nil {
 		return []Finding{first}, err

@@ -18,6 +18,9 @@ type Summary struct {
 	Fixtures      []string               `json:"fixtures"`
 	Signature     signature.Signature    `json:"signature"`
 	Message       string                 `json:"message,omitempty"`
+	// Predates says why the cause lies before the recorded batch; the
+	// culprits are then witnesses.
+	Predates string `json:"predates,omitempty"`
 	SignatureNote string                 `json:"signature_note,omitempty"`
 	Mode          Mode                   `json:"mode"`
 	ModeReason    string                 `json:"mode_reason"`
@@ -37,7 +40,7 @@ type Summary struct {
 
 // Summary is res for a program.
 func (res *Result) Summary() Summary {
-	s := Summary{Event: "summary", Fixture: res.Fixtures[0], Fixtures: res.Fixtures, Signature: res.Want, Message: res.Message, SignatureNote: res.WantNote, Mode: res.Mode,
+	s := Summary{Event: "summary", Fixture: res.Fixtures[0], Fixtures: res.Fixtures, Signature: res.Want, Message: res.Message, Predates: res.Predates, SignatureNote: res.WantNote, Mode: res.Mode,
 		ModeReason: res.ModeReason, Culprits: []regress.Culprit{}, Size: res.Size, Replays: res.Replays, Resumed: res.Resumed,
 		Phases: res.Phases, OtherFailures: res.OtherFailures, Launcher: res.Launch, Seconds: res.Seconds, Partial: res.Partial}
 	for i, f := range res.Findings {
@@ -64,7 +67,14 @@ func (res *Result) WriteText(w io.Writer) {
 	if res.Size != nil {
 		fmt.Fprintf(w, "size: %s\n", res.Size.Text())
 	}
+	if res.Predates != "" {
+		fmt.Fprintf(w, "cause: %s\n", strings.TrimPrefix(predatesReason(res.Predates), "the cause "))
+	}
 	for i, f := range res.Findings {
+		if res.Predates != "" {
+			fmt.Fprintln(w, strings.TrimSpace(fmt.Sprintf("witness: samples %v %s (they fail against the recorded state; no culprit)", f.Indices, strings.Join(f.IDs, " "))))
+			continue
+		}
 		if res.Mode != ModeSize {
 			fmt.Fprintln(w, strings.TrimSpace(fmt.Sprintf("culprit: samples %v %s", f.Indices, strings.Join(f.IDs, " "))))
 		}
