@@ -66,6 +66,8 @@ type expectedAnswer struct {
 		Dim             int    `json:"dim"`
 		LargestPassing  int64  `json:"largest_passing"`
 		SmallestFailing int64  `json:"smallest_failing"`
+		// Squeezed: the dim has size 1, and the batch passes without it.
+		Squeezed bool `json:"squeezed"`
 	} `json:"shape"`
 	Boundary *struct {
 		ValidMax *float64 `json:"valid_max"`
@@ -93,6 +95,7 @@ type summaryAnswers struct {
 		Dims            []int    `json:"dims"`
 		LargestPassing  int64    `json:"largest_passing"`
 		SmallestFailing int64    `json:"smallest_failing"`
+		Squeezed        bool     `json:"squeezed"`
 		Text            string   `json:"text"`
 	} `json:"shape"`
 }
@@ -353,6 +356,7 @@ func checkShape(t *testing.T, exp expectedAnswer, ans summaryAnswers) {
 	if assert.GreaterOrEqual(t, i, 0, "shape tensors %v: want %s", g.Tensors, w.Tensor) && assert.Len(t, g.Dims, len(g.Tensors), "shape dims") {
 		assert.Equal(t, w.Dim, g.Dims[i], "shape dim of %s", w.Tensor)
 	}
+	assert.Equal(t, w.Squeezed, g.Squeezed, "shape: a dim of size 1 dropped")
 	assert.Equal(t, w.LargestPassing, g.LargestPassing, "shape: largest passing")
 	assert.Equal(t, w.SmallestFailing, g.SmallestFailing, "shape: smallest failing")
 	assert.NotEmpty(t, g.Text, "shape text")

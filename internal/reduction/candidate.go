@@ -49,6 +49,14 @@ func (base *candidate) narrowed(tensors, dims []int, size int64) *candidate {
 	return &c
 }
 
+// squeezed is base with dim of tensor ti, of size 1, dropped: the shape
+// search's probe of a column that the step may want without its dim.
+func (base *candidate) squeezed(ti, dim int) *candidate {
+	c := *base
+	c.Squeeze = &fixtures.Squeezing{Tensor: ti, Dim: dim}
+	return &c
+}
+
 // withValues is base with the per-sample value at path of its sample k set
 // to set[k]: the relation search's candidates.
 func (base *candidate) withValues(path string, set map[int]json.RawMessage) *candidate {
@@ -213,6 +221,9 @@ func (c *candidate) key(samples int64) string {
 			b.WriteString(strconv.Itoa(ti) + ":" + strconv.Itoa(n.Dims[k]))
 		}
 		b.WriteString("}=" + strconv.FormatInt(n.Size, 10))
+	}
+	if q := c.Squeeze; q != nil {
+		b.WriteString(" squeeze{" + strconv.Itoa(q.Tensor) + ":" + strconv.Itoa(q.Dim) + "}")
 	}
 	if v := c.Values; v != nil {
 		b.WriteString(" values{" + strconv.Quote(v.Path))

@@ -267,3 +267,36 @@ func TestPredates(t *testing.T) {
 		})
 	}
 }
+
+// TestShapeNamed: a label column [N, 1] where the step wants [N], whatever
+// its values: the shape search drops the dim of size 1, replays, and names
+// the tensor, the recorded shape and the one that passes; the passing
+// batch is the boundary.
+func TestShapeNamed(t *testing.T) {
+	b := labelBatch(6)
+	col := b.Tensor("label")
+	col.Tensor = &kernels.Tensor{DType: kernels.Int64, Shape: []int64{6, 1}, Strides: []int64{1, 1}, Data: col.Tensor.Data}
+	for i := int64(0); i < 6; i++ {
+		col.Tensor.StoreInt(i, i%3)
+	}
+	step := func(b *fixtures.Batch) signature.Signature {
+		if len(b.Tensor("label").Shape) != 1 {
+			return raise("RuntimeError: 0D or 1D target tensor expected, multi-target not supported")
+		}
+		return pass
+	}
+	path := recordStep(t, b, step)
+	res, err := reduce(t, b, path, newStep(step), reduction.Options{})
+	require.NoError(t, err)
+	require.Len(t, res.Findings, 1)
+	f := res.Findings[0]
+	require.NotNil(t, f.Shape, res.ModeReason)
+	assert.True(t, f.Shape.Squeezed)
+	assert.Equal(t, []string{"label"}, f.Shape.Tensors)
+	assert.Equal(t, []int{1}, f.Shape.Dims)
+	assert.Contains(t, f.Shape.Text, "label is [N, 1]; [N] passes")
+	require.NotNil(t, f.Boundary)
+	assert.Equal(t, []int64{1}, f.Boundary.Tensor("label").Shape)
+	assert.Equal(t, pass, step(f.Boundary))
+	assert.NotEqual(t, pass, step(f.Batch))
+}

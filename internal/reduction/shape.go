@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"reduce/fixtures"
@@ -80,6 +81,9 @@ func shapeGroups(b *fixtures.Batch) []shapeGroup {
 // both replayed, and the result is returned; nil when no dim's size
 // decides it.
 func (r *run) shape(ctx context.Context, f *Finding, base *candidate, why string) (*regress.ShapeResult, error) {
+	if sr, err := r.squeeze(ctx, f, base, why); sr != nil || err != nil {
+		return sr, err
+	}
 	groups := shapeGroups(f.Batch)
 	if len(groups) > maxShapeGroups {
 		groups = groups[:maxShapeGroups]
@@ -118,17 +122,76 @@ func (r *run) shape(ctx context.Context, f *Finding, base *candidate, why string
 			return nil, err
 		}
 		sr := &regress.ShapeResult{Dims: g.dims, LargestPassing: res.Value, SmallestFailing: smallest}
-		var names []string
+		var names, shapes []string
 		for k, ti := range g.tensors {
-			name := f.Batch.Tensors[ti].Name
-			sr.Tensors = append(sr.Tensors, name)
-			names = append(names, fmt.Sprintf("%s dim %d", name, g.dims[k]))
+			e := f.Batch.Tensors[ti]
+			sr.Tensors = append(sr.Tensors, e.Name)
+			names = append(names, fmt.Sprintf("%s dim %d", e.Name, g.dims[k]))
+			pass := slices.Clone(e.Shape)
+			pass[g.dims[k]] = res.Value
+			shapes = append(shapes, fmt.Sprintf("%s is %s; %s passes", e.Name, shapeN(e.Shape, e.BatchDim), shapeN(pass, e.BatchDim)))
 		}
-		sr.Text = fmt.Sprintf("fails for %s of size %d or more, passes at %d (bisected: %d and the recorded %d fail), %s",
-			strings.Join(names, " and "), smallest, res.Value, smallest, g.size, why)
+		sr.Text = fmt.Sprintf("%s: fails for %s of size %d or more, passes at %d (bisected: %d and the recorded %d fail), %s",
+			strings.Join(shapes, ", "), strings.Join(names, " and "), smallest, res.Value, smallest, g.size, why)
 		f.Batch, f.Boundary = failing, passing
 		r.logf("shape: %s", sr.Text)
 		return sr, nil
 	}
 	return nil, nil
+}
+
+// squeeze probes, for a finding that fails with none of its values, each
+// dim of size 1 of a batched tensor (not its batch axis, nor a padded
+// dim): the batch with that dim dropped, replayed. The first that passes
+// is the answer (a label column [N, 1] where the step wants [N]): the
+// finding's boundary is that batch.
+func (r *run) squeeze(ctx context.Context, f *Finding, base *candidate, why string) (*regress.ShapeResult, error) {
+	tried := 0
+	for ti, e := range f.Batch.Tensors {
+		if e.BatchDim == nil {
+			continue
+		}
+		for d, n := range e.Shape {
+			if n != 1 || d == *e.BatchDim || (e.Pad != nil && e.Pad.Dim == d) || tried >= maxShapeGroups {
+				continue
+			}
+			tried++
+			r.setPhase(PhaseShape, 1)
+			c := base.squeezed(ti, d)
+			o, err := r.askTrials(ctx, c)
+			if err != nil || ctx.Err() != nil || o != shrink.Pass {
+				if err != nil {
+					return nil, err
+				}
+				continue
+			}
+			passing, err := r.build(c)
+			if err != nil {
+				return nil, err
+			}
+			bd := *e.BatchDim
+			if bd > d {
+				bd--
+			}
+			sr := &regress.ShapeResult{Tensors: []string{e.Name}, Dims: []int{d}, Squeezed: true,
+				Text: fmt.Sprintf("%s is %s; %s passes (its dim %d of size 1 dropped), %s", e.Name, shapeN(e.Shape, e.BatchDim),
+					shapeN(passing.Tensors[ti].Shape, &bd), d, why)}
+			f.Boundary = passing
+			r.logf("shape: %s", sr.Text)
+			return sr, nil
+		}
+	}
+	return nil, nil
+}
+
+// shapeN writes a shape with its batch axis as N: [N, 1].
+func shapeN(shape []int64, bd *int) string {
+	parts := make([]string, len(shape))
+	for d, n := range shape {
+		parts[d] = strconv.FormatInt(n, 10)
+		if bd != nil && d == *bd {
+			parts[d] = "N"
+		}
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }

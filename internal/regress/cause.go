@@ -88,6 +88,11 @@ func judge(rec *Record, reg *Regression) judgement {
 	if rec.Finding >= 0 && rec.Finding < len(rec.Culprits) && rec.Culprits[rec.Finding].Relation != nil {
 		return judgement{verdict: verdictData} // a relation between samples
 	}
+	if rec.Shape != nil && rec.Shape.Squeezed && rec.Signature.Cause() == signature.CauseArgument {
+		// A column where the call wants one value per sample: its
+		// argument check's contract and fix say it.
+		return misuse(rec, reg, builtinOp(rec, reg), rec.Signature.Class())
+	}
 	if rec.Shape != nil || rec.Size != nil || rec.DeviceMemory() > 0 || rec.Signature.Family == signature.FamilyOOM {
 		// A size the model or the device cannot take: the pipeline's or
 		// the setup's to fix (and an emulated device a snippet lacks).

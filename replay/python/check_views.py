@@ -43,6 +43,11 @@ def cases():
                 out.append(("%s_%s_last" % (rt._name(dt), name),
                             dict(tensors={"x": t, "y": other}, batch_dims={"x": t.dim() - 1, "y": 0})))
     out.append(("batch", rt.batch_case()))
+    # A label column [N, 1], contiguous and a column of a wider tensor: a view drops its dim of size 1.
+    out.append(("label_column", dict(tensors={"label": torch.arange(5).view(5, 1), "x": torch.randn(5, 3)},
+                                     batch_dims={"label": 0, "x": 0})))
+    out.append(("label_column_strided", dict(tensors={"label": torch.arange(10).view(5, 2)[:, 1:]},
+                                             batch_dims={"label": 0})))
     g = torch.Generator().manual_seed(3)
     tokens = torch.randint(0, 9, (5, 7), generator=g)
     out.append(("structure", dict(batch={"tokens": tokens, "key": [3, 1, 4, 1, 5], "scale": 0.5,

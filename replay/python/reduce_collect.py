@@ -1426,7 +1426,7 @@ class Fixture:
         shape = r.get("shape") or {}
         for name, dim in zip(shape.get("tensors") or [], shape.get("dims") or []):
             bd = batch_dim(name)
-            if bd is None or dim == bd or shape.get("largest_passing") is None:
+            if bd is None or dim == bd or shape.get("squeezed") or not shape.get("largest_passing"):
                 continue
             rule = {"kind": "max_size", "max": shape["largest_passing"], "dim": dim - (1 if dim > bd else 0),
                     "text": shape.get("text", "")}

@@ -190,6 +190,8 @@ def load_view(plan, device="cpu", types=None):
                 st[:prefix] = s[:prefix]
             dst = torch.as_strided(st, e["shape"], e["strides"], e["offset"])
             view = torch.as_strided(s, se["shape"], se["strides"], se["offset"])
+            if tp.get("squeeze") is not None:  # a dim of size 1 the candidate drops
+                view = view.squeeze(tp["squeeze"])
             bd, runs = e.get("batch_dim"), tp.get("runs")
             for d, n in enumerate(e["shape"]):
                 if runs is None or d != bd:
