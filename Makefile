@@ -74,18 +74,19 @@ test-go:
 # mostly 2.x, torch), and ruff (from PyPI: only this environment has it) on
 # every file reduce writes into a user's repository (REDUCE_REQUIRE_RUFF). Not the race detector: the Go code is the
 # one test-go ran with it, what changes is the Python side. Not the kernels'
-# differential tests: the kernels emulate torch 1.13 (kernels/op.go), nor
-# cmd/reduce's reductions of the examples, whose torch backend runs every
-# example here already (TestTorchMatchesGoOnExamples); but the training
-# project's and Lightning's crashes, recorded and reduced end to end under
-# this torch too (Lightning is only in this environment).
+# differential tests: the kernels emulate torch 1.13 (kernels/op.go). The
+# examples are reduced again (TestExamplesReduce): those of a step of the
+# user's own replay under this torch, and one fails only under it
+# (smoothed_bce_target); and the training project's and Lightning's crashes,
+# recorded and reduced end to end under this torch too (Lightning is only in
+# this environment).
 # One go test, so that the packages run side by side.
 test-go-torch2:
 	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_RUFF=1 $(GO) test -count=1 \
 		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|Collector|Ruff' \
 		./replay/ ./fixtures/ ./internal/regress/
 	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_LIGHTNING=1 $(GO) test -count=1 \
-		-run 'TestProject|TestLightning|TestRegressionLife|TestUpstream' ./cmd/reduce/ ./internal/regress/
+		-run 'TestProject|TestLightning|TestRegressionLife|TestUpstream|TestExamplesReduce' ./cmd/reduce/ ./internal/regress/
 
 # The Python tests under the interpreter $(1), with the variables $(2). Then
 # the committed fixtures, through the collector they hold (their conftest.py,

@@ -21,6 +21,13 @@ for expected in fixtures/examples/*.expected.json; do
 	name=$(basename "$expected" .expected.json)
 	flags=$(python3 -c 'import json,shlex,sys; print(shlex.join(json.load(open(sys.argv[1])).get("flags") or []))' "$expected")
 	step=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("step") or "")' "$expected")
+	if [ "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("torch") or "")' "$expected")" = 2 ]; then
+		# It fails only under torch 2, and the committed fixtures replay
+		# under both torches: its reduction is tested under torch 2
+		# (TestExamplesReduce in make test-go-torch2), not committed.
+		echo "skip $name: it fails only under torch 2" >&2
+		continue
+	fi
 	backend=(--backend go)
 	if [ -n "$step" ]; then
 		backend=(--backend torch --python "$python")

@@ -271,11 +271,43 @@ func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int6
 		}
 		return sign * fromBits(b)
 	}
-	br, err := shrink.Boundary(ctx, 0, bits(math.Abs(v)), func(ctx context.Context, b int64, trial int) (shrink.Outcome, error) {
-		return try(ctx, value{f: at(b)}, trial)
-	}, shrink.Options{Jobs: r.jobs(), Trials: r.o.Trials})
-	if err != nil || br.Incomplete || br.PassOutcome != shrink.Pass {
-		return bounds{}, err
+	// A range's end is most often a round number (a probability's 1, a
+	// class count): the round value below the element and the float just
+	// past it are asked first. When they pass and fail, that is the
+	// boundary, exact, in two replays rather than a bisection over every
+	// float; else they narrow the bisection.
+	lo, hi := int64(0), bits(math.Abs(v))
+	var br shrink.BoundaryResult
+	if c := roundBelow(math.Abs(v)); c > 0 && bits(c) < hi-1 {
+		cb := bits(c)
+		o, err := try.all(ctx, value{f: at(cb)}, r.o.Trials)
+		if err != nil {
+			return bounds{}, err
+		}
+		switch o {
+		case shrink.Fail:
+			hi = cb
+		case shrink.Pass:
+			past, err := try.all(ctx, value{f: at(cb + 1)}, r.o.Trials)
+			if err != nil {
+				return bounds{}, err
+			}
+			switch past {
+			case shrink.Fail:
+				br = shrink.BoundaryResult{Fail: cb + 1, Pass: cb, PassOutcome: shrink.Pass}
+			case shrink.Pass:
+				lo = cb + 1
+			}
+		}
+	}
+	if br.PassOutcome != shrink.Pass {
+		var err error
+		br, err = shrink.Boundary(ctx, lo, hi, func(ctx context.Context, b int64, trial int) (shrink.Outcome, error) {
+			return try(ctx, value{f: at(b)}, trial)
+		}, shrink.Options{Jobs: r.jobs(), Trials: r.o.Trials})
+		if err != nil || br.Incomplete || br.PassOutcome != shrink.Pass {
+			return bounds{}, err
+		}
 	}
 	p := at(br.Pass)
 	fe.Passing = &p
@@ -308,6 +340,29 @@ func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int6
 		fe.Valid = &regress.ValueRange{Lo: &p}
 	}
 	return out, nil
+}
+
+// roundBelow is the round number just below x > 0, where a range's end
+// most often lies: the integer below x when x > 1, else the number of one
+// significant digit below it (0.5 for 0.7, 0.01 for 0.013); 0 when there
+// is none.
+func roundBelow(x float64) float64 {
+	if x > 1 {
+		c := math.Floor(x)
+		if c == x {
+			c--
+		}
+		return c
+	}
+	if x <= 0 || math.IsNaN(x) {
+		return 0
+	}
+	step := math.Pow(10, math.Floor(math.Log10(x)))
+	c := math.Floor(x/step) * step
+	if c >= x {
+		c -= step
+	}
+	return c
 }
 
 // boundaryTrouble says in words why a boundary search gave nothing.

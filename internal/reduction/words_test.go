@@ -31,3 +31,10 @@ func TestFmtValue(t *testing.T) {
 		Value: float64(float32(1e30)), Passing: func() *float64 { p := float64(float32(3.4e38)); return &p }()}}
 	assert.Equal(t, "logits[2, 0] = 1e+30 triggers the failure; 3.4e+38 passes", e.Diagnosis())
 }
+
+// TestRoundBelow: the round number a float boundary search asks first.
+func TestRoundBelow(t *testing.T) {
+	for x, want := range map[float64]float64{1.5: 1, 7: 6, 255.5: 255, 0.7: 0.6, 0.5: 0.4, 0.013: 0.01, 1: 0, 0: 0} {
+		assert.InDelta(t, want, roundBelow(x), 1e-12, "roundBelow(%v)", x)
+	}
+}
