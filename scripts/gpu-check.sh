@@ -124,8 +124,9 @@ if [ -n "$REDUCE" ] && [ "$TORCH_OK" = 1 ]; then
 		done
 		if [ -f "$OUT/main/$name.fixture.json" ] && timeout 60 "$PYTHON" -c 'import pytest' 2>/dev/null; then
 			cp replay/python/reduce_batch.py "$OUT/main/fixtures-$name/"
+			# pytest's root is the repository: a fixture replays a recorded step only from there.
 			run "main/$name-pytest" env REDUCE_BATCH_PATH="$OUT/main/fixtures-$name" "$PYTHON" -m pytest -q -p no:cacheprovider \
-				--rootdir "$OUT/main/fixtures-$name" "$OUT/main/fixtures-$name"
+				--rootdir "$PWD" "$OUT/main/fixtures-$name"
 			tail -n 1 "$OUT/main/$name-pytest.stdout" 2>/dev/null | tee -a "$SUMMARY"
 		fi
 	done

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,6 +15,7 @@ import (
 
 	"reduce/fixtures"
 	"reduce/internal/reduction"
+	"reduce/internal/regress"
 	"reduce/internal/signature"
 	"reduce/kernels"
 )
@@ -299,4 +303,43 @@ func TestShapeNamed(t *testing.T) {
 	assert.Equal(t, []int64{1}, f.Boundary.Tensor("label").Shape)
 	assert.Equal(t, pass, step(f.Boundary))
 	assert.NotEqual(t, pass, step(f.Batch))
+}
+
+// TestDeviceClassRecorded: a step's batch recorded on the CPU (an
+// embedding's IndexError) reduced on a GPU, where the same check is a
+// device-side assert: the fixture's test runs on that device, so its record
+// expects the replay's class (torch.AcceleratorError), and keeps the
+// recording's beside it.
+func TestDeviceClassRecorded(t *testing.T) {
+	stderr, err := os.ReadFile("../signature/testdata/stderr/cuda_embedding_vectorized_gather_torch211.txt")
+	require.NoError(t, err)
+	text := string(stderr)
+	text = text[strings.Index(text, "-- stderr --\n")+len("-- stderr --\n"):]
+	device := signature.Parse([]byte(text), signature.ExitInfo{Code: 1})
+	require.Equal(t, signature.FamilyDeviceAssert, device.Family)
+	b := labelBatch(8)
+	b.Tensor("label").Tensor.StoreInt(5, 7)
+	step := func(b *fixtures.Batch) signature.Signature {
+		l := b.Tensor("label").Tensor
+		for i := int64(0); i < b.Samples; i++ {
+			if l.LoadInt(i) == 7 {
+				return device
+			}
+		}
+		return pass
+	}
+	b.Error = &fixtures.Failure{Text: "Traceback (most recent call last):\n  File \"step.py\", line 1, in step\nIndexError: index out of range in self\n"}
+	path := filepath.Join(t.TempDir(), "crash.bin")
+	require.NoError(t, fixtures.Write(path, b))
+	be := newStep(step)
+	be.settings.Device = "cuda"
+	res, err := reduce(t, b, path, be, reduction.Options{})
+	require.NoError(t, err)
+	require.Len(t, res.Findings, 1)
+	assert.Equal(t, []int{5}, res.Findings[0].Indices)
+	var rec regress.Record
+	require.NoError(t, json.Unmarshal([]byte(readRecord(t, res.Fixtures[0])), &rec))
+	assert.Equal(t, "torch.AcceleratorError", rec.Signature.Exception, "the class the test sees on the device")
+	require.NotNil(t, rec.Recorded)
+	assert.Equal(t, "IndexError", rec.Recorded.Exception)
 }

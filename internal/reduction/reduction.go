@@ -263,18 +263,25 @@ func (r *run) rows(rows []int64) (*fixtures.Batch, error) {
 // outputs, or its failure on the CPU; nil when b was not built by build,
 // or nothing was reported.
 func (r *run) reportOf(b *fixtures.Batch, want signature.Outcome) *replay.Report {
+	_, rep, _ := r.answerOf(b, want)
+	return rep
+}
+
+// answerOf is the signature and the report of the first trial of b's
+// candidate whose answer was want (reportOf); ok false when there is none.
+func (r *run) answerOf(b *fixtures.Batch, want signature.Outcome) (signature.Signature, *replay.Report, bool) {
 	r.mu.Lock()
 	key, ok := r.built[b]
 	r.mu.Unlock()
 	if !ok {
-		return nil
+		return signature.Signature{}, nil, false
 	}
 	for t := range max(r.o.Trials, 1) {
 		if sig, rep, ok := r.journal.answerAt(key, t); ok && r.judge.Rule(sig).Outcome == want {
-			return rep
+			return sig, rep, true
 		}
 	}
-	return nil
+	return signature.Signature{}, nil, false
 }
 
 // Run reduces b, read from o.Source, replaying candidates with be (a
