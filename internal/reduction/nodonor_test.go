@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"strings"
@@ -342,4 +343,105 @@ func TestDeviceClassRecorded(t *testing.T) {
 	assert.Equal(t, "torch.AcceleratorError", rec.Signature.Exception, "the class the test sees on the device")
 	require.NotNil(t, rec.Recorded)
 	assert.Equal(t, "IndexError", rec.Recorded.Exception)
+}
+
+// TestPlantedKinds: random batches of the three kinds a donor cannot
+// explain: every label -100 (no sample passes without the culprit), a
+// batch smaller than the step takes (grown with copies), a duplicate id
+// that the step's message quotes (in any quoting). Each is found, said,
+// and every batch written besides the minimal one passes.
+func TestPlantedKinds(t *testing.T) {
+	rng := rand.New(rand.NewSource(21))
+	for trial := 0; trial < 30; trial++ {
+		var (
+			b    *fixtures.Batch
+			step func(*fixtures.Batch) signature.Signature
+			kind = trial % 3
+		)
+		switch kind {
+		case 0: // every label ignored
+			b, step = labelBatch(1+rng.Intn(40)), maskedMean
+		case 1: // too few samples
+			k := int64(2 + rng.Intn(20))
+			b = labelBatch(1 + rng.Intn(int(k-1)))
+			for i := range b.Samples {
+				b.Tensor("label").Tensor.StoreInt(i, 1)
+			}
+			step = func(c *fixtures.Batch) signature.Signature {
+				if c.Samples < k {
+					return raise(fmt.Sprintf("ValueError: need %d samples, got %d", k, c.Samples))
+				}
+				return pass
+			}
+		case 2: // a quoted duplicate id
+			n := 4 + rng.Intn(60)
+			b = labelBatch(n)
+			for i := range b.Samples {
+				b.Tensor("label").Tensor.StoreInt(i, 1)
+			}
+			ids := make([]string, n)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("c-%04x", rng.Intn(1<<16))
+			}
+			perm := rng.Perm(n)
+			ids[perm[1]] = ids[perm[0]]
+			b.Structure = sampleStrings(t, b, "clip_id", ids)
+			quote := []string{"'%s'", `"%s"`, "%s"}[rng.Intn(3)]
+			step = func(c *fixtures.Batch) signature.Signature {
+				seen := map[string]bool{}
+				for _, v := range c.Structure.SampleLeaf("clip_id").Values {
+					if seen[string(v)] {
+						return raise("ValueError: duplicate clip_id " + fmt.Sprintf(quote, unquote(v)) + " in batch")
+					}
+					seen[string(v)] = true
+				}
+				return pass
+			}
+		}
+		path := recordStep(t, b, step)
+		res, err := reduce(t, b, path, newStep(step), reduction.Options{})
+		require.NoError(t, err, "trial %d", trial)
+		require.Len(t, res.Findings, 1, "trial %d (kind %d): %s", trial, kind, res.ModeReason)
+		f := res.Findings[0]
+		switch kind {
+		case 0:
+			require.Len(t, f.Elements, 1, "trial %d", trial)
+			assert.Equal(t, -100.0, f.Elements[0].Value)
+			if assert.NotNil(t, f.Elements[0].Passing, "trial %d", trial) {
+				assert.Equal(t, pass, maskedMean(f.Boundary))
+			}
+			if b.Samples > 1 { // one sample has no other to pass without it
+				assert.Equal(t, []string{"label = -100"}, f.Shared, "trial %d: n %d", trial, b.Samples)
+			}
+		case 1:
+			require.NotNil(t, res.Size, "trial %d: %s", trial, res.ModeReason)
+			assert.Equal(t, reduction.ModeSize, res.Mode)
+			assert.Equal(t, int64(1), res.Size.SmallestFailing)
+			assert.Equal(t, f.Boundary.Samples, res.Size.SmallestPassing, "trial %d", trial)
+			assert.Equal(t, pass, step(f.Boundary))
+			if f.Boundary.Samples > 1 {
+				smaller, err := f.Boundary.Select(prefixRows(f.Boundary.Samples - 1))
+				require.NoError(t, err)
+				assert.NotEqual(t, pass, step(smaller), "trial %d: one sample fewer fails", trial)
+			}
+		case 2:
+			require.NotNil(t, f.Relation, "trial %d: %s", trial, res.ModeReason)
+			assert.Len(t, f.Indices, 2)
+			assert.Empty(t, res.OtherFailures, "trial %d: the probe's value is the same failure", trial)
+		}
+		for _, nb := range []*fixtures.Batch{f.Boundary, f.OtherEnd, f.Without} {
+			if nb != nil {
+				assert.Equal(t, pass, step(nb), "trial %d: a written neighbour fails", trial)
+			}
+		}
+		assert.NotEqual(t, pass, step(f.Batch), "trial %d", trial)
+	}
+}
+
+func prefixRows(n int64) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(i)
+	}
+	return out
 }
