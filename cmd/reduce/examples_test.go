@@ -29,11 +29,11 @@ type expectedAnswer struct {
 	Flags []string `json:"flags"`
 	// Step is the step of the user's own the example records
 	// ("example_steps:unique_keys_step"), "" for a built-in op.
-	Step           string          `json:"step"`
+	Step string `json:"step"`
 	// Torch is "2" for an example that fails only under torch 2 (a check
 	// torch 1.13 does not make), "" for one that fails under both.
-	Torch string `json:"torch"`
-	Notes string `json:"notes"`
+	Torch          string          `json:"torch"`
+	Notes          string          `json:"notes"`
 	Mode           string          `json:"mode"`
 	Culprits       json.RawMessage `json:"culprits"`
 	CulpritSets    [][]int         `json:"culprit_sets"`
@@ -45,9 +45,9 @@ type expectedAnswer struct {
 	// broken): the summary says so, and names witnesses, no culprit.
 	Predates bool `json:"predates"`
 	// SmallestPass: a batch too small; this many copies pass.
-	SmallestPass *int64 `json:"smallest_passing"`
-	OtherFailures  *bool           `json:"other_failures"`
-	BadElements    []struct {
+	SmallestPass  *int64 `json:"smallest_passing"`
+	OtherFailures *bool  `json:"other_failures"`
+	BadElements   []struct {
 		Sample int     `json:"sample"`
 		Tensor string  `json:"tensor"`
 		Index  []int64 `json:"index"`

@@ -13,14 +13,14 @@ import (
 // Summary is a Result for a program: the last JSON line of `reduce
 // --json` (DESIGN.md, "The CLI"), after the Events.
 type Summary struct {
-	Event         string                 `json:"event"` // "summary"
-	Fixture       string                 `json:"fixture"`
-	Fixtures      []string               `json:"fixtures"`
-	Signature     signature.Signature    `json:"signature"`
-	Message       string                 `json:"message,omitempty"`
+	Event     string              `json:"event"` // "summary"
+	Fixture   string              `json:"fixture"`
+	Fixtures  []string            `json:"fixtures"`
+	Signature signature.Signature `json:"signature"`
+	Message   string              `json:"message,omitempty"`
 	// Predates says why the cause lies before the recorded batch; the
 	// culprits are then witnesses.
-	Predates string `json:"predates,omitempty"`
+	Predates      string                 `json:"predates,omitempty"`
 	SignatureNote string                 `json:"signature_note,omitempty"`
 	Mode          Mode                   `json:"mode"`
 	ModeReason    string                 `json:"mode_reason"`
