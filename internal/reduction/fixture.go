@@ -293,27 +293,27 @@ func (r *run) diagnosis(f Finding) string {
 			verb = "fail"
 		}
 		return fmt.Sprintf("%s: %s: the cause predates this batch: %s %s only against the recorded state, which already holds values no healthy step leaves",
-			op, r.judge.Want.Family, where, verb)
+			op, failureWords(r.judge.Want.Family), where, verb)
 	case f.Shape != nil:
-		return fmt.Sprintf("%s: %s with %s: %s", op, r.judge.Want.Family, where, f.Shape.Text)
+		return fmt.Sprintf("%s: %s with %s: %s", op, failureWords(r.judge.Want.Family), where, f.Shape.Text)
 	case f.Relation != nil && len(f.Elements) == 0:
 		return fmt.Sprintf("%s: %s in %s: %s: equal per-sample values fail, either one changed to a value found nowhere in the batch passes",
-			op, r.judge.Want.Family, where, f.Relation.Text)
+			op, failureWords(r.judge.Want.Family), where, f.Relation.Text)
 	case r.mode == ModeSize && r.size != nil && r.size.SmallestPassing > 0:
-		return fmt.Sprintf("%s: %s with %s: the batch is too small: it %s", op, r.judge.Want.Family, where, r.size.Text())
+		return fmt.Sprintf("%s: %s: the batch is too small: it %s (%s, and copies of it)", op, failureWords(r.judge.Want.Family), r.size.Text(), where)
 	case r.mode == ModeSize && r.size != nil:
-		return fmt.Sprintf("%s: %s at batch size %d; %s pass", op, r.judge.Want.Family, r.size.SmallestFailing, regress.Count(r.size.LargestPassing, "sample"))
+		return fmt.Sprintf("%s: %s at batch size %d; %s pass", op, failureWords(r.judge.Want.Family), r.size.SmallestFailing, regress.Count(r.size.LargestPassing, "sample"))
 	case f.ContentFree && longer != "":
-		return fmt.Sprintf("%s: %s with %s: %s", op, r.judge.Want.Family, where, longer)
+		return fmt.Sprintf("%s: %s with %s: %s", op, failureWords(r.judge.Want.Family), where, longer)
 	case f.ContentFree && len(values) > 0:
 		relation := ""
 		if len(f.Indices) > 1 {
 			relation = ", a relation between them"
 		}
 		return fmt.Sprintf("%s: %s whatever the tensor values of %s: the cause is in their per-sample values (%s)%s",
-			op, r.judge.Want.Family, where, strings.Join(values, ", "), relation)
+			op, failureWords(r.judge.Want.Family), where, strings.Join(values, ", "), relation)
 	case f.ContentFree:
-		return fmt.Sprintf("%s: %s with %s of %s neutralized: the cause is a shape, dtype or size, not a value", op, r.judge.Want.Family, r.neutralized(), where)
+		return fmt.Sprintf("%s: %s with %s of %s neutralized: the cause is a shape, dtype or size, not a value", op, failureWords(r.judge.Want.Family), r.neutralized(), where)
 	case len(f.Elements) > 0:
 		var parts []string
 		if f.Relation != nil {
@@ -328,17 +328,17 @@ func (r *run) diagnosis(f Finding) string {
 			if e.Passing != nil {
 				s += fmt.Sprintf(" fails where %s passes", fmtValue(*e.Passing, e.dtype))
 			}
-			if e.Rule != "" {
-				s += " (" + e.Rule + ")"
+			if e.Rule != "" && !(e.ValueText != "" && strings.HasPrefix(e.Rule, e.ValueText+" fails")) {
+				s += " (" + e.Rule + ")" // a NaN's rule says what the line says already
 			}
 			parts = append(parts, s)
 		}
 		if len(f.Shared) > 0 {
 			parts = append(parts, fmt.Sprintf("every sample of the batch holds %s, and each fails alone", strings.Join(f.Shared, " and ")))
 		}
-		return fmt.Sprintf("%s: %s in %s: %s", op, r.judge.Want.Family, where, strings.Join(parts, "; "))
+		return fmt.Sprintf("%s: %s in %s: %s", op, failureWords(r.judge.Want.Family), where, strings.Join(parts, "; "))
 	}
-	return fmt.Sprintf("%s: %s needs %s", op, r.judge.Want.Family, where)
+	return fmt.Sprintf("%s: %s needs %s", op, failureWords(r.judge.Want.Family), where)
 }
 
 // joinInts writes v's numbers separated by sep.
@@ -379,4 +379,39 @@ func outputValues(rep *replay.Report, b *fixtures.Batch) []regress.OutputValue {
 		out = append(out, v)
 	}
 	return out
+}
+
+// failureWords is a failure family in a headline's words.
+func failureWords(f signature.Family) string {
+	switch f {
+	case signature.FamilyHostCheck:
+		return "an exception"
+	case signature.FamilyNaNAnomaly:
+		return "a non-finite value"
+	case signature.FamilyOOM:
+		return "out of memory"
+	case signature.FamilyDeviceAssert:
+		return "a device-side assert"
+	case signature.FamilyIllegalAddress:
+		return "an illegal memory access"
+	case signature.FamilyLaunchFailure:
+		return "a kernel launch failure"
+	case signature.FamilyMisaligned:
+		return "a misaligned address"
+	case signature.FamilyROCmMemFault:
+		return "a GPU memory access fault"
+	case signature.FamilyCUBLASError:
+		return "a cuBLAS error"
+	case signature.FamilyCUDNNError:
+		return "a cuDNN error"
+	case signature.FamilyCUDAError:
+		return "a CUDA error"
+	case signature.FamilyDeviceMismatch:
+		return "tensors on different devices"
+	case signature.FamilyAbortSignal:
+		return "an abort"
+	case signature.FamilyCrashSignal:
+		return "a crash"
+	}
+	return string(f)
 }

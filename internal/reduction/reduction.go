@@ -564,6 +564,9 @@ func keyWithTrial(key string, trial int) string { return fmt.Sprintf("%s#%d", ke
 func (r *run) other(s signature.Signature, v *replay.Verdict) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.phase == PhaseShape {
+		return // a dim cut or dropped by the probe fails otherwise: its own making, not the batch's
+	}
 	key := signature.Grouped(s)
 	o := r.others[key]
 	if o == nil {

@@ -64,7 +64,7 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 		// Other pairs may share other keys: the search goes on below.
 		r.modeReason = "every tensor value neutralized, the samples still fail: the cause is a relation between their per-sample values: " + first.Relation.Text
 	case first.Shape != nil && first.Shape.Squeezed:
-		r.modeReason = "a shape decides it, not a value: " + first.Shape.Text
+		r.modeReason = "a shape decides it, not a value (the diagnosis says which)"
 		return []Finding{first}, nil
 	case first.Shape != nil:
 		r.modeReason = r.neutralized() + " neutralized, the samples still fail: a size decides it: " + first.Shape.Text

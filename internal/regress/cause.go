@@ -82,7 +82,7 @@ func judge(rec *Record, reg *Regression) judgement {
 		return judgement{verdict: verdictNone}
 	}
 	if rec.Predates != "" {
-		return judgement{verdict: verdictData, lead: "The cause predates this batch: " + mdText(rec.Predates) + ". The minimal batch is a witness: it fails against the recorded state, and its samples are no culprits.",
+		return judgement{verdict: verdictData, lead: "The cause predates this batch: " + mdText(rec.Predates) + ". The minimal batch is a witness: it fails against the recorded state, and its samples are not the culprits.",
 			fix: "find the step whose batch made the state so (a loss or gradient norm that jumped before this step), record its batch with the state from before it, and reduce that"}
 	}
 	if rec.Finding >= 0 && rec.Finding < len(rec.Culprits) && rec.Culprits[rec.Finding].Relation != nil {
