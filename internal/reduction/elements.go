@@ -39,7 +39,11 @@ type elementResult struct {
 // between them (relation.go) from values that fail each by itself, and
 // finds for each of those the nearest value that passes (boundary.go).
 // Every batch it returns besides the reduced one was replayed and passed.
-func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, searched []int64, orig func(pos int64) int64, donors []int64) (elementResult, error) {
+// With precheck, the batch with every unit dropped is asked first, and
+// when it still fails the search ends there (content-free, nothing else
+// set): a second search, against other neutral values, costs one replay
+// where it can find nothing.
+func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, searched []int64, orig func(pos int64) int64, donors []int64, precheck bool) (elementResult, error) {
 	sp := newUnitSpace(rows, sub, searched, maxElementUnits, r.donorValues(donors))
 	sp.donors = donors
 	if len(sp.units) == 0 || len(sp.units) > maxElementUnits {
@@ -53,6 +57,15 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 		return b
 	}
 	r.setPhase(PhaseElements, len(sp.units))
+	if precheck {
+		o, err := r.askTrials(ctx, keeping([]int{}, nil))
+		if err != nil || ctx.Err() != nil {
+			return elementResult{partial: ctx.Err() != nil}, err
+		}
+		if o == shrink.Fail {
+			return elementResult{contentFree: true}, nil
+		}
+	}
 	// Integer tensors hold the indices, labels, keys and lengths that
 	// most failures are about: when the batch has other elements too,
 	// keeping the integers alone is asked first, and when that fails the

@@ -94,7 +94,7 @@ func (r *run) neutralizeMode(ctx context.Context, first Finding) ([]Finding, err
 			return found, err
 		}
 		f := Finding{Indices: set, IDs: r.idsOf(set), Batch: sub}
-		er, err := r.elements(ctx, rows, sub, rowsOf(set), func(pos int64) int64 { return pos }, nil)
+		er, err := r.elements(ctx, rows, sub, rowsOf(set), func(pos int64) int64 { return pos }, nil, false)
 		f.Elements, f.ContentFree, f.Partial, f.Boundary = er.elements, er.contentFree, er.partial, er.boundary
 		f.Relation, f.OtherEnd = er.relation, er.otherEnd
 		if er.reduced != nil {

@@ -177,15 +177,16 @@ func (r *run) reduceSet(ctx context.Context, set []int) (Finding, error) {
 		donors = r.donorsFor(set, wrows) // a step of the user's own: no op says what is neutral
 	}
 	orig := func(pos int64) int64 { return int64(set[pos]) }
-	er, err := r.elements(ctx, rows, sub, nil, orig, donors)
+	er, err := r.elements(ctx, rows, sub, nil, orig, donors, false)
 	if err == nil && ctx.Err() == nil && er.contentFree && wrows == nil && len(donors) > 0 {
 		// No sample passed without the culprits, so the donors' values were
 		// no replay's: the culprits may hold the very values that fail in
 		// every sample (every target -100). Then the values are searched
 		// against zeros, the dtype's own.
 		r.logf("elements: with the other samples' values the culprits still fail, and no sample passes without them: searching against zeros")
-		if er, err = r.elements(ctx, rows, sub, nil, orig, nil); err == nil && !er.contentFree {
-			f.Canonical = true
+		var zer elementResult
+		if zer, err = r.elements(ctx, rows, sub, nil, orig, nil, true); err == nil && !zer.contentFree && !zer.partial && len(zer.elements) > 0 {
+			er, f.Canonical = zer, true
 			for _, e := range er.elements {
 				if r.everySample(e) {
 					f.Shared = append(f.Shared, fmt.Sprintf("%s%s = %s", e.Tensor, perSample(e), valueText(e)))
