@@ -142,10 +142,13 @@ func (r *run) shape(ctx context.Context, f *Finding, base *candidate, why string
 
 // squeeze probes, for a finding that fails with none of its values, each
 // dim of size 1 of a batched tensor (not its batch axis, nor a padded
-// dim): the batch with that dim dropped, replayed. The first that passes
-// is the answer (a label column [N, 1] where the step wants [N]): the
-// finding's boundary is that batch.
-func (r *run) squeeze(ctx context.Context, f *Finding, base *candidate, why string) (*regress.ShapeResult, error) {
+// dim): the finding's samples, with their recorded values, and that dim
+// dropped, replayed. The first that passes is the answer (a label column
+// [N, 1] where the step wants [N]): the finding's boundary is that batch.
+// The recorded values, not the neutralized ones: a built-in op's neutral
+// target (ignore_index in every element) passes only with a NaN mean.
+func (r *run) squeeze(ctx context.Context, f *Finding, _ *candidate, why string) (*regress.ShapeResult, error) {
+	base := keepRows(rowsOf(f.Indices), len(f.Indices))
 	tried := 0
 	for ti, e := range f.Batch.Tensors {
 		if e.BatchDim == nil {
