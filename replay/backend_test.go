@@ -119,6 +119,11 @@ type example struct {
 			Samples []int64 `json:"samples"`
 			Error   string  `json:"error"`
 		} `json:"other_failure_samples"`
+		// Predates: the cause lies before the batch (its recorded state);
+		// some samples fail alone, not every one.
+		Predates bool `json:"predates"`
+		// Torch is "2" for an example that fails only under torch 2.
+		Torch string `json:"torch"`
 	}
 }
 
