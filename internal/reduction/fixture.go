@@ -286,6 +286,14 @@ func (r *run) diagnosis(f Finding) string {
 	if len(f.IDs) > 0 {
 		where += " (" + strings.Join(f.IDs, ", ") + ")"
 	}
+	if f.Shape != nil && len(f.Indices) == 1 && longer == "" && r.batch.Samples > 1 {
+		// Every sample has the shape: the one kept is any.
+		where = "any sample (here sample " + strconv.Itoa(f.Indices[0])
+		if len(f.IDs) > 0 {
+			where += ", " + f.IDs[0]
+		}
+		where += ")"
+	}
 	switch {
 	case r.history != "":
 		verb := "fails"
