@@ -80,6 +80,33 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, elsewhere func(
 	} else if o == shrink.Pass && near != far {
 		br = shrink.BoundaryResult{Fail: v, Pass: near, PassOutcome: shrink.Pass}
 	} else {
+		// The largest value the other samples hold is most often the
+		// range's last (the highest class a dataset uses): it and the
+		// value past it are asked before a bisection, which they end
+		// (255 where the classes end at 4: two replays, not eight) or
+		// narrow.
+		if m, ok := elsewhere(); ok && v > m && m > lo && m+1 < v {
+			switch o, err := try.all(ctx, value{i: m}, r.o.Trials); {
+			case err != nil:
+				return bounds{}, err
+			case o == shrink.Fail:
+				hi = m
+			case o == shrink.Pass:
+				past, err := try.all(ctx, value{i: m + 1}, r.o.Trials)
+				if err != nil {
+					return bounds{}, err
+				}
+				switch past {
+				case shrink.Fail:
+					br = shrink.BoundaryResult{Fail: m + 1, Pass: m, PassOutcome: shrink.Pass}
+				case shrink.Pass:
+					lo = m + 1
+				}
+			}
+		}
+	}
+	if br.PassOutcome != shrink.Pass {
+		var err error
 		br, err = shrink.Boundary(ctx, lo, hi, func(ctx context.Context, x int64, trial int) (shrink.Outcome, error) {
 			return try(ctx, value{i: x}, trial)
 		}, shrink.Options{Jobs: r.jobs(), Trials: r.o.Trials})
