@@ -260,7 +260,11 @@ func TestBudgets(t *testing.T) {
 				require.Equal(t, tt.reason, r.Reason)
 				require.Empty(t, r.Culprits)
 				require.NotEmpty(t, r.Partial, "the best verified candidate so far")
-				require.Less(t, len(r.Partial), n, "some progress was made")
+				if jobs == 1 || tt.reason != ReasonCanceled {
+					// With speculation, the calls before a cancel may all
+					// be candidates that no answer accepted yet.
+					require.Less(t, len(r.Partial), n, "some progress was made")
+				}
 				require.True(t, d.failsUnits(n, r.Partial), "partial %v must fail", r.Partial)
 				// The accepted steps are a prefix of the uninterrupted run's.
 				require.LessOrEqual(t, len(r.Steps), len(full.Steps))
