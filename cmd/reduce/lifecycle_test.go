@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -155,4 +156,33 @@ func TestRegressionLifeData(t *testing.T) {
 	res, out = pytestOutcomes(t, proj, dir)
 	assert.Equal(t, "PASSED", res[data], out)
 	assert.Equal(t, "XFAIL", res["minimal_batch"], out)
+}
+
+// TestRegressionLifeCollated: the data tests take the collated one-sample
+// batch where reduce_sample returns one (the collate renames or adds keys:
+// this one adds lengths and ids): a label out of range, and a sequence
+// longer than the model's learned positions, whose data test is the length
+// found by the shape search. Each fails on the recorded data and passes
+// once the data pipeline is fixed.
+func TestRegressionLifeCollated(t *testing.T) {
+	conftest := "import pytest\nimport textclf\n\n\n@pytest.fixture\ndef reduce_sample():\n" +
+		"    samples = {s[\"id\"]: s for s in textclf.Texts(crash=%q)}\n" +
+		"    return lambda sample_id: textclf.collate([samples[sample_id]])\n"
+	for _, tc := range []struct{ crash, data, says, old, new string }{
+		{"label", "culprit_sample[txt-037:label]", "want a value in [0, 3]", `s["label"] = CLASSES`, `s["label"] = CLASSES - 1`},
+		{"length", "culprit_sample[txt-037:tokens]", "want at most 64", `s["tokens"] = torch.randint(1, VOCAB, (70,), generator=g)`,
+			`s["tokens"] = torch.randint(1, VOCAB, (64,), generator=g)`},
+	} {
+		t.Run(tc.crash, func(t *testing.T) {
+			proj, dir := project(t, tc.crash)
+			require.NoError(t, os.WriteFile(filepath.Join(proj, "conftest.py"), []byte(fmt.Sprintf(conftest, tc.crash)), 0o644))
+			res, out := pytestOutcomes(t, proj, dir)
+			assert.Equal(t, "FAILED", res[tc.data], out)
+			assert.Contains(t, out, tc.says)
+			assert.Equal(t, "XFAIL", res["minimal_batch"], out)
+			edit(t, filepath.Join(proj, "textclf.py"), tc.old, tc.new)
+			res, out = pytestOutcomes(t, proj, dir)
+			assert.Equal(t, "PASSED", res[tc.data], out)
+		})
+	}
 }
