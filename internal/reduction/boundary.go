@@ -86,22 +86,9 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, elsewhere func(
 		// (255 where the classes end at 4: two replays, not eight) or
 		// narrow.
 		if m, ok := elsewhere(); ok && v > m && m > lo && m+1 < v {
-			switch o, err := try.all(ctx, value{i: m}, r.o.Trials); {
-			case err != nil:
+			var err error
+			if br, err = r.guess(ctx, m, &lo, &hi, func(x int64) value { return value{i: x} }, try); err != nil {
 				return bounds{}, err
-			case o == shrink.Fail:
-				hi = m
-			case o == shrink.Pass:
-				past, err := try.all(ctx, value{i: m + 1}, r.o.Trials)
-				if err != nil {
-					return bounds{}, err
-				}
-				switch past {
-				case shrink.Fail:
-					br = shrink.BoundaryResult{Fail: m + 1, Pass: m, PassOutcome: shrink.Pass}
-				case shrink.Pass:
-					lo = m + 1
-				}
 			}
 		}
 	}
@@ -306,25 +293,9 @@ func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int6
 	lo, hi := int64(0), bits(math.Abs(v))
 	var br shrink.BoundaryResult
 	if c := roundBelow(math.Abs(v)); c > 0 && bits(c) < hi-1 {
-		cb := bits(c)
-		o, err := try.all(ctx, value{f: at(cb)}, r.o.Trials)
-		if err != nil {
+		var err error
+		if br, err = r.guess(ctx, bits(c), &lo, &hi, func(b int64) value { return value{f: at(b)} }, try); err != nil {
 			return bounds{}, err
-		}
-		switch o {
-		case shrink.Fail:
-			hi = cb
-		case shrink.Pass:
-			past, err := try.all(ctx, value{f: at(cb + 1)}, r.o.Trials)
-			if err != nil {
-				return bounds{}, err
-			}
-			switch past {
-			case shrink.Fail:
-				br = shrink.BoundaryResult{Fail: cb + 1, Pass: cb, PassOutcome: shrink.Pass}
-			case shrink.Pass:
-				lo = cb + 1
-			}
 		}
 	}
 	if br.PassOutcome != shrink.Pass {
@@ -367,6 +338,34 @@ func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int6
 		fe.Valid = &regress.ValueRange{Lo: &p}
 	}
 	return out, nil
+}
+
+// guess asks a likely boundary g of a bisection over [lo, hi] whose lo
+// passes and hi fails (positions: integers, or a float's bit patterns,
+// val makes the value), and the position past it: when g passes and g+1
+// fails, that is the boundary, returned; otherwise lo or hi move to where
+// the answers put them, and the zero result says to bisect.
+func (r *run) guess(ctx context.Context, g int64, lo, hi *int64, val func(int64) value, try tryValue) (shrink.BoundaryResult, error) {
+	o, err := try.all(ctx, val(g), r.o.Trials)
+	if err != nil {
+		return shrink.BoundaryResult{}, err
+	}
+	switch o {
+	case shrink.Fail:
+		*hi = g
+	case shrink.Pass:
+		past, err := try.all(ctx, val(g+1), r.o.Trials)
+		if err != nil {
+			return shrink.BoundaryResult{}, err
+		}
+		switch past {
+		case shrink.Fail:
+			return shrink.BoundaryResult{Fail: g + 1, Pass: g, PassOutcome: shrink.Pass}, nil
+		case shrink.Pass:
+			*lo = g + 1
+		}
+	}
+	return shrink.BoundaryResult{}, nil
 }
 
 // roundBelow is the round number just below x > 0, where a range's end

@@ -308,7 +308,11 @@ func (r *run) diagnosis(f Finding) string {
 		return fmt.Sprintf("%s: %s in %s: %s: equal per-sample values fail, either one changed to a value found nowhere in the batch passes",
 			op, failureWords(r.judge.Want.Family), where, f.Relation.Text)
 	case r.mode == ModeSize && r.size != nil && r.size.SmallestPassing > 0:
-		return fmt.Sprintf("%s: %s: the batch is too small: it %s (%s, and copies of it)", op, failureWords(r.judge.Want.Family), r.size.Text(), where)
+		one := "sample " + strconv.Itoa(f.Indices[0])
+		if len(f.IDs) > 0 {
+			one += ", " + f.IDs[0]
+		}
+		return fmt.Sprintf("%s: %s: the batch is too small: it %s (%s, and copies of it)", op, failureWords(r.judge.Want.Family), r.size.Text(), one)
 	case r.mode == ModeSize && r.size != nil:
 		return fmt.Sprintf("%s: %s at batch size %d; %s pass", op, failureWords(r.judge.Want.Family), r.size.SmallestFailing, regress.Count(r.size.LargestPassing, "sample"))
 	case f.ContentFree && longer != "":

@@ -10,7 +10,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -618,8 +617,7 @@ func volatileValues(b *fixtures.Batch) []string {
 			}
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return signature.VolatileValues(out)
 }
 
 // hashFile is the hex SHA-256 of the file at path, read as a stream.

@@ -50,7 +50,8 @@ type Judge struct {
 	// values a probe gives them) that a host message may quote: in Want
 	// and the replay's message alike such a value is one mark, so that a
 	// check that names the offending value ("duplicate clip_id 'c-7f3a'")
-	// is one failure whichever sample or probe value it names.
+	// is one failure whichever sample or probe value it names. Made by
+	// VolatileValues.
 	Volatile []string
 }
 

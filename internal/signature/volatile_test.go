@@ -19,15 +19,15 @@ func TestVolatileValues(t *testing.T) {
 	other := parse("ValueError: duplicate clip_id 'c-0000' in batch")
 	j := Judge{Want: want}
 	assert.Equal(t, OtherFailure, j.Rule(probe).Outcome, "without the batch's values, another value is another message")
-	j.Volatile = []string{"c-7f3a", "c-0000", "reduce-fresh-1"}
+	j.Volatile = VolatileValues([]string{"c-7f3a", "c-0000", "reduce-fresh-1"})
 	assert.Equal(t, Reproduces, j.Rule(probe).Outcome)
 	assert.Equal(t, Reproduces, j.Rule(other).Outcome)
 	assert.Equal(t, Reproduces, j.Rule(parse(`ValueError: duplicate clip_id "c-0000" in batch`)).Outcome, "double quotes")
 	assert.Equal(t, OtherFailure, j.Rule(parse("ValueError: missing clip_id 'c-0000' in batch")).Outcome, "another message")
-	keyed := Judge{Want: parse("KeyError: 'labels'"), Volatile: []string{"c-7f3a"}}
+	keyed := Judge{Want: parse("KeyError: 'labels'"), Volatile: VolatileValues([]string{"c-7f3a"})}
 	assert.Equal(t, OtherFailure, keyed.Rule(parse("KeyError: 'input_ids'")).Outcome, "a key the code names is no value of the batch")
 	// Unquoted, as a word of its own.
-	w := Judge{Want: parse("ValueError: duplicate clip_id c-7f3a"), Volatile: []string{"c-7f3a", "c-0000"}}
+	w := Judge{Want: parse("ValueError: duplicate clip_id c-7f3a"), Volatile: VolatileValues([]string{"c-7f3a", "c-0000"})}
 	assert.Equal(t, Reproduces, w.Rule(parse("ValueError: duplicate clip_id c-0000")).Outcome)
 	assert.Equal(t, OtherFailure, w.Rule(parse("ValueError: duplicate clip_id c-0000x")).Outcome, "a longer word is another value")
 }
