@@ -32,7 +32,8 @@ type bounds struct {
 
 // intBoundary finds the value nearest to v that passes, searching toward
 // zero (the first valid index of every op here), or toward the neutral
-// value when v is zero itself, v's neighbour first. Then whether the
+// value when v is zero itself: past the largest value the other samples
+// hold first, then v's neighbour. Then whether the
 // search's far end is the other end of the valid range: it passes and the
 // value just past it fails ("valid range [0, 4)": 3 and 0 pass, 4 and -1
 // fail). When the search ended at its far end (v below the range: -1
@@ -75,21 +76,37 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, elsewhere func(
 		near, far = v+1, hi
 	}
 	var br shrink.BoundaryResult
-	if o, err := try.all(ctx, value{i: near}, r.o.Trials); err != nil {
-		return bounds{}, err
-	} else if o == shrink.Pass && near != far {
-		br = shrink.BoundaryResult{Fail: v, Pass: near, PassOutcome: shrink.Pass}
-	} else {
-		// The largest value the other samples hold is most often the
-		// range's last (the highest class a dataset uses): it and the
-		// value past it are asked before a bisection, which they end
-		// (255 where the classes end at 4: two replays, not eight) or
-		// narrow.
-		if m, ok := elsewhere(); ok && v > m && m > lo && m+1 < v {
-			var err error
-			if br, err = r.guess(ctx, m, &lo, &hi, func(x int64) value { return value{i: x} }, try); err != nil {
-				return bounds{}, err
+	// The largest value m the other samples hold is most often the range's
+	// last (the highest class a dataset uses): the value past it is asked
+	// first, then m when that fails (255 where the classes end at 4: 5
+	// fails and 4 passes, two replays where a bisection takes eight), and
+	// v's neighbour when it passes (the end lies higher).
+	askNear := true
+	if m, ok := elsewhere(); ok && v > m && m >= lo && m+1 < v {
+		o, err := try.all(ctx, value{i: m + 1}, r.o.Trials)
+		if err != nil {
+			return bounds{}, err
+		}
+		switch o {
+		case shrink.Pass:
+			lo = m + 1
+			if m+1 == near {
+				br, askNear = shrink.BoundaryResult{Fail: v, Pass: near, PassOutcome: shrink.Pass}, false
 			}
+		case shrink.Fail:
+			hi, askNear = m+1, false
+			if m > lo {
+				if br, err = r.guess(ctx, m, &lo, &hi, func(x int64) value { return value{i: x} }, try); err != nil {
+					return bounds{}, err
+				}
+			}
+		}
+	}
+	if askNear {
+		if o, err := try.all(ctx, value{i: near}, r.o.Trials); err != nil {
+			return bounds{}, err
+		} else if o == shrink.Pass && near != far {
+			br = shrink.BoundaryResult{Fail: v, Pass: near, PassOutcome: shrink.Pass}
 		}
 	}
 	if br.PassOutcome != shrink.Pass {

@@ -286,3 +286,50 @@ func TestRangeBelow(t *testing.T) {
 	require.Len(t, res.Findings, 1)
 	assert.Equal(t, "the valid range starts at 0", res.Findings[0].Elements[0].Rule)
 }
+
+// TestReplayBoundWideSamples: one token past the vocabulary inside
+// samples of 512 tokens and 16 features: the token is the only value no
+// other sample holds, asked alone first, so the whole job stays within
+// ⌈log2 n⌉ + 8 replays however many elements a sample has; a bisection
+// inside the sample would add log2 of them.
+func TestReplayBoundWideSamples(t *testing.T) {
+	const width, vocab = 512, 1000
+	step := func(b *fixtures.Batch) signature.Signature {
+		tok := b.Tensor("tokens").Tensor
+		bad := false
+		tok.Each(func(_ []int64, e int64) {
+			if v := tok.LoadInt(e); v < 0 || v >= vocab {
+				bad = true
+			}
+		})
+		if bad {
+			return raise("IndexError: index out of range in self")
+		}
+		return pass
+	}
+	for _, n := range []int{8, 256} {
+		tok := kernels.MustNew(kernels.Int64, int64(n), width)
+		feat := kernels.MustNew(kernels.Float32, int64(n), 16)
+		for i := int64(0); i < int64(n)*width; i++ {
+			tok.StoreInt(i, (i*7919)%vocab)
+		}
+		for i := int64(0); i < int64(n)*16; i++ {
+			feat.StoreFloat(i, float64(i%13)/13)
+		}
+		culprit := int64(n) * 2 / 3
+		tok.StoreInt(culprit*width+300, vocab)
+		b := &fixtures.Batch{Samples: int64(n), Tensors: []*fixtures.Entry{
+			{Name: "tokens", BatchDim: fixtures.Dim(0), Tensor: tok}, {Name: "features", BatchDim: fixtures.Dim(0), Tensor: feat}}}
+		path := recordStep(t, b, step)
+		res, err := reduce(t, b, path, newStep(step), reduction.Options{})
+		require.NoError(t, err)
+		bound := bits.Len(uint(n-1)) + 8
+		assert.LessOrEqual(t, res.Replays, bound, "n = %d: %v", n, res.Phases)
+		require.Len(t, res.Findings, 1)
+		f := res.Findings[0]
+		assert.Equal(t, []int{int(culprit)}, f.Indices)
+		require.Len(t, f.Elements, 1)
+		assert.Equal(t, []int64{culprit, 300}, f.Elements[0].Index)
+		assert.Equal(t, "valid range [0, 1000)", f.Elements[0].Rule)
+	}
+}

@@ -3,6 +3,7 @@ package reduction
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 
 	"reduce/fixtures"
@@ -42,7 +43,9 @@ type elementResult struct {
 // With precheck, the batch with every unit dropped is asked first, and
 // when it still fails the search ends there (content-free, nothing else
 // set): a second search, against other neutral values, costs one replay
-// where it can find nothing.
+// where it can find nothing. Without, it is asked first where no unit is
+// an outlier (outliers), and its failure ends the search with the
+// reduced batch content-free.
 func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, searched []int64, orig func(pos int64) int64, donors []int64, precheck bool) (elementResult, error) {
 	sp := newUnitSpace(rows, sub, searched, maxElementUnits, r.donorValues(donors))
 	sp.donors = donors
@@ -57,13 +60,22 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 		return b
 	}
 	r.setPhase(PhaseElements, len(sp.units))
-	if precheck {
+	// Where no value sets the culprits apart from the other samples (no
+	// outlier), the cause is most often no value at all (a length, a
+	// relation of keys held elsewhere): the batch with every unit dropped
+	// is asked first too, and when it fails the search ends in that one
+	// replay.
+	outliers := r.outliers(sp, rows)
+	if precheck || len(outliers) == 0 {
 		o, err := r.askTrials(ctx, keeping([]int{}, nil))
 		if err != nil || ctx.Err() != nil {
 			return elementResult{partial: ctx.Err() != nil}, err
 		}
-		if o == shrink.Fail {
+		if o == shrink.Fail && precheck {
 			return elementResult{contentFree: true}, nil
+		}
+		if o == shrink.Fail {
+			return elementResult{reduced: build([]int{}, nil), reducedCand: keeping([]int{}, nil), contentFree: true}, nil
 		}
 	}
 	// Integer tensors hold the indices, labels, keys and lengths that
@@ -71,7 +83,23 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 	// keeping the integers alone is asked first, and when that fails the
 	// search runs among them only (one replay more when it does not).
 	var space []int // the units searched, by position; nil for all
-	if ints := intUnits(sp); len(ints) > 0 && len(ints) < len(sp.units) {
+	// The elements whose values no other sample of the batch holds (past
+	// the tensor's range elsewhere, or not finite) are most often the
+	// cause: keeping them alone is asked first, and when that fails the
+	// search runs among them only. One culprit element out of range is
+	// then found in one replay, not in log2 of the sample's elements.
+	// Asked where it saves more than the replay it costs: the outliers
+	// are at most a quarter of the elements.
+	if out := outliers; len(out) > 0 && 4*len(out) <= len(sp.units) {
+		o, err := r.askTrials(ctx, keeping(out, nil))
+		if err != nil || ctx.Err() != nil {
+			return elementResult{partial: ctx.Err() != nil}, err
+		}
+		if o == shrink.Fail {
+			space = out
+		}
+	}
+	if ints := intUnits(sp); space == nil && len(ints) > 0 && len(ints) < len(sp.units) {
 		o, err := r.askTrials(ctx, keeping(ints, nil))
 		if err != nil || ctx.Err() != nil {
 			return elementResult{partial: ctx.Err() != nil}, err
@@ -94,29 +122,38 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 	if space != nil {
 		n = len(space)
 	}
-	opts := r.shrinkOptions()
-	opts.StopAfterFirst = true
-	opts.Strategy = shrink.Auto
-	// Every unit of the space kept failed: sub itself (in the sample
-	// phase), or the integers alone (just now).
-	opts.Seed = []shrink.CacheEntry{{Candidate: []shrink.Range{{Lo: 0, Hi: n}}, Outcome: shrink.Fail}}
-	res, err := shrink.Run(ctx, n, func(ctx context.Context, cand shrink.Candidate) (shrink.Outcome, error) {
-		return r.ask(ctx, keeping(units(cand.Units()), nil), cand.Trial())
-	}, opts)
-	if ctx.Err() != nil || res.Incomplete {
-		out := elementResult{partial: true}
-		if res.Partial != nil {
-			out.reduced = build(units(res.Partial), nil)
+	var keep []int
+	// A lone outlier that fails kept alone is the element: whether it
+	// fails dropped too (the batch content-free) is told by its boundary,
+	// which asks its neutral value when no other value passes (lone).
+	lone := space != nil && n == 1
+	if lone {
+		keep = space
+	} else {
+		opts := r.shrinkOptions()
+		opts.StopAfterFirst = true
+		opts.Strategy = shrink.Auto
+		// Every unit of the space kept failed: sub itself (in the sample
+		// phase), or the integers or outliers alone (just now).
+		opts.Seed = []shrink.CacheEntry{{Candidate: []shrink.Range{{Lo: 0, Hi: n}}, Outcome: shrink.Fail}}
+		res, err := shrink.Run(ctx, n, func(ctx context.Context, cand shrink.Candidate) (shrink.Outcome, error) {
+			return r.ask(ctx, keeping(units(cand.Units()), nil), cand.Trial())
+		}, opts)
+		if ctx.Err() != nil || res.Incomplete {
+			out := elementResult{partial: true}
+			if res.Partial != nil {
+				out.reduced = build(units(res.Partial), nil)
+			}
+			return out, nil
 		}
-		return out, nil
+		if err != nil {
+			return elementResult{}, fmt.Errorf("shrink elements: %w", err)
+		}
+		if len(res.Culprits) == 0 {
+			return elementResult{}, nil
+		}
+		keep = units(res.Culprits[0])
 	}
-	if err != nil {
-		return elementResult{}, fmt.Errorf("shrink elements: %w", err)
-	}
-	if len(res.Culprits) == 0 {
-		return elementResult{}, nil
-	}
-	keep := units(res.Culprits[0])
 	if keep == nil {
 		keep = []int{}
 	}
@@ -191,6 +228,19 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 		}
 		out.elements = append(out.elements, fe)
 	}
+	if lone && len(keep) == 1 && !hasKey(passing, keep[0]) {
+		// No value of the lone outlier was seen to pass: the search did
+		// not ask whether it matters at all. When the sample fails with it
+		// dropped as well, no element is the cause.
+		o, err := r.askTrials(ctx, keeping([]int{}, nil))
+		if err != nil || ctx.Err() != nil {
+			out.partial = ctx.Err() != nil
+			return out, err
+		}
+		if o == shrink.Fail {
+			return elementResult{reduced: build([]int{}, nil), reducedCand: keeping([]int{}, nil), contentFree: true}, nil
+		}
+	}
 	// A boundary batch needs a passing value for every element, and a
 	// relation broken.
 	for _, u := range keep {
@@ -259,4 +309,89 @@ func intUnits(sp *unitSpace) []int {
 		}
 	}
 	return out
+}
+
+// outliers are the units of sp whose value lies outside the range their
+// tensor holds in the reference samples, or is not finite: the values
+// that set the culprits apart. The reference samples are those outside
+// rows (the culprits) seen in a batch that passed (run.passed): a value a
+// failing sample holds is no evidence. A tensor too large to read whole
+// (past 1<<24 elements) or without reference samples has no outliers but
+// its non-finite values.
+func (r *run) outliers(sp *unitSpace, rows []int64) []int {
+	culprit := map[int64]bool{}
+	for _, x := range rows {
+		culprit[x] = true
+	}
+	r.mu.Lock()
+	for x := range r.batch.Samples {
+		if !r.passed[x] {
+			culprit[x] = true
+		}
+	}
+	r.mu.Unlock()
+	type span struct {
+		lo, hi value
+		seen   bool
+	}
+	spans := map[int]*span{}
+	spanOf := func(ti int) *span {
+		if s, ok := spans[ti]; ok {
+			return s
+		}
+		s := &span{}
+		spans[ti] = s
+		e := r.batch.Tensors[ti]
+		if e.BatchDim == nil || e.Numel() > 1<<24 {
+			return s
+		}
+		bd := *e.BatchDim
+		isFloat := e.DType.IsFloat()
+		e.Each(func(idx []int64, st int64) {
+			if culprit[idx[bd]] {
+				return
+			}
+			var v value
+			if isFloat {
+				v.f = e.Tensor.LoadFloat(st)
+				if math.IsNaN(v.f) || math.IsInf(v.f, 0) {
+					return
+				}
+			} else {
+				v.i = e.Tensor.LoadInt(st)
+			}
+			if !s.seen {
+				s.lo, s.hi, s.seen = v, v, true
+				return
+			}
+			if isFloat {
+				s.lo.f, s.hi.f = min(s.lo.f, v.f), max(s.hi.f, v.f)
+			} else {
+				s.lo.i, s.hi.i = min(s.lo.i, v.i), max(s.hi.i, v.i)
+			}
+		})
+		return s
+	}
+	var out []int
+	for u, un := range sp.units {
+		v := sp.original(u)
+		if un.float && (math.IsNaN(v.f) || math.IsInf(v.f, 0)) {
+			out = append(out, u)
+			continue
+		}
+		s := spanOf(un.tensor)
+		switch {
+		case !s.seen:
+		case un.float && (v.f < s.lo.f || v.f > s.hi.f):
+			out = append(out, u)
+		case !un.float && (v.i < s.lo.i || v.i > s.hi.i):
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func hasKey[K comparable, V any](m map[K]V, k K) bool {
+	_, ok := m[k]
+	return ok
 }

@@ -233,6 +233,9 @@ type run struct {
 	// from, so that its fixture takes what that replay reported
 	// (reportOf).
 	built map[*fixtures.Batch]string
+	// passed holds the recorded samples seen in a batch of whole samples
+	// that passed: values they hold are known to be no cause (outliers).
+	passed map[int64]bool
 }
 
 // build makes candidate c's batch for a finding (candidate.build) and
@@ -518,6 +521,16 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, er
 		a.outcome = shrink.Pass
 	default:
 		a.outcome = shrink.Unresolved
+	}
+	if a.outcome == shrink.Pass && c.edit == nil && c.Rows != nil && c.Narrow == nil && c.Squeeze == nil && c.Values == nil {
+		r.mu.Lock()
+		if r.passed == nil {
+			r.passed = map[int64]bool{}
+		}
+		for _, x := range c.Rows {
+			r.passed[x] = true
+		}
+		r.mu.Unlock()
 	}
 	switch a.src {
 	case fromCache:
