@@ -186,3 +186,45 @@ func TestRegressionLifeCollated(t *testing.T) {
 		})
 	}
 }
+
+// TestRegressionLifeRules: the data tests of the rules that are no value
+// of one element, each failing on the recorded data and passing once the
+// data pipeline is fixed: a label read as a list of one, which the collate
+// makes a column [N, 1] (the rank found by dropping its dim, through the
+// Dataset's sample and through the collated one-sample batch); a last
+// batch of unlabelled samples, every target -100 (no batch of the loader
+// may hold it in every sample); and a last batch of one sample under
+// BatchNorm (every batch of the loader at least 2).
+func TestRegressionLifeRules(t *testing.T) {
+	conftest := "import pytest\nimport textclf\n\n\n@pytest.fixture\ndef reduce_sample():\n" +
+		"    samples = {s[\"id\"]: s for s in textclf.Texts(crash=%[1]q)}\n" +
+		"    return (lambda sample_id: textclf.collate([samples[sample_id]])) if %[2]v else samples.__getitem__\n\n\n" +
+		"@pytest.fixture\ndef reduce_loader():\n    return textclf.loader(%[1]q)\n"
+	for _, tc := range []struct {
+		crash, data, says, old, new string
+		collated                    bool
+	}{
+		{"column", "culprit_sample[txt-015:label]", "rank of label = 1, want 0", `s["label"] = [s["label"]]`, `s["label"] = s["label"]`, false},
+		{"column", "culprit_sample[txt-015:label]", "rank of label = 1, want 0", `s["label"] = [s["label"]]`, `s["label"] = s["label"]`, true},
+		{"ignored", "loader_batches[label]", "holds label = -100 (the rule reduce found", "KEEP_UNLABELLED = True", "KEEP_UNLABELLED = False", false},
+		{"small", "loader_batches[batch_size]", "holds 1 sample, want at least 2", "DROP_LAST = False", "DROP_LAST = True", false},
+	} {
+		t.Run(fmt.Sprintf("%s/collated=%v", tc.crash, tc.collated), func(t *testing.T) {
+			proj, dir := project(t, tc.crash)
+			collated := "False"
+			if tc.collated {
+				collated = "True"
+			}
+			res, out := pytestOutcomes(t, proj, dir)
+			assert.Equal(t, "SKIPPED", res[tc.data], out)
+			require.NoError(t, os.WriteFile(filepath.Join(proj, "conftest.py"), []byte(fmt.Sprintf(conftest, tc.crash, collated)), 0o644))
+			res, out = pytestOutcomes(t, proj, dir)
+			assert.Equal(t, "FAILED", res[tc.data], out)
+			assert.Contains(t, out, tc.says)
+			assert.Equal(t, "XFAIL", res["minimal_batch"], out)
+			edit(t, filepath.Join(proj, "textclf.py"), tc.old, tc.new)
+			res, out = pytestOutcomes(t, proj, dir)
+			assert.Equal(t, "PASSED", res[tc.data], out)
+		})
+	}
+}

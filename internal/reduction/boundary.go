@@ -103,10 +103,18 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, elsewhere func(
 		}
 	}
 	if askNear {
-		if o, err := try.all(ctx, value{i: near}, r.o.Trials); err != nil {
+		o, err := try.all(ctx, value{i: near}, r.o.Trials)
+		switch {
+		case err != nil:
 			return bounds{}, err
-		} else if o == shrink.Pass && near != far {
+		case o == shrink.Pass && near != far:
 			br = shrink.BoundaryResult{Fail: v, Pass: near, PassOutcome: shrink.Pass}
+		case o == shrink.Unresolved && lo < hi-1:
+			// Its neighbour fails otherwise: v is a sentinel (a target of
+			// -100, ignore_index, where -99 is out of bounds), whose
+			// bisection would meet only other failures. Its neutral value
+			// is its passing one.
+			return r.neutralPasses(ctx, v, neutral, fe, try)
 		}
 	}
 	if br.PassOutcome != shrink.Pass {

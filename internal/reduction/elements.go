@@ -49,6 +49,15 @@ type elementResult struct {
 func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, searched []int64, orig func(pos int64) int64, donors []int64, precheck bool) (elementResult, error) {
 	sp := newUnitSpace(rows, sub, searched, maxElementUnits, r.donorValues(donors))
 	sp.donors = donors
+	if precheck && donors == nil {
+		// Against zeros, where no sample passes without the culprits: the
+		// values every sample holds alike are searched (every target
+		// -100), where there are such; zeros elsewhere are no neutral
+		// value (a length of 0 divides by zero).
+		if shared := r.sharedUnits(sp); len(shared) > 0 {
+			sp.units = shared
+		}
+	}
 	if len(sp.units) == 0 || len(sp.units) > maxElementUnits {
 		return elementResult{}, nil
 	}
@@ -394,4 +403,34 @@ func (r *run) outliers(sp *unitSpace, rows []int64) []int {
 func hasKey[K comparable, V any](m map[K]V, k K) bool {
 	_, ok := m[k]
 	return ok
+}
+
+// sharedUnits are the units of sp whose value every sample of the
+// recorded batch holds at the same place.
+func (r *run) sharedUnits(sp *unitSpace) []unit {
+	var out []unit
+	for u, un := range sp.units {
+		e := r.batch.Tensors[un.tensor]
+		bd := *e.BatchDim
+		idx := slices.Clone(un.index)
+		want := sp.original(u)
+		same := true
+		for x := int64(0); x < r.batch.Samples && same; x++ {
+			idx[bd] = x
+			at, err := e.Tensor.StorageIndex(idx)
+			if err != nil {
+				same = false
+				break
+			}
+			if un.float {
+				same = e.Tensor.LoadFloat(at) == want.f
+			} else {
+				same = e.Tensor.LoadInt(at) == want.i
+			}
+		}
+		if same {
+			out = append(out, un)
+		}
+	}
+	return out
 }

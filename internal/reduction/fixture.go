@@ -327,6 +327,20 @@ func (r *run) diagnosis(f Finding) string {
 	case f.ContentFree:
 		return fmt.Sprintf("%s: %s with %s of %s neutralized: the cause is a shape, dtype or size, not a value", op, failureWords(r.judge.Want.Family), r.neutralized(), where)
 	case len(f.Elements) > 0:
+		if len(f.Shared) > 0 && len(f.Shared) == len(f.Elements) && f.Relation == nil {
+			// A rule of the whole batch: no sample is to blame.
+			var pass []string
+			for _, e := range f.Elements {
+				if e.Passing != nil {
+					pass = append(pass, fmt.Sprintf("%s%s = %s", e.Tensor, perSample(e), fmtValue(*e.Passing, e.dtype)))
+				}
+			}
+			s := fmt.Sprintf("%s: %s: every sample of the batch holds %s, and each fails alone", op, failureWords(r.judge.Want.Family), strings.Join(f.Shared, " and "))
+			if len(pass) > 0 {
+				s += "; " + strings.Join(pass, " and ") + " passes"
+			}
+			return s
+		}
 		var parts []string
 		if f.Relation != nil {
 			parts = append(parts, fmt.Sprintf("%s = %s: equal values fail, either one changed to a value found nowhere in the batch passes",
@@ -399,7 +413,7 @@ func failureWords(f signature.Family) string {
 	case signature.FamilyHostCheck:
 		return "an exception"
 	case signature.FamilyNaNAnomaly:
-		return "a non-finite value"
+		return "a non-finite result"
 	case signature.FamilyOOM:
 		return "out of memory"
 	case signature.FamilyDeviceAssert:

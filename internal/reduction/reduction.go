@@ -576,8 +576,11 @@ func keyWithTrial(key string, trial int) string { return fmt.Sprintf("%s#%d", ke
 func (r *run) other(s signature.Signature, v *replay.Verdict) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.phase == PhaseShape {
-		return // a dim cut or dropped by the probe fails otherwise: its own making, not the batch's
+	if r.phase == PhaseShape || r.phase == PhaseBoundary {
+		// A dim cut or dropped, a value set by the probe, fails otherwise:
+		// the probe's own making, not the batch's (-99 out of bounds next
+		// to a target of -100).
+		return
 	}
 	key := signature.Grouped(s)
 	o := r.others[key]

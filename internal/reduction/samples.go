@@ -59,6 +59,14 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 		return []Finding{first}, err
 	}
 	longer, values := r.batch.LongerSamples(first.Indices), r.batch.SampleValues()
+	if first.ContentFree && first.Relation == nil && r.batch.Samples == 1 && (longer != "" || len(values) > 0) {
+		// A batch of one sample that fails whatever its values: its size
+		// first (the last batch of an epoch under BatchNorm), before its
+		// length or per-sample values, which one sample cannot tell apart.
+		if grown, ok, err := r.growMode(ctx, first); err != nil || ok {
+			return grown, err
+		}
+	}
 	switch {
 	case first.ContentFree && first.Relation != nil:
 		// Other pairs may share other keys: the search goes on below.
@@ -187,8 +195,9 @@ func (r *run) reduceSet(ctx context.Context, set []int) (Finding, error) {
 		var zer elementResult
 		if zer, err = r.elements(ctx, rows, sub, nil, orig, nil, true); err == nil && !zer.contentFree && !zer.partial && len(zer.elements) > 0 {
 			er, f.Canonical = zer, true
-			for _, e := range er.elements {
+			for i, e := range er.elements {
 				if r.everySample(e) {
+					er.elements[i].Shared = true
 					f.Shared = append(f.Shared, fmt.Sprintf("%s%s = %s", e.Tensor, perSample(e), valueText(e)))
 				}
 			}

@@ -1100,6 +1100,15 @@ def _sample_size(x, tensor, dim):
     raise IndexError(f"batch tensor {tensor!r}: the sample's {type(x).__name__} has no size along dim {dim}")
 
 
+def _sample_rank(x):
+    """The rank of a sample's part: a tensor's or array's dims, a nested list's depth, 0 for a number."""
+    if _is_array(x):
+        return len(x.shape)
+    if isinstance(x, (list, tuple)):
+        return 1 + (_sample_rank(x[0]) if x else 0)
+    return 0
+
+
 def sample_value(sample, tensor, index, dim=0):
     """The element of one sample, as the user's
     Dataset yields it (before the collate), that the batch tensor `tensor` holds at `index`.
@@ -1110,15 +1119,18 @@ def sample_value(sample, tensor, index, dim=0):
     for a sample that is one number); the part found is indexed (a tensor, a numpy array, nested
     lists) and the element returned as a Python int, float or bool (a str for a string). With
     index None, the part's size along `dim` (counted without the batch dim): a tensor's shape,
-    a list's or a string's length, the longest of nested lists. KeyError when the sample has no
+    a list's or a string's length, the longest of nested lists; with index "rank", the part's rank
+    (a tensor's dims, a nested list's depth, 0 for a number). KeyError when the sample has no
     such part, naming the key missing and the keys there are."""
     leaf = _sample_leaf(sample, tensor)
+    if index == "rank":
+        return _sample_rank(leaf)
     if index is None:
         return _sample_size(leaf, tensor, int(dim))
     return _sample_element(leaf, tensor, [int(i) for i in index])
 
 
-_RULE_KINDS = ("range", "finite", "max_size", "distinct")
+_RULE_KINDS = ("range", "finite", "max_size", "rank", "distinct")
 
 
 def _rule_subject(rule):
@@ -1128,6 +1140,8 @@ def _rule_subject(rule):
     what = rule.get("tensor") or "the value"
     if rule.get("kind") == "max_size":
         return f"{head}size of {what} along dim {int(rule.get('dim') or 0)}"
+    if rule.get("kind") == "rank":
+        return f"{head}rank of {what}"
     if rule.get("index"):
         what = "{}{}".format(what, list(rule["index"]))
     return head + what
@@ -1141,7 +1155,8 @@ def check_sample_rule(value, rule):
     """Assert that one sample's value (sample_value's)
     obeys the rule reduce found for the failure, a dict: {"kind": "range", "lo", "hi",
     "hi_inclusive"} (lo inclusive; lo or hi None: unbounded), {"kind": "finite"}, or {"kind":
-    "max_size", "max", "dim"} (value is a size: sample_value with index None and this dim). Its
+    "max_size", "max", "dim"} (value is a size: sample_value with index None and this dim), or
+    {"kind": "rank", "rank"} (value is a rank: sample_value with index "rank"). Its
     optional keys "sample" (the sample's id), "tensor", "index" and "text" (the rule in words)
     go into the message. A "distinct" rule is about several samples: check_distinct."""
     kind = rule.get("kind")
@@ -1161,6 +1176,10 @@ def check_sample_rule(value, rule):
     elif kind == "max_size":
         want = f"at most {rule['max']}"
         ok = number and value <= rule["max"]
+    elif kind == "rank":
+        want = "{} ({} dim{})".format(rule["rank"], "no" if rule["rank"] == 0 else rule["rank"],
+                                     "" if rule["rank"] == 1 else "s")
+        ok = number and value == rule["rank"]
     else:
         raise ValueError("rule kind {!r}: want one of {}".format(kind, ", ".join(_RULE_KINDS)))
     found = " (the rule reduce found: {})".format(rule["text"]) if rule.get("text") else ""
@@ -1243,6 +1262,11 @@ HOW_TO_SAMPLE = ("these tests check the culprit samples as your Dataset yields t
                  "conftest.py of yours,\n    @pytest.fixture\n    def reduce_sample():\n        return lambda "
                  "sample_id: MyDataset(...)[index_of(sample_id)]  # the sample of that id\nor, where the collate "
                  "renames or adds keys, the collated one-sample batch: collate_fn([MyDataset(...)[index_of(sample_id)]])")
+
+
+HOW_TO_LOADER = ("this test checks the batches your DataLoader yields: define once, in a conftest.py of yours,\n"
+                 "    @pytest.fixture\n    def reduce_loader():\n        return DataLoader(MyDataset(...), "
+                 "batch_size=..., collate_fn=...)  # as training builds it")
 
 
 class FixtureError(Exception):
@@ -1426,7 +1450,19 @@ class Fixture:
         shape = r.get("shape") or {}
         for name, dim in zip(shape.get("tensors") or [], shape.get("dims") or []):
             bd = batch_dim(name)
-            if bd is None or dim == bd or shape.get("squeezed") or not shape.get("largest_passing"):
+            if bd is None or dim == bd or ndim(name) is None:
+                continue
+            if shape.get("squeezed"):
+                # The rank that passed: the dim of size 1 dropped. Whether reduce_sample returned the
+                # collated batch is told by another tensor's rank, since this one's changes with the fix.
+                refs = [(t, d) for t, d in sorted(batch.batch_dims.items()) if t != name and t in batch.tensors]
+                ref = {"tensor": refs[0][0], "batch_dim": refs[0][1], "ndim": ndim(refs[0][0])} if refs else None
+                rule = {"kind": "rank", "rank": ndim(name) - 2, "text": shape.get("text", "")}
+                for i in indices:
+                    cases.append({"id": id_of.get(i), "tensor": name, "index": "rank", "rule": rule, "batch_dim": bd,
+                                  "ndim": ndim(name), "ref": ref})
+                continue
+            if not shape.get("largest_passing"):
                 continue
             rule = {"kind": "max_size", "max": shape["largest_passing"], "dim": dim - (1 if dim > bd else 0),
                     "text": shape.get("text", "")}
@@ -1447,6 +1483,71 @@ class Fixture:
             cases.append({"id": id_of.get(e["index"][bd]), "tensor": e["tensor"], "batch_dim": bd,
                           "ndim": ndim(e["tensor"]), "index": e["index"][:bd] + e["index"][bd + 1:], "rule": rule})
         return self._cases
+
+
+def loader_cases(record):
+    """The loader tests' cases of a fixture record: a batch size that fails ({"kind": "min_batch",
+    "min"}: a batch too small, every batch must hold at least the smallest size that passed;
+    {"kind": "max_batch", "max"}: one too large), and each element every sample of the recorded
+    batch held ({"kind": "not_all", "tensor", "index", "value"}: no batch may hold it in every
+    sample, every target ignore_index). Each has "text", the rule in words."""
+    cases, size = [], record.get("size") or {}
+    if record.get("mode") == "size":
+        small, large, fails = size.get("smallest_passing"), size.get("largest_passing"), size.get("smallest_failing")
+        if small and fails is not None and fails < small:
+            cases.append({"kind": "min_batch", "min": small, "name": "batch_size",
+                          "text": f"a batch of {fails} fails, {small} pass"})
+        elif large and fails and fails > large:
+            cases.append({"kind": "max_batch", "max": large, "name": "batch_size",
+                          "text": f"a batch of {fails} fails, {large} pass"})
+    culprits, k = record.get("culprits") or [], record.get("finding") or 0
+    for e in (culprits[k].get("elements") or []) if len(culprits) > k else []:
+        if e.get("shared") and not e.get("value_text"):
+            index = list(e["index"][1:])
+            cases.append({"kind": "not_all", "tensor": e["tensor"], "index": index, "value": e["value"],
+                          "name": e["tensor"], "what": "{}{} = {}".format(e["tensor"], index if index else "",
+                                                                          _number(e["value"]))})
+            cases[-1]["text"] = "a batch in which every sample holds {} fails".format(cases[-1]["what"])
+    return cases
+
+
+def _loader_batch_sizes(loader):
+    sampler = getattr(loader, "batch_sampler", None)
+    if sampler is None:
+        raise AssertionError(f"reduce_loader returned a {type(loader).__name__} without a batch_sampler: want "
+                             "the torch DataLoader training uses, with its batch_size (the sizes of its batches "
+                             "are read from its batch_sampler, without loading a sample)")
+    return [len(b) for b in sampler]
+
+
+def check_loader(loader, case):
+    """The batches `loader` (the user's DataLoader) yields obey case, a loader_cases case: their
+    sizes, counted from its batch_sampler without loading a sample; or, for "not_all", the batches
+    themselves (the loader iterated once), none holding the value in every sample."""
+    kind, found = case["kind"], " (the rule reduce found: {})".format(case["text"])
+    if kind in ("min_batch", "max_batch"):
+        sizes = _loader_batch_sizes(loader)
+        for i, n in enumerate(sizes):
+            if kind == "min_batch":
+                assert n >= case["min"], (f"batch {i} of {len(sizes)} holds {n} sample{'s' if n != 1 else ''}, "
+                                          f"want at least {case['min']}{found}: drop_last=True, or a batch size "
+                                          "that divides the dataset")
+            else:
+                assert n <= case["max"], f"batch {i} of {len(sizes)} holds {n} samples, want at most {case['max']}{found}"
+        return
+    if kind != "not_all":
+        raise ValueError(f"loader case kind {kind!r}: want min_batch, max_batch or not_all")
+    torch = _torch()
+    for i, batch in enumerate(loader):
+        try:
+            leaf = _sample_leaf(batch, case["tensor"])
+        except KeyError as e:
+            raise AssertionError(f"batch {i} of reduce_loader: {e.args[0] if e.args else e}") from None
+        t = torch.as_tensor(leaf)
+        per = t[(slice(None),) + tuple(int(x) for x in case["index"])] if t.dim() else t.reshape(1)
+        n = len(per) if per.dim() else 1
+        assert not bool((per == case["value"]).all()), (f"batch {i} of reduce_loader: every one of its {n} "
+                                                        f"sample{'s' if n != 1 else ''} holds {case['what']}{found}")
 
 
 def _samples_leaf(node, path, name):
@@ -1497,9 +1598,20 @@ def fixture_sample(request, how_to=HOW_TO_SAMPLE):
 def _uncollated(sample, case):
     """The sample, from a collated one-sample batch where reduce_sample returned one: the part of
     case["tensor"] with the batch's rank (case["ndim"]) and size 1 along its batch dim, or a
-    per-sample value's list of one, stands for its one sample."""
+    per-sample value's list of one, stands for its one sample. Where the case has a "ref" tensor
+    (a rule about the rank, which the fix changes), that tensor's rank tells a collated batch."""
     tensor, bd, ndim = case["tensor"], case.get("batch_dim"), case.get("ndim")
     leaf = _sample_leaf(sample, tensor)
+    ref = case.get("ref")
+    if ref and bd is not None:
+        try:
+            r = _sample_leaf(sample, ref["tensor"])
+        except KeyError:
+            r = None
+        collated = _is_array(r) and len(r.shape) == ref["ndim"] and r.shape[ref["batch_dim"]] == 1
+        if collated and _is_array(leaf) and len(leaf.shape) > bd and leaf.shape[bd] == 1:
+            return {tensor: leaf[(slice(None),) * bd + (0,)]}
+        return {tensor: leaf}
     if _is_array(leaf) and ndim is not None and bd is not None and len(leaf.shape) == ndim and leaf.shape[bd] == 1:
         return {tensor: leaf[(slice(None),) * bd + (0,)]}
     if ndim is None and isinstance(leaf, (list, tuple)) and len(leaf) == 1 and not case.get("index"):
@@ -1556,6 +1668,10 @@ if pytest is not None:
             for case in distinct:
                 yield DataTest.from_parent(self, name=f"culprit_samples_distinct[{_escaped(case['tensor'])}]",
                                            callobj=functools.partial(_distinct_test, case))
+            if not fx.exec:
+                for case in loader_cases(fx.record):
+                    yield DataTest.from_parent(self, name=f"loader_batches[{_escaped(case['name'])}]",
+                                               callobj=functools.partial(_loader_test, case))
 
     class FixtureItem(pytest.Item):
         """A test of a fixture's batches; its failures are reported as the check says them."""
@@ -1633,6 +1749,13 @@ if pytest is not None:
 
     def _distinct_test(case, request):
         check_culprits_distinct(fixture_sample(request), case)
+
+    def _loader_test(case, request):
+        try:
+            loader = request.getfixturevalue("reduce_loader")
+        except pytest.FixtureLookupError:
+            _skip_here(HOW_TO_LOADER)
+        check_loader(loader, case)
 
     def pytest_configure(config):
         # A fixture is data too: its recorded step is imported only from a file of the repository

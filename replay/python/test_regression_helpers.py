@@ -583,6 +583,51 @@ def test_check_sample_rule():
         rc.check_sample_rule(1, {"kind": "between"})
 
 
+def test_rank_rule_and_uncollated():
+    """A rank rule (a dim of size 1 dropped passes): the sample's part has that rank, whether
+    reduce_sample gave the Dataset's sample or the collated one-sample batch, told apart by a
+    reference tensor's rank since this one's changes with the fix."""
+    rc.check_sample_rule(0, {"kind": "rank", "rank": 0})
+    with pytest.raises(AssertionError) as info:
+        rc.check_sample_rule(1, {"kind": "rank", "rank": 0, "sample": "img-1", "tensor": "label"})
+    assert str(info.value) == "sample 'img-1': rank of label = 1, want 0 (no dims)"
+    case = {"tensor": "label", "batch_dim": 0, "ndim": 2, "index": "rank",
+            "ref": {"tensor": "x", "batch_dim": 0, "ndim": 2}}
+    x = torch.zeros(8)
+    for sample, rank in [({"x": x, "label": [3]}, 1), ({"x": x, "label": 3}, 0),
+                         ({"x": x[None], "label": torch.tensor([[3]])}, 1), ({"x": x[None], "label": torch.tensor([3])}, 0)]:
+        assert rc.sample_value(rc._uncollated(sample, case), "label", "rank") == rank, sample
+
+
+def test_loader_cases_and_check_loader():
+    """The loader tests: a batch too small (every batch at least the smallest size that passed,
+    counted from the batch_sampler), one too large, and a value every sample of a batch held."""
+    record = {"mode": "size", "size": {"smallest_failing": 1, "smallest_passing": 2}}
+    (small,) = rc.loader_cases(record)
+    assert small["kind"] == "min_batch" and small["min"] == 2
+    data = [{"label": torch.tensor(i % 3 - 1)} for i in range(5)]
+    loader = torch.utils.data.DataLoader(data, batch_size=2)
+    with pytest.raises(AssertionError, match=r"^batch 2 of 3 holds 1 sample, want at least 2 .*drop_last=True"):
+        rc.check_loader(loader, small)
+    rc.check_loader(torch.utils.data.DataLoader(data, batch_size=2, drop_last=True), small)
+    (large,) = rc.loader_cases({"mode": "size", "size": {"largest_passing": 47, "smallest_failing": 48}})
+    rc.check_loader(loader, large)
+    with pytest.raises(AssertionError, match="holds 64 samples, want at most 47"):
+        rc.check_loader(torch.utils.data.DataLoader(list(range(64)), batch_size=64), large)
+    with pytest.raises(AssertionError, match="without a batch_sampler"):
+        rc.check_loader([1, 2], small)
+
+    shared = {"culprits": [{"elements": [{"tensor": "label", "index": [2], "value": -100, "shared": True},
+                                         {"tensor": "x", "index": [2, 1], "value": 9}]}]}
+    (case,) = rc.loader_cases(shared)
+    assert case["kind"] == "not_all" and case["index"] == []
+    ignored = [{"label": torch.tensor(v)} for v in (0, 1, -100, -100)]
+    with pytest.raises(AssertionError, match=r"^batch 1 of reduce_loader: every one of its 2 samples holds label = -100 "
+                                             r"\(the rule reduce found: a batch in which every sample holds label"):
+        rc.check_loader(torch.utils.data.DataLoader(ignored, batch_size=2), case)
+    rc.check_loader(torch.utils.data.DataLoader(ignored, batch_size=4), case)
+
+
 def test_check_distinct():
     rc.check_distinct([1, 2, 3], ["a", "b", "c"])
     rc.check_distinct([], [])

@@ -8,6 +8,8 @@ import torch.nn.functional as F
 VOCAB = 50
 CLASSES = 4
 MAX_LEN = 64  # learned positions: a longer sequence indexes past the table
+KEEP_UNLABELLED = True  # crash "ignored": the Dataset keeps samples labelled -100
+DROP_LAST = False  # crash "small": the loader keeps a last batch of one sample
 
 
 class Texts(torch.utils.data.Dataset):
@@ -15,6 +17,7 @@ class Texts(torch.utils.data.Dataset):
 
     def __init__(self, n=48, seed=0, crash=None):
         g = torch.Generator().manual_seed(seed)
+        n += {"small": 1, "ignored": 3}.get(crash, 0)  # the last batch of 16: 1 sample, or 3
         self.samples = []
         for i in range(n):
             length = int(torch.randint(3, 20, (1,), generator=g))
@@ -35,6 +38,14 @@ class Texts(torch.utils.data.Dataset):
             s["tokens"][1] = 13
         elif crash == "dupkey":
             s["key"] = self.samples[41]["key"]
+        elif crash == "column":
+            for s in self.samples:
+                s["label"] = [s["label"]]  # a label read as a list of one: the collate makes a column
+        elif crash == "ignored":
+            for s in self.samples[48:]:
+                s["label"] = -100  # unlabelled samples, all in the last batch
+            if not KEEP_UNLABELLED:
+                self.samples = [s for s in self.samples if s["label"] != -100]
 
     def __len__(self):
         return len(self.samples)
@@ -56,6 +67,11 @@ def collate(samples):
         "label": torch.tensor([s["label"] for s in samples]),
         "key": [s["key"] for s in samples],
     }
+
+
+def loader(crash=None):
+    """The training loader: batches of 16, collated."""
+    return torch.utils.data.DataLoader(Texts(crash=crash), batch_size=16, collate_fn=collate, drop_last=DROP_LAST)
 
 
 class Classifier(torch.nn.Module):
@@ -103,3 +119,16 @@ def train_step(batch, state=None):
     loss.backward()
     optimizer.step()
     return loss.detach()
+
+
+_norm = {}
+
+
+def train_step_bn(batch):
+    """The step with BatchNorm on the logits (training mode): a batch of one sample is refused."""
+    if not _norm:
+        torch.manual_seed(1)
+        _norm["bn"] = torch.nn.BatchNorm1d(CLASSES).train()
+    model, _ = model_and_optimizer()
+    logits = _norm["bn"](model(batch["tokens"], batch["lengths"]))
+    return F.cross_entropy(logits, batch["label"]).detach()

@@ -14,10 +14,11 @@ import textclf
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--crash", choices=["label", "token", "length", "nan", "dupkey"], default=None)
+    p.add_argument("--crash", choices=["label", "token", "length", "nan", "dupkey", "column", "ignored", "small"], default=None)
     p.add_argument("--out", default="crash.bin")
     o = p.parse_args()
-    loader = torch.utils.data.DataLoader(textclf.Texts(crash=o.crash), batch_size=16, collate_fn=textclf.collate)
+    loader = textclf.loader(o.crash)
+    train_step = textclf.train_step_bn if o.crash == "small" else textclf.train_step
     model, optimizer = textclf.model_and_optimizer()
     state = None
     for step, batch in enumerate(loader):
@@ -26,9 +27,9 @@ def main():
                 model.tok.weight[13] = float("nan")  # the weights went bad before this step
         if o.crash == "nan":
             state = {"model": model, "optimizer": optimizer}
-        with reduce_batch.record_on_failure(o.out, batch, step=textclf.train_step, state=state,
+        with reduce_batch.record_on_failure(o.out, batch, step=train_step, state=state,
                                             padded={"tokens": 1}, lengths=batch["lengths"]):
-            textclf.train_step(batch)
+            train_step(batch)
     return 0
 
 
