@@ -2,6 +2,7 @@ package reduction
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -160,6 +161,25 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, elsewhere func(
 				return out, err
 			}
 			closed = o == shrink.Fail
+			if a, ok := r.countAttr(past); o == shrink.Pass && past > far && ok {
+				// Past the values seen, the range may end at a count the op
+				// is given (one_hot's num_classes): a fails and a-1 passes.
+				oa, err := try.all(ctx, value{i: a}, r.o.Trials)
+				if err != nil {
+					return out, err
+				}
+				if oa != shrink.Pass { // failing otherwise is out of range as well
+					below := shrink.Pass
+					if a-1 > past {
+						if below, err = try.all(ctx, value{i: a - 1}, r.o.Trials); err != nil {
+							return out, err
+						}
+					}
+					if below == shrink.Pass {
+						closed, far = true, a-1
+					}
+				}
+			}
 		}
 	}
 	f := float64(far)
@@ -201,7 +221,8 @@ func (r *run) neutralPasses(ctx context.Context, v, neutral int64, fe *regress.E
 }
 
 // largestElsewhere is the largest value tensor ti of the batch holds in
-// the samples outside rows (the culprits), when it is an integer tensor
+// the samples outside rows (the culprits), those seen in a batch that
+// passed where there are such (run.passed), when it is an integer tensor
 // with a batch axis and such samples, and small enough (at most 1<<24
 // elements) to read whole.
 func (r *run) largestElsewhere(ti int, rows []int64) (int64, bool) {
@@ -213,6 +234,17 @@ func (r *run) largestElsewhere(ti int, rows []int64) (int64, bool) {
 	for _, x := range rows {
 		culprit[x] = true
 	}
+	r.mu.Lock()
+	if len(r.passed) > 0 {
+		// Only values seen passing: a sample that fails otherwise (a
+		// class of 7 of 4) says nothing of the range.
+		for x := range r.batch.Samples {
+			if !r.passed[x] {
+				culprit[x] = true
+			}
+		}
+	}
+	r.mu.Unlock()
 	bd := *e.BatchDim
 	var m int64
 	found := false
@@ -439,4 +471,36 @@ func fmtValue(v float64, dt kernels.DType) string {
 		return strconv.FormatInt(int64(v), 10)
 	}
 	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+// countAttr is the smallest integer attribute of the batch's op above x
+// (a count such as one_hot's num_classes), where there is one.
+func (r *run) countAttr(x int64) (int64, bool) {
+	best, found := int64(0), false
+	for _, v := range r.batch.Attrs {
+		var n int64
+		switch a := v.(type) {
+		case json.Number:
+			i, err := a.Int64()
+			if err != nil {
+				continue
+			}
+			n = i
+		case int64:
+			n = a
+		case int:
+			n = int64(a)
+		case float64:
+			if a != math.Trunc(a) || math.Abs(a) > 1<<53 {
+				continue
+			}
+			n = int64(a)
+		default:
+			continue
+		}
+		if n > x && (!found || n < best) {
+			best, found = n, true
+		}
+	}
+	return best, found
 }

@@ -30,6 +30,17 @@ func (r *run) writeFixtures(found []Finding) ([]string, error) {
 	for i, f := range found {
 		culprits[i] = f.Culprit("")
 	}
+	// Each fixture names every other's directory: the names first (a
+	// fixture's directory is no part of another's identity).
+	named := slices.Clone(culprits)
+	for i, f := range found {
+		dir, err := regress.Dir(r.o.Out, r.regression(f, i, culprits))
+		if err != nil {
+			return nil, fmt.Errorf("write fixture under --out %s: %w", r.o.Out, err)
+		}
+		named[i].Fixture = dir
+	}
+	culprits = named
 	dirs := make([]string, len(found))
 	for i, f := range found {
 		dir, err := regress.Write(r.o.Out, r.regression(f, i, culprits))
@@ -42,7 +53,6 @@ func (r *run) writeFixtures(found []Finding) ([]string, error) {
 			return nil, fmt.Errorf("write fixture under --out %s: %w", r.o.Out, err)
 		}
 		dirs[i] = dir
-		culprits[i].Fixture = dir
 	}
 	return dirs, nil
 }
@@ -105,7 +115,7 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 	rec := regress.Record{
 		Version: regress.RecordVersion, Op: r.batch.Op, Signature: r.judge.Want, Match: string(r.o.Match),
 		Mode: string(r.mode), ModeReason: r.modeReason, Culprits: culprits, Finding: k, Size: r.size,
-		Diagnosis: r.diagnosis(f), Predates: r.history, Replays: replays, Phases: phases, OtherFailures: others,
+		Diagnosis: r.diagnosis(f) + alsoCulprits(culprits, k), Predates: r.history, Replays: replays, Phases: phases, OtherFailures: others,
 		Seconds: time.Since(r.start).Seconds(), Partial: f.Partial,
 		Source:      regress.RecordSource{File: filepath.Base(r.o.Source), Hash: "sha256:" + r.srcHash, Samples: r.batch.Samples},
 		Environment: r.environment(set), Attrs: r.batch.Attrs, Entry: set.Entry, Step: set.Step, Shape: f.Shape,
@@ -312,7 +322,7 @@ func (r *run) diagnosis(f Finding) string {
 		if len(f.IDs) > 0 {
 			one += ", " + f.IDs[0]
 		}
-		return fmt.Sprintf("%s: %s: the batch is too small: it %s (%s, and copies of it)", op, failureWords(r.judge.Want.Family), r.size.Text(), one)
+		return fmt.Sprintf("%s: %s: the batch is too small: it %s (%s, and %s)", op, failureWords(r.judge.Want.Family), r.size.Text(), one, r.grownWith)
 	case r.mode == ModeSize && r.size != nil:
 		return fmt.Sprintf("%s: %s at batch size %d; %s pass", op, failureWords(r.judge.Want.Family), r.size.SmallestFailing, regress.Count(r.size.LargestPassing, "sample"))
 	case f.ContentFree && longer != "":
@@ -440,4 +450,31 @@ func failureWords(f signature.Family) string {
 		return "a crash"
 	}
 	return string(f)
+}
+
+// alsoCulprits is what a headline adds for the other culprit sets of the
+// reduction, each in its own fixture: "; also sample 3 (img-196106), in
+// its own fixture".
+func alsoCulprits(culprits []regress.Culprit, k int) string {
+	var sets []string
+	for j, c := range culprits {
+		if j == k {
+			continue
+		}
+		ints := make([]int, len(c.Indices))
+		copy(ints, c.Indices)
+		s := regress.Count(int64(len(ints)), "sample")
+		s = s[strings.IndexByte(s, ' ')+1:] + " " + joinInts(ints, ", ")
+		if len(c.IDs) > 0 {
+			s += " (" + strings.Join(c.IDs, ", ") + ")"
+		}
+		sets = append(sets, s)
+	}
+	switch len(sets) {
+	case 0:
+		return ""
+	case 1:
+		return "; also " + sets[0] + ", in its own fixture"
+	}
+	return "; also " + strings.Join(sets, "; ") + ", each in its own fixture"
 }

@@ -148,6 +148,41 @@ func TestGrowBatchOfOne(t *testing.T) {
 	}
 }
 
+// TestGrowWithDonors: a loss that needs 4 samples, not all alike (a
+// contrastive loss over distinct examples), recorded on a batch of 3:
+// copies of one sample fail at every size, so the batch grows with its
+// other samples in turn, and 4 pass.
+func TestGrowWithDonors(t *testing.T) {
+	b := labelBatch(5)
+	for i := range 5 {
+		b.Tensor("label").Tensor.StoreInt(int64(i), int64(i%4))
+	}
+	b, _ = b.Select([]int64{0, 1, 2})
+	step := func(b *fixtures.Batch) signature.Signature {
+		seen := map[int64]bool{}
+		lab := b.Tensor("label").Tensor
+		for i := range b.Samples {
+			seen[lab.LoadInt(i)] = true
+		}
+		if b.Samples < 4 || len(seen) < 2 {
+			return raise(fmt.Sprintf("ValueError: contrastive loss needs 4 samples of 2 labels, got %d of %d", b.Samples, len(seen)))
+		}
+		return pass
+	}
+	path := recordStep(t, b, step)
+	res, err := reduce(t, b, path, newStep(step), reduction.Options{})
+	require.NoError(t, err)
+	assert.Equal(t, reduction.ModeSize, res.Mode, res.ModeReason)
+	require.NotNil(t, res.Size)
+	assert.Equal(t, int64(4), res.Size.SmallestPassing)
+	require.Len(t, res.Findings, 1)
+	f := res.Findings[0]
+	require.NotNil(t, f.Boundary)
+	assert.Equal(t, int64(4), f.Boundary.Samples)
+	assert.Equal(t, pass, step(f.Boundary))
+	assert.Contains(t, res.ModeReason, "with the batch's other samples passes")
+}
+
 // TestQuotedValueRelation: a step that quotes the duplicate key in its
 // message ("duplicate clip_id 'c-7'"): the relation probe's fresh value
 // gives the same message with another value, which is the same failure,

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -223,6 +224,7 @@ type run struct {
 	mode       Mode
 	modeReason string
 	size       *regress.SizeResult
+	grownWith  string // what growMode grew the sample with: "copies of it", "the batch's other samples"
 
 	mu          sync.Mutex
 	confirmTook time.Duration // the slowest of the confirmation's replays
@@ -444,7 +446,13 @@ func (r *run) ask(ctx context.Context, c *candidate, trial int) (shrink.Outcome,
 		return shrink.Unresolved, err
 	}
 	if a.outcome == shrink.Unresolved && a.src != fromCache {
-		r.other(a.sig, a.verdict)
+		samples := ""
+		if c.edit == nil && c.Rows != nil && c.Narrow == nil && c.Squeeze == nil && c.Values == nil {
+			var b strings.Builder
+			writeRanges(&b, c.Rows)
+			samples = strings.Trim(b.String(), "{}")
+		}
+		r.other(a.sig, a.verdict, samples)
 	}
 	return a.outcome, nil
 }
@@ -573,7 +581,7 @@ func keyWithTrial(key string, trial int) string { return fmt.Sprintf("%s#%d", ke
 // other counts a different failure met, v the replay that met it (nil
 // when the journal answered); failures that differ only in a number a
 // probe changed are one.
-func (r *run) other(s signature.Signature, v *replay.Verdict) {
+func (r *run) other(s signature.Signature, v *replay.Verdict, samples string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.phase == PhaseShape || r.phase == PhaseBoundary {
@@ -590,6 +598,9 @@ func (r *run) other(s signature.Signature, v *replay.Verdict) {
 	}
 	if o.Message == "" && v != nil {
 		o.Message = signature.Message(v.Result.Stderr, s)
+	}
+	if o.Count == 0 {
+		o.Samples = samples
 	}
 	o.Count++
 }

@@ -72,7 +72,7 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 		// Other pairs may share other keys: the search goes on below.
 		r.modeReason = "every tensor value neutralized, the samples still fail: the cause is a relation between their per-sample values: " + first.Relation.Text
 	case first.Shape != nil && first.Shape.Squeezed:
-		r.modeReason = "a shape decides it, not a value (the diagnosis says which)"
+		r.modeReason = "a shape decides it, not a value: " + first.Shape.Text
 		return []Finding{first}, nil
 	case first.Shape != nil:
 		r.modeReason = r.neutralized() + " neutralized, the samples still fail: a size decides it: " + first.Shape.Text
@@ -225,7 +225,7 @@ func (r *run) reduceSet(ctx context.Context, set []int) (Finding, error) {
 	case longer != "":
 		why += ": " + longer
 	case len(set) == 1:
-		why += ", and every sample has this shape"
+		why += ", and every sample fails alone with it"
 	}
 	if longer != "" || len(set) == 1 {
 		f.Shape, err = r.shape(ctx, &f, er.reducedCand, why)

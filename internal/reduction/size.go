@@ -92,19 +92,72 @@ var growSizes = []int64{2, 8, 64}
 // which may be the batch's size rather than any shape or dtype (BatchNorm
 // in training refuses a batch of one): batches of copies of the sample,
 // of growSizes, are replayed until one passes, and the sizes between the
-// last that failed and it are bisected. It returns the finding in size
+// last that failed and it are bisected (grow); where copies fail at every
+// size, the batch's other samples are the donors, in turn after it. It returns the finding in size
 // mode when one passed (the passing batch its boundary), else ok false
 // and the finding as it was.
 func (r *run) growMode(ctx context.Context, first Finding) (found []Finding, ok bool, err error) {
 	c := int64(first.Indices[0])
-	copies := func(k int64) *candidate { return keepRows(repeat(c, int(k)), int(k)) }
+	copies := func(k int64) []int64 { return repeat(c, int(k)) }
+	// Then donors: the batch's other samples, in turn after it, where
+	// copies of one sample fail at every size (a step that wants distinct
+	// samples).
+	var others []int64
+	for x := range r.batch.Samples {
+		if x != c {
+			others = append(others, x)
+		}
+	}
+	withDonors := func(k int64) []int64 {
+		out := make([]int64, k)
+		for i := range out {
+			out[i] = c
+			if i%(len(others)+1) > 0 {
+				out[i] = others[i%(len(others)+1)-1]
+			}
+		}
+		return out
+	}
 	r.setPhase(PhaseSize, int(growSizes[len(growSizes)-1]))
-	failing, passing := int64(len(first.Indices)), int64(0)
-	ask := func(k int64) (shrink.Outcome, error) { return r.askTrials(ctx, copies(k)) }
+	rowsOf, donors := copies, false
+	passing, err := r.grow(ctx, int64(len(first.Indices)), copies)
+	if err == nil && passing == 0 && len(others) > 0 {
+		rowsOf, donors = withDonors, true
+		passing, err = r.grow(ctx, int64(len(first.Indices)), withDonors)
+	}
+	if err != nil || passing == 0 {
+		return nil, false, err
+	}
+	r.mode = ModeSize
+	r.size = &regress.SizeResult{SmallestFailing: int64(len(first.Indices)), SmallestPassing: passing}
+	r.modeReason = fmt.Sprintf("one sample fails whatever its values, and a batch of %d copies of it passes: the batch is too small", passing)
+	r.grownWith = "copies of it"
+	if donors {
+		r.modeReason = fmt.Sprintf("one sample fails whatever its values, copies of it fail at every size, and a batch of %d with the batch's other samples passes: the batch is too small", passing)
+		r.grownWith = "the batch's other samples"
+	}
+	r.logf("size: %s", r.size.Text())
+	f := first
+	if f.Batch, err = r.rows([]int64{c}); err != nil {
+		return nil, false, err
+	}
+	if f.Boundary, err = r.rows(rowsOf(passing)); err != nil {
+		return nil, false, err
+	}
+	f.Elements, f.Shape, f.Relation, f.OtherEnd, f.Without = nil, nil, nil, nil, nil
+	return []Finding{f}, true, nil
+}
+
+// grow asks batches of rowsOf(k) for k in growSizes until one passes,
+// then bisects the sizes between the last that failed and it: the
+// smallest size that passes, 0 when none did; failing is the size known
+// to fail.
+func (r *run) grow(ctx context.Context, failing int64, rowsOf func(k int64) []int64) (passing int64, err error) {
+	ask := func(k int64) (shrink.Outcome, error) { return r.askTrials(ctx, keepRows(rowsOf(k), int(k))) }
 	for _, k := range growSizes {
 		o, err := ask(k)
 		if err != nil || ctx.Err() != nil || o == shrink.Unresolved {
-			return nil, false, err
+			return 0, err
 		}
 		if o == shrink.Pass {
 			passing = k
@@ -113,13 +166,13 @@ func (r *run) growMode(ctx context.Context, first Finding) (found []Finding, ok 
 		failing = k
 	}
 	if passing == 0 {
-		return nil, false, nil
+		return 0, nil
 	}
 	for passing-failing > 1 {
 		mid := failing + (passing-failing)/2
 		o, err := ask(mid)
 		if err != nil || ctx.Err() != nil {
-			return nil, false, err
+			return 0, err
 		}
 		switch o {
 		case shrink.Pass:
@@ -130,17 +183,5 @@ func (r *run) growMode(ctx context.Context, first Finding) (found []Finding, ok 
 			failing = passing - 1 // another failure between: the smallest pass known stands
 		}
 	}
-	r.mode = ModeSize
-	r.size = &regress.SizeResult{SmallestFailing: int64(len(first.Indices)), SmallestPassing: passing}
-	r.modeReason = fmt.Sprintf("one sample fails whatever its values, and a batch of %d copies of it passes: the batch is too small", passing)
-	r.logf("size: %s", r.size.Text())
-	f := first
-	if f.Batch, err = r.rows([]int64{c}); err != nil {
-		return nil, false, err
-	}
-	if f.Boundary, err = r.rows(repeat(c, int(passing))); err != nil {
-		return nil, false, err
-	}
-	f.Elements, f.Shape, f.Relation, f.OtherEnd, f.Without = nil, nil, nil, nil, nil
-	return []Finding{f}, true, nil
+	return passing, nil
 }

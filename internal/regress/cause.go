@@ -180,6 +180,12 @@ func misuse(rec *Record, reg *Regression, op *kernels.Op, class string) judgemen
 		return j
 	}
 	j.contract, j.fix = m.Contract, m.Fix
+	if sh := rec.Shape; op == nil && m.Tensor != "" && sh != nil && sh.Squeezed && len(sh.Tensors) == 1 && sh.Tensors[0] != m.Tensor {
+		// The step's own name for the argument: its label is the loss's target.
+		name := sh.Tensors[0]
+		j.fix = strings.ReplaceAll(j.fix, "`"+m.Tensor+".", "`"+name+".") +
+			fmt.Sprintf(" (the batch's %s is the call's %s here)", mdCode(name), mdCode(m.Tensor))
+	}
 	if op != nil && m.Tensor != "" {
 		if args := opArgs(op, reg.Batch); args != nil {
 			var is []string
