@@ -166,15 +166,28 @@ func TestRegressionLifeData(t *testing.T) {
 // once the data pipeline is fixed.
 func TestRegressionLifeCollated(t *testing.T) {
 	conftest := "import pytest\nimport textclf\n\n\n@pytest.fixture\ndef reduce_sample():\n" +
-		"    samples = {s[\"id\"]: s for s in textclf.Texts(crash=%q)}\n" +
-		"    return lambda sample_id: textclf.collate([samples[sample_id]])\n"
+		"    samples = {s[\"id\"]: s for s in textclf.Texts(crash=%[1]q)}\n" +
+		"    collate = textclf.collate_renamed if %[1]q == \"renamed\" else textclf.collate\n" +
+		"    return lambda sample_id: collate([samples[sample_id]])\n"
 	for _, tc := range []struct{ crash, data, says, old, new string }{
 		{"label", "culprit_sample[txt-037:label]", "want a value in [0, 3]", `s["label"] = CLASSES`, `s["label"] = CLASSES - 1`},
+		// A collate that renames the Dataset's keys: the collated batch has them.
+		{"renamed", "culprit_sample[txt-037:labels]", "want a value in [0, 3]", `s["label"] = CLASSES`, `s["label"] = CLASSES - 1`},
 		{"length", "culprit_sample[txt-037:tokens]", "want at most 64", `s["tokens"] = torch.randint(1, VOCAB, (70,), generator=g)`,
 			`s["tokens"] = torch.randint(1, VOCAB, (64,), generator=g)`},
 	} {
 		t.Run(tc.crash, func(t *testing.T) {
 			proj, dir := project(t, tc.crash)
+			if tc.crash == "renamed" {
+				// The Dataset's sample lacks the batch's key: a failure that
+				// says what to return, not a skip.
+				own := "import pytest\nimport textclf\n\n\n@pytest.fixture\ndef reduce_sample():\n" +
+					"    return {s[\"id\"]: s for s in textclf.Texts(crash=\"renamed\")}.__getitem__\n"
+				require.NoError(t, os.WriteFile(filepath.Join(proj, "conftest.py"), []byte(own), 0o644))
+				res, out := pytestOutcomes(t, proj, dir)
+				assert.Equal(t, "FAILED", res[tc.data], out)
+				assert.Contains(t, out, "the sample has no 'labels' (it has keys 'id', 'tokens', 'label', 'key')", out)
+			}
 			require.NoError(t, os.WriteFile(filepath.Join(proj, "conftest.py"), []byte(fmt.Sprintf(conftest, tc.crash)), 0o644))
 			res, out := pytestOutcomes(t, proj, dir)
 			assert.Equal(t, "FAILED", res[tc.data], out)

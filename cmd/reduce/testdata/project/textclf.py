@@ -27,7 +27,7 @@ class Texts(torch.utils.data.Dataset):
             self.samples.append({"id": "txt-%03d" % i, "tokens": tokens, "label": label, "key": 1000 + i})
         bad = 37  # the sample the crash is about; it lands in the third batch of 16
         s = self.samples[bad]
-        if crash == "label":
+        if crash in ("label", "renamed"):
             s["label"] = CLASSES
         elif crash == "token":
             s["tokens"][2] = VOCAB
@@ -69,9 +69,17 @@ def collate(samples):
     }
 
 
+def collate_renamed(samples):
+    """collate, with the batch's keys named as a model hub's collator names them: label is labels."""
+    batch = collate(samples)
+    batch["labels"] = batch.pop("label")
+    return batch
+
+
 def loader(crash=None):
-    """The training loader: batches of 16, collated."""
-    return torch.utils.data.DataLoader(Texts(crash=crash), batch_size=16, collate_fn=collate, drop_last=DROP_LAST)
+    """The training loader: batches of 16, collated (crash "renamed": by collate_renamed)."""
+    fn = collate_renamed if crash == "renamed" else collate
+    return torch.utils.data.DataLoader(Texts(crash=crash), batch_size=16, collate_fn=fn, drop_last=DROP_LAST)
 
 
 class Classifier(torch.nn.Module):
@@ -132,3 +140,10 @@ def train_step_bn(batch):
     model, _ = model_and_optimizer()
     logits = _norm["bn"](model(batch["tokens"], batch["lengths"]))
     return F.cross_entropy(logits, batch["label"]).detach()
+
+
+def train_step_renamed(batch, state=None):
+    """train_step on a batch of collate_renamed."""
+    batch = dict(batch)
+    batch["label"] = batch.pop("labels")
+    return train_step(batch, state)

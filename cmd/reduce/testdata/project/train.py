@@ -14,11 +14,11 @@ import textclf
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--crash", choices=["label", "token", "length", "nan", "dupkey", "column", "ignored", "small"], default=None)
+    p.add_argument("--crash", choices=["label", "token", "length", "nan", "dupkey", "column", "ignored", "small", "renamed"], default=None)
     p.add_argument("--out", default="crash.bin")
     o = p.parse_args()
     loader = textclf.loader(o.crash)
-    train_step = textclf.train_step_bn if o.crash == "small" else textclf.train_step
+    train_step = {"small": textclf.train_step_bn, "renamed": textclf.train_step_renamed}.get(o.crash, textclf.train_step)
     model, optimizer = textclf.model_and_optimizer()
     state = None
     for step, batch in enumerate(loader):
