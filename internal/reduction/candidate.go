@@ -232,6 +232,9 @@ func (c *candidate) key(samples int64) string {
 		}
 		b.WriteString("}")
 	}
+	if c.FreshState {
+		b.WriteString(" fresh_state")
+	}
 	return b.String()
 }
 

@@ -19,6 +19,7 @@ const (
 	PhaseShape      Phase = "shape"      // the size of a non-batch dim that decides the failure
 	PhaseRelation   Phase = "relation"   // equal values in several samples
 	PhaseNeighbours Phase = "neighbours" // the batch without the culprits
+	PhaseHistory    Phase = "history"    // the culprits replayed without the recorded state
 )
 
 // Mode is how the samples were reduced: a closed set.

@@ -310,8 +310,15 @@ func (r *run) diagnosis(f Finding) string {
 		if len(f.Indices) > 1 {
 			verb = "fail"
 		}
-		return fmt.Sprintf("%s: %s: the cause predates this batch: %s %s only against the recorded state, which already holds values no healthy step leaves",
-			op, failureWords(r.judge.Want.Family), where, verb)
+		why := "which already holds values no healthy step leaves"
+		if r.history == freshHistory {
+			why = "and passes from the weights the step builds"
+			if len(f.Indices) > 1 {
+				why = "and pass from the weights the step builds"
+			}
+		}
+		return fmt.Sprintf("%s: %s: the cause predates this batch: %s %s only against the recorded state, %s",
+			op, failureWords(r.judge.Want.Family), where, verb, why)
 	case f.Shape != nil:
 		return fmt.Sprintf("%s: %s with %s: %s", op, failureWords(r.judge.Want.Family), where, f.Shape.Text)
 	case f.Relation != nil && len(f.Elements) == 0:

@@ -1,12 +1,14 @@
 package reduction
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
 
 	"reduce/kernels"
+	"reduce/shrink"
 )
 
 // hugeState is the magnitude past which a recorded weight or optimizer
@@ -88,6 +90,44 @@ func (r *run) predates() string {
 
 // predatesReason is the mode's reason when the cause predates the batch.
 func predatesReason(history string) string {
+	if history == freshHistory {
+		return "the cause predates this batch: its samples fail only against the recorded state, and pass when the step starts from the weights it builds. " +
+			"To find the step and the sample that did it, record the steps before this one (their batches, and the state before it went wrong) and reduce those"
+	}
 	return "the cause predates this batch: " + history + ", and its samples fail only against that state. " +
 		"To find the step and the sample that did it, record the steps before this one (their batches, and the state from before the values grew) and reduce those"
+}
+
+// freshHistory is the history of samples that pass from the step's own
+// weights (freshStatePasses).
+const freshHistory = "the samples pass when the step starts from the weights it builds instead of the recorded state"
+
+// freshStatePasses says whether the culprit samples rows, which hold no
+// non-finite value, pass when the step starts from the weights it builds
+// rather than the recorded state (a FreshState view): then the state is
+// the cause, and it returns the history to say so. One replay, asked only
+// of a step recorded with a state whose magnitude said nothing
+// (predates).
+func (r *run) freshStatePasses(ctx context.Context, rows []int64) (string, error) {
+	if r.batch.State == nil || r.batch.Step == nil {
+		return "", nil
+	}
+	sub, err := r.rows(rows)
+	if err != nil {
+		return "", err
+	}
+	sp := newUnitSpace(rows, sub, nil, maxElementUnits, nil)
+	for u, un := range sp.units {
+		if v := sp.original(u).f; un.float && (math.IsNaN(v) || math.IsInf(v, 0)) {
+			return "", nil // a non-finite input is the data's, whatever the weights
+		}
+	}
+	r.setPhase(PhaseHistory, 1)
+	c := keepRows(rows, len(rows))
+	c.FreshState = true
+	o, err := r.askTrials(ctx, c)
+	if err != nil || o != shrink.Pass {
+		return "", err
+	}
+	return freshHistory, nil
 }

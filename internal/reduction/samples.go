@@ -44,6 +44,13 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 	if slices.Contains(res.Unconfirmed, 0) {
 		r.logf("samples: culprit set %v failed in the search but not in its fresh replays: the failure is flaky (a higher --trials helps)", res.Culprits[0])
 	}
+	if r.history == "" {
+		// Innocent-looking samples that pass from the step's own weights
+		// fail only against the recorded state.
+		if r.history, err = r.freshStatePasses(ctx, rowsOf(res.Culprits[0])); err != nil || ctx.Err() != nil {
+			return nil, err
+		}
+	}
 	if r.history != "" {
 		// The samples fail against a state an earlier step broke: the
 		// first set is a witness, and neither its elements nor further

@@ -497,8 +497,10 @@ def restore_rng(state):
 
 def _call_step(fn, batch):
     """The recorded step's contract: step(batch) with the batch as the loader yielded it, or
-    step(batch, state) when a state was recorded (the random generators restored first)."""
-    if batch.state is not None:
+    step(batch, state) when a state was recorded (the random generators restored first), unless
+    the batch's meta says replay_state=fresh (reduce's probe of whether the recorded state is the
+    cause: the step starts from the weights it builds)."""
+    if batch.state is not None and (batch.meta or {}).get("replay_state") != "fresh":
         restore_rng(batch.state)
         return fn(batch.data, batch.state)
     return fn(batch.data)

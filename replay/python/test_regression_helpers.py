@@ -628,6 +628,20 @@ def test_loader_cases_and_check_loader():
     rc.check_loader(torch.utils.data.DataLoader(ignored, batch_size=4), case)
 
 
+def test_call_step_fresh_state():
+    """A recorded state is passed to the step, unless the batch's meta says replay_state=fresh
+    (reduce's probe of whether the state is the cause): then the step gets the batch alone."""
+    calls = []
+
+    def step(batch, state=None):
+        calls.append(state)
+
+    state = rb.State({})
+    rc._call_step(step, collections.namedtuple("B", "data state meta")({"x": 1}, state, {}))
+    rc._call_step(step, collections.namedtuple("B", "data state meta")({"x": 1}, state, {"replay_state": "fresh"}))
+    assert calls == [state, None]
+
+
 def test_check_distinct():
     rc.check_distinct([1, 2, 3], ["a", "b", "c"])
     rc.check_distinct([], [])
