@@ -81,9 +81,10 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, elsewhere func(
 	// last (the highest class a dataset uses): the value past it is asked
 	// first, then m when that fails (255 where the classes end at 4: 5
 	// fails and 4 passes, two replays where a bisection takes eight), and
-	// v's neighbour when it passes (the end lies higher).
+	// v's neighbour when it passes (the end lies higher). Where v is close
+	// to m (within 3), its neighbour is asked first: one replay either way.
 	askNear := true
-	if m, ok := elsewhere(); ok && v > m && m >= lo && m+1 < v {
+	if m, ok := elsewhere(); ok && v > m && m >= lo && m+1 < v && near-m > 2 {
 		o, err := try.all(ctx, value{i: m + 1}, r.o.Trials)
 		if err != nil {
 			return bounds{}, err
@@ -151,6 +152,7 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, elsewhere func(
 	}
 	closed := false
 	if probe && (past < far) == (far < br.Pass) { // no wrap past the int64 range
+		r.setPhase(PhaseRange, 1)
 		of, err := try.all(ctx, value{i: far}, r.o.Trials)
 		if err != nil {
 			return out, err
@@ -371,6 +373,7 @@ func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int6
 	if br.Pass != 0 {
 		// Zero passed (Boundary replays both ends): is the smallest float
 		// on its other side a failure?
+		r.setPhase(PhaseRange, 1)
 		o, err := try.all(ctx, value{f: -sign * fromBits(1)}, r.o.Trials)
 		if err != nil {
 			return out, err

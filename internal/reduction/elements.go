@@ -100,12 +100,21 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 	// Asked where it saves more than the replay it costs: the outliers
 	// are at most a quarter of the elements.
 	if out := outliers; len(out) > 0 && 4*len(out) <= len(sp.units) {
-		o, err := r.askTrials(ctx, keeping(out, nil))
-		if err != nil || ctx.Err() != nil {
-			return elementResult{partial: ctx.Err() != nil}, err
+		// The integer outliers first, where there are floats too (an
+		// image's extreme pixel beside a label past the classes).
+		var tries [][]int
+		if io := intsOf(sp, out); len(io) > 0 && len(io) < len(out) {
+			tries = append(tries, io)
 		}
-		if o == shrink.Fail {
-			space = out
+		for _, cand := range append(tries, out) {
+			o, err := r.askTrials(ctx, keeping(cand, nil))
+			if err != nil || ctx.Err() != nil {
+				return elementResult{partial: ctx.Err() != nil}, err
+			}
+			if o == shrink.Fail {
+				space = cand
+				break
+			}
 		}
 	}
 	if ints := intUnits(sp); space == nil && len(ints) > 0 && len(ints) < len(sp.units) {
@@ -207,6 +216,7 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 		}
 		fe := elem(u)
 		un := sp.units[u]
+		r.setPhase(PhaseBoundary, len(keep)) // after another element's range
 		one := func(ctx context.Context, v value, trial int) (shrink.Outcome, error) {
 			return r.ask(ctx, with(map[int]value{u: v}), trial)
 		}
@@ -271,6 +281,7 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 		return out, nil
 	}
 	if !maps2Equal(passing, otherEnd, sp) {
+		r.setPhase(PhaseRange, len(keep))
 		if o, err := ask(ctx, otherEnd); err != nil {
 			return out, err
 		} else if o == shrink.Pass {
@@ -430,6 +441,17 @@ func (r *run) sharedUnits(sp *unitSpace) []unit {
 		}
 		if same {
 			out = append(out, un)
+		}
+	}
+	return out
+}
+
+// intsOf are the units of us that are integers.
+func intsOf(sp *unitSpace, us []int) []int {
+	var out []int
+	for _, u := range us {
+		if !sp.units[u].float {
+			out = append(out, u)
 		}
 	}
 	return out

@@ -16,6 +16,7 @@ const (
 	PhaseSize       Phase = "size"       // bisecting the batch size
 	PhaseElements   Phase = "elements"   // neutralizing elements of the kept samples
 	PhaseBoundary   Phase = "boundary"   // the nearest passing value of each element
+	PhaseRange      Phase = "range"      // the valid range's other end, past the passing value
 	PhaseShape      Phase = "shape"      // the size of a non-batch dim that decides the failure
 	PhaseRelation   Phase = "relation"   // equal values in several samples
 	PhaseNeighbours Phase = "neighbours" // the batch without the culprits

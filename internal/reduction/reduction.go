@@ -584,10 +584,10 @@ func keyWithTrial(key string, trial int) string { return fmt.Sprintf("%s#%d", ke
 func (r *run) other(s signature.Signature, v *replay.Verdict, samples string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.phase == PhaseShape || r.phase == PhaseBoundary {
-		// A dim cut or dropped, a value set by the probe, fails otherwise:
-		// the probe's own making, not the batch's (-99 out of bounds next
-		// to a target of -100).
+	if r.phase == PhaseShape || r.phase == PhaseBoundary || r.phase == PhaseRange || r.phase == PhaseHistory {
+		// A dim cut or dropped, a value set by the probe, a step called
+		// without its state, fails otherwise: the probe's own making, not
+		// the batch's (-99 out of bounds next to a target of -100).
 		return
 	}
 	key := signature.Grouped(s)
