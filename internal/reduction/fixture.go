@@ -261,7 +261,7 @@ func (f Finding) Culprit(dir string) regress.Culprit {
 // Diagnosis is the element's line for a person: "target[2] = 4 triggers
 // the failure; 3 passes (valid range [0, 4))".
 func (e Element) Diagnosis() string {
-	s := fmt.Sprintf("%s%s = %s triggers the failure", e.Tensor, indexText(e.Index), valueText(e))
+	s := fmt.Sprintf("%s%s = %s triggers the failure", regress.TensorLabel(e.Tensor), indexText(e.Index), valueText(e))
 	if e.Passing != nil {
 		s += fmt.Sprintf("; %s passes", fmtValue(*e.Passing, e.dtype))
 	}
@@ -349,7 +349,7 @@ func (r *run) diagnosis(f Finding) string {
 			var pass []string
 			for _, e := range f.Elements {
 				if e.Passing != nil {
-					pass = append(pass, fmt.Sprintf("%s%s = %s", e.Tensor, perSample(e), fmtValue(*e.Passing, e.dtype)))
+					pass = append(pass, fmt.Sprintf("%s%s = %s", regress.TensorLabel(e.Tensor), perSample(e), fmtValue(*e.Passing, e.dtype)))
 				}
 			}
 			s := fmt.Sprintf("%s: %s: every sample of the batch holds %s, and each fails alone", op, failureWords(r.judge.Want.Family), strings.Join(f.Shared, " and "))
@@ -367,7 +367,7 @@ func (r *run) diagnosis(f Finding) string {
 			if f.Relation != nil && k < len(f.Relation.Elements) {
 				continue // the relation's, listed first
 			}
-			s := fmt.Sprintf("%s%s = %s", e.Tensor, indexText(e.Index), valueText(e))
+			s := fmt.Sprintf("%s%s = %s", regress.TensorLabel(e.Tensor), indexText(e.Index), valueText(e))
 			if e.Passing != nil {
 				s += fmt.Sprintf(" fails where %s passes", fmtValue(*e.Passing, e.dtype))
 			}

@@ -205,7 +205,7 @@ func (r *run) reduceSet(ctx context.Context, set []int) (Finding, error) {
 			for i, e := range er.elements {
 				if r.everySample(e) {
 					er.elements[i].Shared = true
-					f.Shared = append(f.Shared, fmt.Sprintf("%s%s = %s", e.Tensor, perSample(e), valueText(e)))
+					f.Shared = append(f.Shared, fmt.Sprintf("%s%s = %s", regress.TensorLabel(e.Tensor), perSample(e), valueText(e)))
 				}
 			}
 		}

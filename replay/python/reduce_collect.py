@@ -1140,6 +1140,9 @@ def _rule_subject(rule):
     optional "sample", "tensor", "index" and "dim" keys."""
     head = "sample {!r}: ".format(rule["sample"]) if rule.get("sample") is not None else ""
     what = rule.get("tensor") or "the value"
+    if what[:1].isdigit():  # an item of a tuple sample: "1" is its [1]
+        first, _, rest = what.partition(".")
+        what = f"[{first}]" + (f".{rest}" if rest else "")
     if rule.get("kind") == "max_size":
         return f"{head}size of {what} along dim {int(rule.get('dim') or 0)}"
     if rule.get("kind") == "rank":
@@ -1343,6 +1346,12 @@ class Fixture:
         if self.data_cases() != ([], []):
             why += (" (A fix in the data leaves this batch failing as recorded: the culprit sample tests guard that "
                     "fix.)")
+        elif not self.exec and loader_cases(self.record):
+            why += (" (A fix in the data loader, such as drop_last=True, leaves this batch failing as recorded: the "
+                    "loader_batches test guards that fix.)")
+        elif self.record.get("predates"):
+            why += (" (The cause predates this batch: a fix before this step leaves it failing as recorded against "
+                    "the recorded state.)")
         return why
 
     def path(self, name):
@@ -1531,11 +1540,11 @@ def check_loader(loader, case):
         sizes = _loader_batch_sizes(loader)
         for i, n in enumerate(sizes):
             if kind == "min_batch":
-                assert n >= case["min"], (f"batch {i} of {len(sizes)} holds {n} sample{'s' if n != 1 else ''}, "
+                assert n >= case["min"], (f"batch {i + 1} of {len(sizes)} holds {n} sample{'s' if n != 1 else ''}, "
                                           f"want at least {case['min']}{found}: drop_last=True, or a batch size "
                                           "that divides the dataset")
             else:
-                assert n <= case["max"], f"batch {i} of {len(sizes)} holds {n} samples, want at most {case['max']}{found}"
+                assert n <= case["max"], f"batch {i + 1} of {len(sizes)} holds {n} samples, want at most {case['max']}{found}"
         return
     if kind != "not_all":
         raise ValueError(f"loader case kind {kind!r}: want min_batch, max_batch or not_all")
@@ -1544,11 +1553,11 @@ def check_loader(loader, case):
         try:
             leaf = _sample_leaf(batch, case["tensor"])
         except KeyError as e:
-            raise AssertionError(f"batch {i} of reduce_loader: {e.args[0] if e.args else e}") from None
+            raise AssertionError(f"batch {i + 1} of reduce_loader: {e.args[0] if e.args else e}") from None
         t = torch.as_tensor(leaf)
         per = t[(slice(None),) + tuple(int(x) for x in case["index"])] if t.dim() else t.reshape(1)
         n = len(per) if per.dim() else 1
-        assert not bool((per == case["value"]).all()), (f"batch {i} of reduce_loader: every one of its {n} "
+        assert not bool((per == case["value"]).all()), (f"batch {i + 1} of reduce_loader: every one of its {n} "
                                                         f"sample{'s' if n != 1 else ''} holds {case['what']}{found}")
 
 

@@ -568,7 +568,7 @@ def test_check_sample_rule():
     rc.check_sample_rule(7, {"kind": "finite"})
     with pytest.raises(AssertionError) as info:
         rc.check_sample_rule(float("inf"), {"kind": "finite", "sample": "img-3", "tensor": "0", "index": [1]})
-    assert str(info.value) == "sample 'img-3': 0[1] = inf, want a finite value"
+    assert str(info.value) == "sample 'img-3': [0][1] = inf, want a finite value"
 
     rc.check_sample_rule(64, {"kind": "max_size", "max": 64, "dim": 0})
     with pytest.raises(AssertionError) as info:
@@ -607,7 +607,7 @@ def test_loader_cases_and_check_loader():
     assert small["kind"] == "min_batch" and small["min"] == 2
     data = [{"label": torch.tensor(i % 3 - 1)} for i in range(5)]
     loader = torch.utils.data.DataLoader(data, batch_size=2)
-    with pytest.raises(AssertionError, match=r"^batch 2 of 3 holds 1 sample, want at least 2 .*drop_last=True"):
+    with pytest.raises(AssertionError, match=r"^batch 3 of 3 holds 1 sample, want at least 2 .*drop_last=True"):
         rc.check_loader(loader, small)
     rc.check_loader(torch.utils.data.DataLoader(data, batch_size=2, drop_last=True), small)
     (large,) = rc.loader_cases({"mode": "size", "size": {"largest_passing": 47, "smallest_failing": 48}})
@@ -622,7 +622,7 @@ def test_loader_cases_and_check_loader():
     (case,) = rc.loader_cases(shared)
     assert case["kind"] == "not_all" and case["index"] == []
     ignored = [{"label": torch.tensor(v)} for v in (0, 1, -100, -100)]
-    with pytest.raises(AssertionError, match=r"^batch 1 of reduce_loader: every one of its 2 samples holds label = -100 "
+    with pytest.raises(AssertionError, match=r"^batch 2 of reduce_loader: every one of its 2 samples holds label = -100 "
                                              r"\(the rule reduce found: a batch in which every sample holds label"):
         rc.check_loader(torch.utils.data.DataLoader(ignored, batch_size=2), case)
     rc.check_loader(torch.utils.data.DataLoader(ignored, batch_size=4), case)
