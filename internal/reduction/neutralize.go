@@ -3,6 +3,7 @@ package reduction
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"reduce/internal/regress"
@@ -49,6 +50,11 @@ func (r *run) neutralizeMode(ctx context.Context, first Finding) ([]Finding, err
 	}
 	r.mode = ModeNeutralize
 	r.modeReason = fmt.Sprintf("the failure needs %s but only %d of them for their values: the batch size matters, so samples were replaced by copies of sample %d (a batch of its copies passes) instead of dropped", regress.Count(int64(len(first.Indices)), "sample"), len(needed), benign)
+	if msg := r.smallerFailsOtherwise(len(first.Indices)); msg != "" {
+		// The companions are there for the batch to run at all (BatchNorm
+		// refuses one sample), not for the failure.
+		r.modeReason = fmt.Sprintf("%d of the %s hold the triggering values; a smaller batch fails otherwise (%s), so the batch needs its size to run at all: samples were replaced by copies of sample %d (a batch of its copies passes) instead of dropped", len(needed), regress.Count(int64(len(first.Indices)), "sample"), msg, benign)
+	}
 	r.logf("neutralize: %s", r.modeReason)
 	build := func(keep []int) []int64 {
 		idx := repeat(int64(benign), n)
@@ -106,4 +112,37 @@ func (r *run) neutralizeMode(ctx context.Context, first Finding) ([]Finding, err
 		}
 	}
 	return found, nil
+}
+
+// smallerFailsOtherwise is the message of another failure first met by a
+// batch of fewer than n whole samples, "" when there is none.
+func (r *run) smallerFailsOtherwise(n int) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, o := range r.otherFailures() {
+		if o.Samples != "" && countRuns(o.Samples) < n {
+			if o.Message != "" {
+				return o.Message
+			}
+			return o.Signature.Expression
+		}
+	}
+	return ""
+}
+
+// countRuns is how many samples index runs ("0-4,6") name.
+func countRuns(runs string) int {
+	n := 0
+	for _, r := range strings.Split(runs, ",") {
+		lo, hi, found := strings.Cut(r, "-")
+		a, err1 := strconv.Atoi(lo)
+		b, err2 := strconv.Atoi(hi)
+		switch {
+		case !found && err1 == nil:
+			n++
+		case found && err1 == nil && err2 == nil && b >= a:
+			n += b - a + 1
+		}
+	}
+	return n
 }

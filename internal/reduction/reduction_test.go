@@ -302,6 +302,21 @@ func TestNeutralizeMode(t *testing.T) {
 	assert.Equal(t, int64(16), res.Findings[0].Batch.Samples, "the size is kept")
 	require.Len(t, res.Findings[0].Elements, 1)
 	assert.Equal(t, []int64{9}, res.Findings[0].Elements[0].Index)
+
+	// A model that cannot run one sample (BatchNorm): the bad target
+	// needs a companion only to run at all, and the reason says so.
+	tiny := func(c *fixtures.Batch) signature.Signature {
+		if c.Samples < 2 {
+			return raise("ValueError: Expected more than 1 value per channel when training, got input size torch.Size([1, 16])")
+		}
+		return kernelStep(c)
+	}
+	res, err = reduce(t, b, path, newStep(tiny), reduction.Options{})
+	require.NoError(t, err)
+	assert.Equal(t, reduction.ModeNeutralize, res.Mode, res.ModeReason)
+	assert.Contains(t, res.ModeReason, "1 of the 2 samples hold the triggering values; a smaller batch fails otherwise (ValueError: Expected more than")
+	require.Len(t, res.Findings, 1)
+	assert.Equal(t, []int{9}, res.Findings[0].Indices)
 }
 
 // TestSizeMode: an out-of-memory failure that needs 12 samples, with a
