@@ -229,36 +229,13 @@ func (r *run) neutralPasses(ctx context.Context, v, neutral int64, fe *regress.E
 // elements) to read whole.
 func (r *run) largestElsewhere(ti int, rows []int64) (int64, bool) {
 	e := r.batch.Tensors[ti]
-	if e.BatchDim == nil || e.DType.IsFloat() || e.DType == kernels.Bool || e.Numel() > 1<<24 {
+	if e.DType.IsFloat() || e.DType == kernels.Bool {
 		return 0, false
 	}
-	culprit := map[int64]bool{}
-	for _, x := range rows {
-		culprit[x] = true
-	}
-	r.mu.Lock()
-	if len(r.passed) > 0 {
-		// Only values seen passing: a sample that fails otherwise (a
-		// class of 7 of 4) says nothing of the range.
-		for x := range r.batch.Samples {
-			if !r.passed[x] {
-				culprit[x] = true
-			}
-		}
-	}
-	r.mu.Unlock()
-	bd := *e.BatchDim
-	var m int64
-	found := false
-	e.Each(func(idx []int64, s int64) {
-		if culprit[idx[bd]] {
-			return
-		}
-		if x := e.Tensor.LoadInt(s); !found || x > m {
-			m, found = x, true
-		}
-	})
-	return m, found
+	// Values seen passing where there are such: a sample that fails
+	// otherwise (a class of 7 of 4) says nothing of the range.
+	_, hi, ok := r.span(ti, r.reference(rows, true))
+	return hi.i, ok
 }
 
 // floatBits maps the magnitudes a float dtype holds to integers ordered

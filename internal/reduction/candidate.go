@@ -36,6 +36,16 @@ type candidate struct {
 }
 
 // keepRows is the candidate that keeps rows r (nil: every sample).
+// wholeSamples are c's rows when c is recorded samples as they are (no
+// element set, no dim cut or dropped, no value changed, the recorded
+// state kept), else nil: what its answer says of those samples.
+func (c *candidate) wholeSamples() []int64 {
+	if c.edit != nil || c.Narrow != nil || c.Squeeze != nil || c.Values != nil || c.FreshState || len(c.Set) > 0 {
+		return nil
+	}
+	return c.Rows
+}
+
 func keepRows(r []int64, size int) *candidate {
 	return &candidate{View: fixtures.View{Rows: r}, size: size}
 }

@@ -49,7 +49,7 @@ func (r *run) confirm(ctx context.Context) error {
 		switch {
 		case !signature.Failing(sig):
 		case a.outcome != shrink.Fail:
-			r.other(sig, v, "")
+			r.other(sig, v, nil)
 		case fails > 0:
 			fails++
 		default:

@@ -247,7 +247,7 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 		}
 		out.elements = append(out.elements, fe)
 	}
-	if lone && len(keep) == 1 && !hasKey(passing, keep[0]) {
+	if lone && !hasPassing(passing, keep) {
 		// No value of the lone outlier was seen to pass: the search did
 		// not ask whether it matters at all. When the sample fails with it
 		// dropped as well, no element is the cause.
@@ -322,76 +322,26 @@ func valueFloat(sp *unitSpace, u int, v value) float64 {
 
 // intUnits are the units of integer tensors, in order.
 func intUnits(sp *unitSpace) []int {
-	var out []int
-	for u, un := range sp.units {
-		if !un.float {
-			out = append(out, u)
-		}
+	all := make([]int, len(sp.units))
+	for u := range all {
+		all[u] = u
 	}
-	return out
+	return intsOf(sp, all)
 }
 
 // outliers are the units of sp whose value lies outside the range their
-// tensor holds in the reference samples, or is not finite: the values
-// that set the culprits apart. The reference samples are those outside
-// rows (the culprits) seen in a batch that passed (run.passed): a value a
-// failing sample holds is no evidence. A tensor too large to read whole
-// (past 1<<24 elements) or without reference samples has no outliers but
-// its non-finite values.
+// tensor holds in the samples seen passing (reference, without a
+// fallback: a value a failing sample holds is no evidence), or is not
+// finite: the values that set the culprits apart. A tensor too large to
+// read whole or without such samples has no outliers but its non-finite
+// values.
 func (r *run) outliers(sp *unitSpace, rows []int64) []int {
-	culprit := map[int64]bool{}
-	for _, x := range rows {
-		culprit[x] = true
-	}
-	r.mu.Lock()
-	for x := range r.batch.Samples {
-		if !r.passed[x] {
-			culprit[x] = true
-		}
-	}
-	r.mu.Unlock()
-	type span struct {
+	ref := r.reference(rows, false)
+	type spanned struct {
 		lo, hi value
-		seen   bool
+		ok     bool
 	}
-	spans := map[int]*span{}
-	spanOf := func(ti int) *span {
-		if s, ok := spans[ti]; ok {
-			return s
-		}
-		s := &span{}
-		spans[ti] = s
-		e := r.batch.Tensors[ti]
-		if e.BatchDim == nil || e.Numel() > 1<<24 {
-			return s
-		}
-		bd := *e.BatchDim
-		isFloat := e.DType.IsFloat()
-		e.Each(func(idx []int64, st int64) {
-			if culprit[idx[bd]] {
-				return
-			}
-			var v value
-			if isFloat {
-				v.f = e.Tensor.LoadFloat(st)
-				if math.IsNaN(v.f) || math.IsInf(v.f, 0) {
-					return
-				}
-			} else {
-				v.i = e.Tensor.LoadInt(st)
-			}
-			if !s.seen {
-				s.lo, s.hi, s.seen = v, v, true
-				return
-			}
-			if isFloat {
-				s.lo.f, s.hi.f = min(s.lo.f, v.f), max(s.hi.f, v.f)
-			} else {
-				s.lo.i, s.hi.i = min(s.lo.i, v.i), max(s.hi.i, v.i)
-			}
-		})
-		return s
-	}
+	spans := map[int]spanned{}
 	var out []int
 	for u, un := range sp.units {
 		v := sp.original(u)
@@ -399,9 +349,13 @@ func (r *run) outliers(sp *unitSpace, rows []int64) []int {
 			out = append(out, u)
 			continue
 		}
-		s := spanOf(un.tensor)
+		s, done := spans[un.tensor]
+		if !done {
+			s.lo, s.hi, s.ok = r.span(un.tensor, ref)
+			spans[un.tensor] = s
+		}
 		switch {
-		case !s.seen:
+		case !s.ok:
 		case un.float && (v.f < s.lo.f || v.f > s.hi.f):
 			out = append(out, u)
 		case !un.float && (v.i < s.lo.i || v.i > s.hi.i):
@@ -411,9 +365,56 @@ func (r *run) outliers(sp *unitSpace, rows []int64) []int {
 	return out
 }
 
-func hasKey[K comparable, V any](m map[K]V, k K) bool {
-	_, ok := m[k]
-	return ok
+// reference is the samples whose values count as seen passing for the
+// culprits rows: those outside rows seen in a batch of whole samples that
+// passed (run.passed); where none passed and anyElsewhere, every sample
+// outside rows.
+func (r *run) reference(rows []int64, anyElsewhere bool) func(x int64) bool {
+	out := map[int64]bool{}
+	r.mu.Lock()
+	for x := range r.batch.Samples {
+		if r.passed[x] || (anyElsewhere && len(r.passed) == 0) {
+			out[x] = true
+		}
+	}
+	r.mu.Unlock()
+	for _, x := range rows {
+		delete(out, x)
+	}
+	return func(x int64) bool { return out[x] }
+}
+
+// span is the range of the values tensor ti holds in the samples ref
+// keeps, finite ones for a float; ok false when it has no batch axis, is
+// too large to read whole (past 1<<24 elements) or ref keeps none.
+func (r *run) span(ti int, ref func(x int64) bool) (lo, hi value, ok bool) {
+	e := r.batch.Tensors[ti]
+	if e.BatchDim == nil || e.Numel() > 1<<24 {
+		return lo, hi, false
+	}
+	bd, isFloat := *e.BatchDim, e.DType.IsFloat()
+	e.Each(func(idx []int64, st int64) {
+		if !ref(idx[bd]) {
+			return
+		}
+		var v value
+		if isFloat {
+			if v.f = e.Tensor.LoadFloat(st); math.IsNaN(v.f) || math.IsInf(v.f, 0) {
+				return
+			}
+		} else {
+			v.i = e.Tensor.LoadInt(st)
+		}
+		switch {
+		case !ok:
+			lo, hi, ok = v, v, true
+		case isFloat:
+			lo.f, hi.f = min(lo.f, v.f), max(hi.f, v.f)
+		default:
+			lo.i, hi.i = min(lo.i, v.i), max(hi.i, v.i)
+		}
+	})
+	return lo, hi, ok
 }
 
 // sharedUnits are the units of sp whose value every sample of the
@@ -444,6 +445,16 @@ func (r *run) sharedUnits(sp *unitSpace) []unit {
 		}
 	}
 	return out
+}
+
+// hasPassing reports whether every unit of keep has a passing value.
+func hasPassing(passing map[int]value, keep []int) bool {
+	for _, u := range keep {
+		if _, ok := passing[u]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // intsOf are the units of us that are integers.

@@ -31,16 +31,15 @@ func (r *run) writeFixtures(found []Finding) ([]string, error) {
 		culprits[i] = f.Culprit("")
 	}
 	// Each fixture names every other's directory: the names first (a
-	// fixture's directory is no part of another's identity).
-	named := slices.Clone(culprits)
+	// fixture's directory is no part of another's identity, so naming one
+	// changes no name).
 	for i, f := range found {
 		dir, err := regress.Dir(r.o.Out, r.regression(f, i, culprits))
 		if err != nil {
 			return nil, fmt.Errorf("write fixture under --out %s: %w", r.o.Out, err)
 		}
-		named[i].Fixture = dir
+		culprits[i].Fixture = dir
 	}
-	culprits = named
 	dirs := make([]string, len(found))
 	for i, f := range found {
 		dir, err := regress.Write(r.o.Out, r.regression(f, i, culprits))
@@ -468,10 +467,10 @@ func alsoCulprits(culprits []regress.Culprit, k int) string {
 		if j == k {
 			continue
 		}
-		ints := make([]int, len(c.Indices))
-		copy(ints, c.Indices)
-		s := regress.Count(int64(len(ints)), "sample")
-		s = s[strings.IndexByte(s, ' ')+1:] + " " + joinInts(ints, ", ")
+		s := "sample " + joinInts(c.Indices, ", ")
+		if len(c.Indices) > 1 {
+			s = "samples " + joinInts(c.Indices, ", ")
+		}
 		if len(c.IDs) > 0 {
 			s += " (" + strings.Join(c.IDs, ", ") + ")"
 		}

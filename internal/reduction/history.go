@@ -112,13 +112,21 @@ func (r *run) freshStatePasses(ctx context.Context, rows []int64) (string, error
 	if r.batch.State == nil || r.batch.Step == nil {
 		return "", nil
 	}
-	sub, err := r.rows(rows)
-	if err != nil {
-		return "", err
+	in := map[int64]bool{}
+	for _, x := range rows {
+		in[x] = true
 	}
-	sp := newUnitSpace(rows, sub, nil, maxElementUnits, nil)
-	for u, un := range sp.units {
-		if v := sp.original(u).f; un.float && (math.IsNaN(v) || math.IsInf(v, 0)) {
+	for _, e := range r.batch.Tensors {
+		if e.BatchDim == nil || !e.DType.IsFloat() || e.Numel() > maxStateScan {
+			continue
+		}
+		bd, nonFinite := *e.BatchDim, false
+		e.Each(func(idx []int64, s int64) {
+			if v := e.Tensor.LoadFloat(s); in[idx[bd]] && (math.IsNaN(v) || math.IsInf(v, 0)) {
+				nonFinite = true
+			}
+		})
+		if nonFinite {
 			return "", nil // a non-finite input is the data's, whatever the weights
 		}
 	}

@@ -1,9 +1,11 @@
 package reduction
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"strconv"
+	"maps"
+	"slices"
 	"strings"
 
 	"reduce/internal/regress"
@@ -119,30 +121,11 @@ func (r *run) neutralizeMode(ctx context.Context, first Finding) ([]Finding, err
 func (r *run) smallerFailsOtherwise(n int) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, o := range r.otherFailures() {
-		if o.Samples != "" && countRuns(o.Samples) < n {
-			if o.Message != "" {
-				return o.Message
-			}
-			return o.Signature.Expression
+	for _, key := range slices.Sorted(maps.Keys(r.others)) {
+		if k, ok := r.otherRows[key]; ok && k < n {
+			o := r.others[key]
+			return cmp.Or(o.Message, o.Signature.Expression)
 		}
 	}
 	return ""
-}
-
-// countRuns is how many samples index runs ("0-4,6") name.
-func countRuns(runs string) int {
-	n := 0
-	for _, r := range strings.Split(runs, ",") {
-		lo, hi, found := strings.Cut(r, "-")
-		a, err1 := strconv.Atoi(lo)
-		b, err2 := strconv.Atoi(hi)
-		switch {
-		case !found && err1 == nil:
-			n++
-		case found && err1 == nil && err2 == nil && b >= a:
-			n += b - a + 1
-		}
-	}
-	return n
 }

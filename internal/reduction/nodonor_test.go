@@ -105,82 +105,59 @@ func batchNorm(b *fixtures.Batch) signature.Signature {
 	return pass
 }
 
-// TestGrowBatchOfOne: a batch of one that fails whatever its values is
-// grown, with copies of its sample, to the smallest size that passes; the
-// passing batch is the fixture's boundary.
+// TestGrowBatchOfOne: a batch that fails whatever its values is grown to
+// the smallest size that passes, with copies of its sample, or, where
+// copies fail at every size (a loss over distinct labels), with its other
+// samples in turn; the passing batch is the fixture's boundary.
 func TestGrowBatchOfOne(t *testing.T) {
-	for _, n := range []int{1, 5} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			b := labelBatch(n)
-			for i := range n {
-				b.Tensor("label").Tensor.StoreInt(int64(i), 1)
+	// A loss that needs 4 samples, recorded on a batch of 3; distinct: and
+	// of 2 labels at least.
+	contrastive := func(distinct bool) step {
+		return func(b *fixtures.Batch) signature.Signature {
+			seen := map[int64]bool{}
+			lab := b.Tensor("label").Tensor
+			for i := range b.Samples {
+				seen[lab.LoadInt(i)] = true
 			}
-			step := batchNorm
-			if n > 1 {
-				// A loss that needs 4 samples, recorded on a batch of 3.
-				b, _ = b.Select([]int64{0, 1, 2})
-				step = func(b *fixtures.Batch) signature.Signature {
-					if b.Samples < 4 {
-						return raise(fmt.Sprintf("ValueError: contrastive loss needs 4 samples, got %d", b.Samples))
-					}
-					return pass
-				}
+			if b.Samples < 4 || (distinct && len(seen) < 2) {
+				return raise(fmt.Sprintf("ValueError: contrastive loss needs 4 samples of 2 labels, got %d of %d", b.Samples, len(seen)))
 			}
-			path := recordStep(t, b, step)
-			res, err := reduce(t, b, path, newStep(step), reduction.Options{})
+			return pass
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		n      int
+		step   step
+		want   int64
+		reason string
+	}{
+		{"batchnorm", 1, batchNorm, 2, "a batch of 2 copies of it passes"},
+		{"contrastive", 3, contrastive(false), 4, "a batch of 4 copies of it passes"},
+		{"distinct", 3, contrastive(true), 4, "a batch of 4 with the batch's other samples passes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := labelBatch(tc.n)
+			for i := range tc.n {
+				b.Tensor("label").Tensor.StoreInt(int64(i), int64(i%4))
+			}
+			path := recordStep(t, b, tc.step)
+			res, err := reduce(t, b, path, newStep(tc.step), reduction.Options{})
 			require.NoError(t, err)
 			assert.Equal(t, reduction.ModeSize, res.Mode, res.ModeReason)
+			assert.Contains(t, res.ModeReason, tc.reason)
 			require.NotNil(t, res.Size)
-			want := int64(2)
-			if n > 1 {
-				want = 4
-			}
 			assert.Equal(t, int64(1), res.Size.SmallestFailing)
-			assert.Equal(t, want, res.Size.SmallestPassing)
+			assert.Equal(t, tc.want, res.Size.SmallestPassing)
 			require.Len(t, res.Findings, 1)
 			f := res.Findings[0]
 			require.NotNil(t, f.Boundary)
-			assert.Equal(t, want, f.Boundary.Samples)
-			assert.Equal(t, pass, step(f.Boundary))
-			assert.NotEqual(t, pass, step(f.Batch))
-			assert.Contains(t, res.Size.Text(), fmt.Sprintf("fails with a batch of 1 sample; %d pass", want))
+			assert.Equal(t, tc.want, f.Boundary.Samples)
+			assert.Equal(t, pass, tc.step(f.Boundary))
+			assert.NotEqual(t, pass, tc.step(f.Batch))
+			assert.Contains(t, res.Size.Text(), fmt.Sprintf("fails with a batch of 1 sample; %d pass", tc.want))
 		})
 	}
-}
-
-// TestGrowWithDonors: a loss that needs 4 samples, not all alike (a
-// contrastive loss over distinct examples), recorded on a batch of 3:
-// copies of one sample fail at every size, so the batch grows with its
-// other samples in turn, and 4 pass.
-func TestGrowWithDonors(t *testing.T) {
-	b := labelBatch(5)
-	for i := range 5 {
-		b.Tensor("label").Tensor.StoreInt(int64(i), int64(i%4))
-	}
-	b, _ = b.Select([]int64{0, 1, 2})
-	step := func(b *fixtures.Batch) signature.Signature {
-		seen := map[int64]bool{}
-		lab := b.Tensor("label").Tensor
-		for i := range b.Samples {
-			seen[lab.LoadInt(i)] = true
-		}
-		if b.Samples < 4 || len(seen) < 2 {
-			return raise(fmt.Sprintf("ValueError: contrastive loss needs 4 samples of 2 labels, got %d of %d", b.Samples, len(seen)))
-		}
-		return pass
-	}
-	path := recordStep(t, b, step)
-	res, err := reduce(t, b, path, newStep(step), reduction.Options{})
-	require.NoError(t, err)
-	assert.Equal(t, reduction.ModeSize, res.Mode, res.ModeReason)
-	require.NotNil(t, res.Size)
-	assert.Equal(t, int64(4), res.Size.SmallestPassing)
-	require.Len(t, res.Findings, 1)
-	f := res.Findings[0]
-	require.NotNil(t, f.Boundary)
-	assert.Equal(t, int64(4), f.Boundary.Samples)
-	assert.Equal(t, pass, step(f.Boundary))
-	assert.Contains(t, res.ModeReason, "with the batch's other samples passes")
 }
 
 // TestQuotedValueRelation: a step that quotes the duplicate key in its

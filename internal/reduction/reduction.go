@@ -231,6 +231,7 @@ type run struct {
 	phase       Phase
 	phases      map[Phase]PhaseCount // replays and resumed answers, by phase
 	others      map[string]*regress.OtherFailure
+	otherRows   map[string]int // by others' key: the samples of the plain batch that met it first
 	// built names the candidate each batch a finding holds was built
 	// from, so that its fixture takes what that replay reported
 	// (reportOf).
@@ -312,7 +313,7 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 		return nil, collectorError(err) // before any replay: the fixture could not be written
 	}
 	r := &run{o: o, batch: b, be: be, srcHash: srcHash, start: time.Now(), judge: signature.Judge{Level: o.Match, Volatile: volatileValues(b)},
-		phases: map[Phase]PhaseCount{}, others: map[string]*regress.OtherFailure{}}
+		phases: map[Phase]PhaseCount{}, others: map[string]*regress.OtherFailure{}, otherRows: map[string]int{}}
 	if b.Error != nil {
 		s := signature.Recorded(b.Error.Text)
 		r.recorded = &s
@@ -446,13 +447,7 @@ func (r *run) ask(ctx context.Context, c *candidate, trial int) (shrink.Outcome,
 		return shrink.Unresolved, err
 	}
 	if a.outcome == shrink.Unresolved && a.src != fromCache {
-		samples := ""
-		if c.edit == nil && c.Rows != nil && c.Narrow == nil && c.Squeeze == nil && c.Values == nil {
-			var b strings.Builder
-			writeRanges(&b, c.Rows)
-			samples = strings.Trim(b.String(), "{}")
-		}
-		r.other(a.sig, a.verdict, samples)
+		r.other(a.sig, a.verdict, c.wholeSamples())
 	}
 	return a.outcome, nil
 }
@@ -530,12 +525,12 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, er
 	default:
 		a.outcome = shrink.Unresolved
 	}
-	if a.outcome == shrink.Pass && c.edit == nil && c.Rows != nil && c.Narrow == nil && c.Squeeze == nil && c.Values == nil {
+	if rows := c.wholeSamples(); a.outcome == shrink.Pass && rows != nil && a.src != fromCache {
 		r.mu.Lock()
 		if r.passed == nil {
 			r.passed = map[int64]bool{}
 		}
-		for _, x := range c.Rows {
+		for _, x := range rows {
 			r.passed[x] = true
 		}
 		r.mu.Unlock()
@@ -581,7 +576,7 @@ func keyWithTrial(key string, trial int) string { return fmt.Sprintf("%s#%d", ke
 // other counts a different failure met, v the replay that met it (nil
 // when the journal answered); failures that differ only in a number a
 // probe changed are one.
-func (r *run) other(s signature.Signature, v *replay.Verdict, samples string) {
+func (r *run) other(s signature.Signature, v *replay.Verdict, rows []int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.phase == PhaseShape || r.phase == PhaseBoundary || r.phase == PhaseRange || r.phase == PhaseHistory {
@@ -599,8 +594,11 @@ func (r *run) other(s signature.Signature, v *replay.Verdict, samples string) {
 	if o.Message == "" && v != nil {
 		o.Message = signature.Message(v.Result.Stderr, s)
 	}
-	if o.Count == 0 {
-		o.Samples = samples
+	if o.Count == 0 && rows != nil {
+		var b strings.Builder
+		writeRanges(&b, rows)
+		o.Samples = strings.Trim(b.String(), "{}")
+		r.otherRows[key] = len(rows)
 	}
 	o.Count++
 }
