@@ -139,6 +139,9 @@ bench: build
 	# Against the peers, as ratios in one run: picire (PyPI), a bare torch
 	# script, log2 n (scripts/bench-peers.py).
 	$(PYTHON) scripts/bench-peers.py
+	# The cost of record_on_failure(window=8) on a training step, against the
+	# bare step and record_on_failure without a window, and the memory it holds.
+	$(PYTHON) scripts/bench-window.py
 	$(MAKE) bench-slurm
 
 # Replays per second through the local Slurm cluster against local processes

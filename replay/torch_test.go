@@ -202,6 +202,16 @@ func torchStepExample(t *testing.T, ex example) {
 	switch {
 	case ex.want.Predates:
 		// No sample is the cause: the batch fails against its state.
+	case ex.want.Mode == "window":
+		// The cause is in the window's earlier steps: the failing step's
+		// batch alone, from the window's start, passes.
+		none := make([][]int64, len(ex.batch.Window.Steps))
+		for k := range none {
+			none[k] = []int64{}
+		}
+		if r := replayOK(t, tb, &fixtures.View{Steps: none}); r.Signature.Family != signature.FamilyPass {
+			t.Errorf("torch, the failing step's batch alone: %v, want a pass\n%s", r.Signature, r.Result.Stderr)
+		}
 	case ex.want.Culprits == nil:
 		if one := replayOK(t, tb, keep(first(1))); !one.Signature.Matches(v.Signature, signature.MatchStrict) {
 			t.Errorf("torch, one sample: %v, want %v\n%s", one.Signature, v.Signature, one.Result.Stderr)

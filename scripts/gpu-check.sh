@@ -114,7 +114,7 @@ cp replay/python/reduce_batch.py replay/python/reduce_hooks.py replay/python/red
 # The main job end to end on the device: a reduction with the torch backend on cuda, its
 # fixture.json kept, and the collector run over the fixtures when pytest is there.
 if [ -n "$REDUCE" ] && [ "$TORCH_OK" = 1 ]; then
-	for name in ${MAIN_EXAMPLES:-four_class_targets token_id_vocab gather_out_of_range}; do
+	for name in ${MAIN_EXAMPLES:-four_class_targets token_id_vocab gather_out_of_range sgd_momentum_window adam_state_window}; do
 		say "-- main job: $name"
 		STEP_TIMEOUT=${MAIN_TIMEOUT:-150} run "main/$name" "$REDUCE" --batch "fixtures/examples/$name.bin" --backend torch --device cuda \
 			--python "$PYTHON" --timeout 50s -j 4 --out "$OUT/main/fixtures-$name" --json -q

@@ -77,6 +77,31 @@ type expectedAnswer struct {
 		ValidMax *float64 `json:"valid_max"`
 		ValidMin *float64 `json:"valid_min"`
 	} `json:"boundary"`
+	// Window: the cause lies in a recorded window's earlier steps: the
+	// culprit samples by step, and the elements of which the answer names
+	// Named (any of them, each one listed).
+	Window *struct {
+		Steps []struct {
+			Index  int64    `json:"index"`
+			Before int64    `json:"before"`
+			Rows   []int    `json:"rows"`
+			IDs    []string `json:"ids"`
+		} `json:"steps"`
+		Elements []struct {
+			Tensor    string   `json:"tensor"`
+			Index     []int64  `json:"index"`
+			Value     *float64 `json:"value"`
+			ValueText string   `json:"value_text"`
+		} `json:"elements"`
+		Named int `json:"named"`
+	} `json:"window"`
+	// WindowAlone: the failing step's batch of a recorded window fails
+	// alone from the window's start, and is reduced as one recorded
+	// without it.
+	WindowAlone bool `json:"window_alone"`
+	// ReplaysAtMost bounds the whole job's replays (a window's: one
+	// culprit among k steps of n samples, log2(k n) + 10).
+	ReplaysAtMost int `json:"replays_at_most"`
 }
 
 // summaryAnswers are the fields of the --json summary that the examples'
@@ -225,6 +250,17 @@ func checkAnswer(t *testing.T, exp expectedAnswer, sum reduction.Summary) {
 	if exp.Mode != "" {
 		assert.Equal(t, exp.Mode, string(sum.Mode), "mode (%s)", sum.ModeReason)
 	}
+	if exp.ReplaysAtMost > 0 {
+		assert.LessOrEqual(t, sum.Replays, exp.ReplaysAtMost, "replays (%v)", sum.Phases)
+	}
+	if exp.WindowAlone {
+		assert.Contains(t, sum.ModeReason, "the failing step's batch alone, replayed from the state at the window's start")
+	}
+	if exp.Window != nil {
+		checkWindow(t, exp, sum)
+		return
+	}
+	assert.Nil(t, sum.Window)
 	if exp.Predates {
 		assert.NotEmpty(t, sum.Predates, "the cause predates the batch (%s)", sum.ModeReason)
 		return
@@ -322,6 +358,41 @@ func checkAnswer(t *testing.T, exp expectedAnswer, sum reduction.Summary) {
 // checkRelation: the culprit set of the expected relation reports it, kind
 // and elements (the relation's tensor at each of its samples), with a text
 // that names them.
+// checkWindow checks a cause found in a recorded window's earlier steps:
+// the steps and samples, each found element one of those listed, and as
+// many as the answer names.
+func checkWindow(t *testing.T, exp expectedAnswer, sum reduction.Summary) {
+	t.Helper()
+	w := exp.Window
+	require.NotNil(t, sum.Window, "a cause in the window's earlier steps (%s)", sum.ModeReason)
+	require.Len(t, sum.Window.Steps, len(w.Steps), "steps with culprits: %+v", sum.Window.Steps)
+	var found []regress.Element
+	for i, s := range w.Steps {
+		got := sum.Window.Steps[i]
+		assert.Equal(t, s.Index, got.Index, "step")
+		assert.Equal(t, s.Before, got.Before, "steps before the failing one")
+		assert.Equal(t, s.Rows, got.Rows, "samples of step %d", s.Index)
+		assert.Equal(t, s.IDs, got.IDs, "ids of step %d", s.Index)
+		found = append(found, got.Elements...)
+	}
+	assert.Len(t, found, w.Named, "elements named: %+v", found)
+	for _, e := range found {
+		listed := slices.ContainsFunc(w.Elements, func(x struct {
+			Tensor    string   `json:"tensor"`
+			Index     []int64  `json:"index"`
+			Value     *float64 `json:"value"`
+			ValueText string   `json:"value_text"`
+		}) bool {
+			return x.Tensor == e.Tensor && slices.Equal(x.Index, e.Index) && x.ValueText == e.ValueText &&
+				(x.Value == nil || float64(float32(*x.Value)) == e.Value)
+		})
+		assert.True(t, listed, "element %s%v = %v %s is none of those listed", e.Tensor, e.Index, e.Value, e.ValueText)
+	}
+	// Every culprit listed is a witness: the failing step's batch, whole.
+	require.Len(t, sum.Culprits, 1)
+	assert.Len(t, sum.Culprits[0].Indices, 16, "the failing step's batch, whole")
+}
+
 func checkRelation(t *testing.T, exp expectedAnswer, ans summaryAnswers) {
 	t.Helper()
 	r := exp.Relation
@@ -393,8 +464,8 @@ func checkNonFinite(t *testing.T, exp expectedAnswer, sum reduction.Summary, pat
 					continue
 				}
 				p := *e.Passing
-				if !assert.False(t, math.IsNaN(p) || math.IsInf(p, 0), "%s%v: passing %v is not finite", e.Tensor, e.Index, p) {
-					continue
+				if !assert.False(t, math.IsNaN(p) || math.IsInf(p, 0), "%s%v: passing %v is not finite", e.Tensor, e.Index, p) || exp.Step != "" {
+					continue // a step's batch with the passing value was replayed by the reduction itself
 				}
 				b, err := fixtures.Read(path)
 				require.NoError(t, err)

@@ -1,6 +1,7 @@
 package reduction
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"maps"
 	"slices"
@@ -40,10 +41,21 @@ type candidate struct {
 // element set, no dim cut or dropped, no value changed, the recorded
 // state kept), else nil: what its answer says of those samples.
 func (c *candidate) wholeSamples() []int64 {
-	if c.edit != nil || c.Narrow != nil || c.Squeeze != nil || c.Values != nil || c.FreshState || len(c.Set) > 0 {
+	if c.edit != nil || c.Narrow != nil || c.Squeeze != nil || c.Values != nil || c.FreshState || len(c.Set) > 0 || (c.Steps != nil && !noEarlierSteps(c.Steps)) {
 		return nil
 	}
 	return c.Rows
+}
+
+// noEarlierSteps says whether steps keep no sample of a window's earlier
+// steps: the failing step's batch alone, from the window's start.
+func noEarlierSteps(steps [][]int64) bool {
+	for _, rows := range steps {
+		if rows == nil || len(rows) > 0 {
+			return false
+		}
+	}
+	return steps != nil
 }
 
 func keepRows(r []int64, size int) *candidate {
@@ -244,6 +256,25 @@ func (c *candidate) key(samples int64) string {
 	}
 	if c.FreshState {
 		b.WriteString(" fresh_state")
+	}
+	if c.Steps != nil {
+		// The window's steps: each one's rows, "*" for all, {} for none.
+		b.WriteString(" steps{")
+		for k, rows := range c.Steps {
+			if k > 0 {
+				b.WriteByte(';')
+			}
+			if rows == nil {
+				b.WriteByte('*')
+			} else {
+				writeRanges(&b, rows)
+			}
+		}
+		b.WriteString("}")
+	}
+	for _, set := range c.Set {
+		// Elements set by a view of its own (the window's elements probe).
+		b.WriteString(" set{" + strconv.Itoa(set.Tensor) + ":" + hex.EncodeToString(set.At) + "=" + hex.EncodeToString(set.Bits) + "}")
 	}
 	return b.String()
 }

@@ -21,6 +21,11 @@ const (
 	PhaseRelation   Phase = "relation"   // equal values in several samples
 	PhaseNeighbours Phase = "neighbours" // the batch without the culprits
 	PhaseHistory    Phase = "history"    // the culprits replayed without the recorded state
+	// PhaseWindow replays the failing step's batch without a recorded
+	// window's earlier steps, then drops whole steps; PhaseWindowSamples
+	// drops the samples of the steps kept.
+	PhaseWindow        Phase = "window"
+	PhaseWindowSamples Phase = "window samples"
 )
 
 // Mode is how the samples were reduced: a closed set.
@@ -36,6 +41,9 @@ const (
 	// ModeSize bisects the batch size: an out-of-memory failure, or one
 	// that needs no value at all.
 	ModeSize Mode = "size"
+	// ModeWindow searches a recorded window of earlier steps: the failing
+	// step's batch passes without them, and is kept whole as a witness.
+	ModeWindow Mode = "window"
 )
 
 // Event is what Options.Events receives: *Start, *PhaseStarted, *Replayed,

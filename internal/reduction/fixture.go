@@ -114,7 +114,7 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 	rec := regress.Record{
 		Version: regress.RecordVersion, Op: r.batch.Op, Signature: r.judge.Want, Match: string(r.o.Match),
 		Mode: string(r.mode), ModeReason: r.modeReason, Culprits: culprits, Finding: k, Size: r.size,
-		Diagnosis: r.diagnosis(f) + alsoCulprits(culprits, k), Predates: r.history, Replays: replays, Phases: phases, OtherFailures: others,
+		Diagnosis: r.diagnosis(f) + alsoCulprits(culprits, k), Predates: r.history, Window: f.Window, Replays: replays, Phases: phases, OtherFailures: others,
 		Seconds: time.Since(r.start).Seconds(), Partial: f.Partial,
 		Source:      regress.RecordSource{File: filepath.Base(r.o.Source), Hash: "sha256:" + r.srcHash, Samples: r.batch.Samples},
 		Environment: r.environment(set), Attrs: r.batch.Attrs, Entry: set.Entry, Step: set.Step, Shape: f.Shape,
@@ -184,12 +184,16 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 			reg.Record.Boundary = &regress.BoundaryBatch{File: regress.BoundaryFile, Outputs: outs}
 		}
 	}
+	without := "the original batch without the culprit samples"
+	if f.Window != nil {
+		without = "the failing step's batch replayed from the window's start without the earlier steps"
+	}
 	for _, n := range []struct {
 		file, what string
 		b          *fixtures.Batch
 	}{
 		{regress.OtherEndFile, "the minimal batch with each triggering element at the other end of its valid range", f.OtherEnd},
-		{regress.WithoutFile, "the original batch without the culprit samples", f.Without},
+		{regress.WithoutFile, without, f.Without},
 	} {
 		if n.b == nil {
 			continue
@@ -304,6 +308,9 @@ func (r *run) diagnosis(f Finding) string {
 		where += ")"
 	}
 	switch {
+	case f.Window != nil:
+		return fmt.Sprintf("%s: %s: the cause is in an earlier step: %s; the failing step's batch is innocent: it passes from the window's start (step %d) without %s",
+			op, failureWords(r.judge.Want.Family), windowCulprits(f.Window), f.Window.Start, map[bool]string{true: "it", false: "them"}[countWindow(f.Window) == 1])
 	case r.history != "":
 		verb := "fails"
 		if len(f.Indices) > 1 {

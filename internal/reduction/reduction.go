@@ -186,6 +186,10 @@ type Finding struct {
 	// Shared are the elements that every sample of the batch holds at the
 	// same value ("label = -100"), when Canonical: why no sample passes.
 	Shared []string
+	// Window is set when the cause lies in a recorded window's earlier
+	// steps: their culprit samples; Batch is then those samples' steps
+	// and the failing step's batch, a witness, whole.
+	Window *regress.WindowCause
 }
 
 // Element is a triggering element, with where it lies in the batch
@@ -199,10 +203,19 @@ type Element struct {
 // run is one reduction: the batch, the backend, the failure kept, and
 // what was observed along the way.
 type run struct {
-	o       Options
-	batch   *fixtures.Batch
-	be      replay.Backend
-	srcHash string
+	o Options
+	// batch is the recorded batch without a window's earlier steps (what
+	// the phases read); full is the recorded one, which candidates are
+	// built from.
+	batch *fixtures.Batch
+	full  *fixtures.Batch
+	// steps, when set, are the window's rows every candidate keeps unless
+	// it says its own (withSteps): none, when the failing step's batch
+	// fails alone; windowNote says so.
+	steps      [][]int64
+	windowNote string
+	be         replay.Backend
+	srcHash    string
 	// judge judges every answer against the failure kept (judge.Want);
 	// until a replay reproduced it, judge.Recorded says that it is the
 	// recording's own text.
@@ -244,7 +257,8 @@ type run struct {
 // build makes candidate c's batch for a finding (candidate.build) and
 // remembers which candidate it is.
 func (r *run) build(c *candidate) (*fixtures.Batch, error) {
-	b, err := c.build(r.batch)
+	c = r.withSteps(c)
+	b, err := c.build(r.full)
 	if err != nil {
 		return nil, err
 	}
@@ -312,7 +326,7 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 	if err := regress.CheckCollector(o.Out); err != nil {
 		return nil, collectorError(err) // before any replay: the fixture could not be written
 	}
-	r := &run{o: o, batch: b, be: be, srcHash: srcHash, start: time.Now(), judge: signature.Judge{Level: o.Match, Volatile: volatileValues(b)},
+	r := &run{o: o, batch: b.WithoutWindow(), full: b, be: be, srcHash: srcHash, start: time.Now(), judge: signature.Judge{Level: o.Match, Volatile: volatileValues(b)},
 		phases: map[Phase]PhaseCount{}, others: map[string]*regress.OtherFailure{}, otherRows: map[string]int{}}
 	if b.Error != nil {
 		s := signature.Recorded(b.Error.Text)
@@ -342,10 +356,22 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 		r.logf("state: %s", r.history)
 	}
 	var found []Finding
-	if r.judge.Want.Family == signature.FamilyOOM {
+	windowed := false
+	if r.windowed() {
+		if found, windowed, err = r.windowMode(ctx); err != nil && ctx.Err() == nil {
+			r.journal.close(false)
+			return nil, err
+		}
+	}
+	switch {
+	case windowed:
+	case r.judge.Want.Family == signature.FamilyOOM:
 		found, err = r.sizeMode(ctx, "the failure is out of memory, which depends on how many samples there are, not on which")
-	} else {
+	default:
 		found, err = r.sampleMode(ctx)
+		if r.windowNote != "" {
+			r.modeReason = r.windowNote + "; " + r.modeReason
+		}
 	}
 	interrupted := ctx.Err() != nil
 	if err != nil && !interrupted {
@@ -495,6 +521,7 @@ type answered struct {
 // stopped by cancellation says nothing about the candidate: it is ctx's
 // error.
 func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, error) {
+	c = r.withSteps(c)
 	key := c.key(r.batch.Samples)
 	a := answered{src: fromReplay}
 	s, ok, fromFile := r.journal.lookup(key, trial)

@@ -20,13 +20,16 @@ type Summary struct {
 	Message   string              `json:"message,omitempty"`
 	// Predates says why the cause lies before the recorded batch; the
 	// culprits are then witnesses.
-	Predates      string                 `json:"predates,omitempty"`
-	SignatureNote string                 `json:"signature_note,omitempty"`
-	Mode          Mode                   `json:"mode"`
-	ModeReason    string                 `json:"mode_reason"`
-	Culprits      []regress.Culprit      `json:"culprits"`
-	Size          *regress.SizeResult    `json:"size"`
-	Shape         *regress.ShapeResult   `json:"shape,omitempty"`
+	Predates      string               `json:"predates,omitempty"`
+	SignatureNote string               `json:"signature_note,omitempty"`
+	Mode          Mode                 `json:"mode"`
+	ModeReason    string               `json:"mode_reason"`
+	Culprits      []regress.Culprit    `json:"culprits"`
+	Size          *regress.SizeResult  `json:"size"`
+	Shape         *regress.ShapeResult `json:"shape,omitempty"`
+	// Window is the cause found in a recorded window's earlier steps; the
+	// culprits are then the failing step's batch, a witness.
+	Window        *regress.WindowCause   `json:"window,omitempty"`
 	Replays       int                    `json:"replays"`
 	Resumed       int                    `json:"resumed"`
 	Phases        map[Phase]PhaseCount   `json:"phases"`
@@ -47,6 +50,9 @@ func (res *Result) Summary() Summary {
 		s.Culprits = append(s.Culprits, f.Culprit(res.Fixtures[i]))
 		if s.Shape == nil {
 			s.Shape = f.Shape
+		}
+		if s.Window == nil {
+			s.Window = f.Window
 		}
 	}
 	return s
@@ -71,6 +77,18 @@ func (res *Result) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "cause: %s\n", strings.TrimPrefix(predatesReason(res.Predates), "the cause "))
 	}
 	for i, f := range res.Findings {
+		if c := f.Window; c != nil {
+			fmt.Fprintf(w, "cause: %s\n", windowCulprits(c))
+			for _, e := range c.Elements() {
+				v := fmtStored(e.Value)
+				if e.ValueText != "" {
+					v = e.ValueText
+				}
+				fmt.Fprintf(w, "  %s%s = %s stands out (%s; set to %s with the others that stand out, it passes)\n", regress.TensorLabel(e.Tensor), indexText(e.Index), v, e.Rule, fmtStored(*e.Passing))
+			}
+			fmt.Fprintf(w, "witness: the failing step's batch, %s %s (it passes from the window's start without the cause)\n", regress.Count(int64(len(f.Indices)), "sample"), fewIDs(f.IDs))
+			continue
+		}
 		if res.Predates != "" {
 			fmt.Fprintln(w, strings.TrimSpace(fmt.Sprintf("witness: samples %v %s (they fail against the recorded state; no culprit)", f.Indices, strings.Join(f.IDs, " "))))
 			continue

@@ -85,6 +85,10 @@ func judge(rec *Record, reg *Regression) judgement {
 		return judgement{verdict: verdictData, lead: "The cause predates this batch: " + mdText(rec.Predates) + ". The minimal batch is a witness: it fails against the recorded state, and its samples are not the culprits.",
 			fix: "find the step whose batch made the state so (a loss or gradient norm that jumped before this step), record its batch with the state from before it, and reduce that"}
 	}
+	if w := rec.Window; w != nil {
+		return judgement{verdict: verdictData, lead: "The cause is in an earlier step of the recorded window: " + mdText(windowWords(w)) + ". Its gradient step leaves the weights or the optimizer's state so that the failing step's batch, innocent alone, fails.",
+			fix: "fix or filter that sample in the data pipeline; and guard the training against it where it happens: skip a step whose loss or gradient norm is not finite (`torch.nn.utils.clip_grad_norm_(..., error_if_nonfinite=True)` raises there), or mask a missing value with `torch.where` before the loss rather than by indexing after it (its gradient is still NaN)"}
+	}
 	if rec.Finding >= 0 && rec.Finding < len(rec.Culprits) && rec.Culprits[rec.Finding].Relation != nil {
 		return judgement{verdict: verdictData} // a relation between samples
 	}
@@ -348,4 +352,18 @@ func (r *redactor) people() *redactor {
 		}
 	}
 	return out
+}
+
+// windowWords names a window cause's culprit samples by step: "sample
+// doc-469698 of step 3, 3 steps before the failing step 6".
+func windowWords(w *WindowCause) string {
+	var parts []string
+	for _, s := range w.Steps {
+		who := fmtInts(s.Rows)
+		if len(s.IDs) > 0 {
+			who = strings.Join(s.IDs, ", ")
+		}
+		parts = append(parts, fmt.Sprintf("%s %s of step %d, %s before the failing step %d", map[bool]string{true: "sample", false: "samples"}[len(s.Rows) == 1], who, s.Index, Count(s.Before, "step"), w.Failed))
+	}
+	return strings.Join(parts, "; ")
 }

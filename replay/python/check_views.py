@@ -78,12 +78,38 @@ def write(directory):
             rb.save(path, kw.pop("batch"), compression=compression, **kw)
         else:
             rb.save(path, kw.pop("tensors"), compression=compression, **kw)
+    # A window of steps (record_on_failure(window=2)): the steps before the failing one, each its own
+    # batch of padded tokens (one with a transposed layout), and the state at the window's start.
+    g, model, path = torch.Generator().manual_seed(5), torch.nn.Linear(3, 2), os.path.join(directory, "window.bin")
+    for i in range(4):
+        lengths = torch.randint(1, 6, (4,), generator=g).tolist()
+        tokens = torch.randint(1, 9, (4, 5), generator=g) * (torch.arange(5) < torch.tensor(lengths)[:, None])
+        batch = {"x": torch.randn(3, 4, generator=g).t(), "tokens": tokens, "id": ["s%d-%d" % (i, k) for k in range(4)]}
+        try:
+            with rb.record_on_failure(path, batch, step=window_step, state={"model": model}, window=2,
+                                      padded={"tokens": 1}, lengths=lengths, compression=compression):
+                window_step(batch, fail=i == 3)
+        except ValueError:
+            pass
+
+
+def window_step(batch, state=None, fail=False):
+    """The window case's step: it fails at the last step (the file records it by name only)."""
+    if fail:
+        raise ValueError("the step failed")
 
 
 def _storage_bytes(t):
     n = t.storage().size()
     flat = torch.as_strided(t, (n,), (1,), 0) if n else t.new_empty(0)
     return bytes(rt._bits(flat).numpy().tobytes()) if n else b""
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        return [x]
+    return [t for v in (x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ())
+            for t in _tensors(v)]
 
 
 def _leaves(x):
@@ -113,8 +139,18 @@ def compare(directory):
         if list(a.tensors) != list(b.tensors):
             problems.append("%s: tensors %s, plan %s" % (where, list(a.tensors), list(b.tensors)))
             continue
-        for name, x in a.tensors.items():
-            y = b.tensors[name]
+        if [w[::2] + (w[3],) for w in a.window] != [w[::2] + (w[3],) for w in b.window]:
+            problems.append("%s: window: file %r, plan %r" % (where, [w[::2] for w in a.window],
+                                                              [w[::2] for w in b.window]))
+            continue
+        pairs_of = list(a.tensors.items())
+        for wa, wb in zip(a.window, b.window):
+            ta, tb = _tensors(wa[1]), _tensors(wb[1])
+            if len(ta) != len(tb):
+                problems.append("%s: window step %d: %d tensors, plan %d" % (where, wa[0], len(ta), len(tb)))
+            pairs_of += [("window %d %d" % (wa[0], k), (x, y)) for k, (x, y) in enumerate(zip(ta, tb))]
+        for name, x in pairs_of:
+            x, y = x if isinstance(x, tuple) else (x, b.tensors[name])
             got = (y.dtype, tuple(y.shape), y.stride(), y.storage_offset())
             want = (x.dtype, tuple(x.shape), x.stride(), x.storage_offset())
             if got != want:

@@ -21,8 +21,7 @@ import zlib
 __version__ = "0.20.0"  # reduce's version (replay.Version), which printed this file
 __all__ = ["DTYPES", "FORMAT_VERSION", "Batch", "BatchFileError", "State", "load", "read_manifest", "read_raw",
            "record_on_failure", "save"]
-
-FORMAT_VERSION = 2  # reads 1 and 2; writes 1 for a flat dict of tensors without step, state or padding
+FORMAT_VERSION = 3  # reads 1 to 3; writes 1 for a flat dict of tensors without step, state or padding, 3 for a window
 MAGIC = b"RDCBATCH"
 _HEADER = struct.Struct("<8sIIQII")  # magic, version, flags, manifest_length, manifest_crc32, reserved
 HEADER_SIZE = _HEADER.size  # 32
@@ -33,16 +32,13 @@ MAX_DIMS = 64
 MAX_ZSTD_WINDOW = 1 << 27  # the largest zstd window a reader accepts (libzstd's default limit)
 _OFFSET_BYTES = 4096  # docs/FORMAT.md: saved storage offsets stay below 4096 bytes' worth of elements
 _INT64_MAX = (1 << 63) - 1
-
-# dtype name -> (itemsize, same-size integer dtype used to move the raw bytes)
 _DTYPES = {"bool": (1, "uint8"), "uint8": (1, "uint8"), "int8": (1, "int8"), "int16": (2, "int16"),
            "int32": (4, "int32"), "int64": (8, "int64"), "float16": (2, "int16"), "bfloat16": (2, "int16"),
-           "float32": (4, "int32"), "float64": (8, "int64")}
+           "float32": (4, "int32"), "float64": (8, "int64")}  # name -> (itemsize, same-size int dtype to move bytes)
 DTYPES = tuple(_DTYPES)
 _COMPRESSIONS = ("none", "zstd")
-_TENSOR_KEYS = frozenset(["name", "dtype", "shape", "strides", "offset", "batch_dim", "storage_elements", "payload",
-                          "recorded_offset", "pad"])
 _TENSOR_REQUIRED = ("name", "dtype", "shape", "strides", "offset", "storage_elements", "payload")
+_TENSOR_KEYS = frozenset(_TENSOR_REQUIRED + ("batch_dim", "recorded_offset", "pad"))
 _PAYLOAD_KEYS = ("offset", "length", "compression", "crc32")
 _ERROR_KEYS = frozenset(["text", "exception", "exit_status"])
 _EXCEPTION_NAME_RE = re.compile(
@@ -52,9 +48,8 @@ _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 class BatchFileError(ValueError):
     """A batch file that breaks docs/FORMAT.md; the message names the file and the field."""
 
-def _torch():
-    import torch  # imported on first use, so that importing this module stays cheap
-    return torch
+def _torch():  # imported on first use, so that importing this module stays cheap
+    return importlib.import_module("torch")
 
 def _warn(msg):
     with contextlib.suppress(OSError, ValueError):
@@ -72,38 +67,31 @@ def _align(n):
 def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
 
-def _need(ok, exc, msg, *args):
-    """Raise exc(msg % args) unless ok: a writer's check of its arguments, on one line."""
+def _need(ok, exc, msg, *args):  # raise exc(msg % args) unless ok: a writer's check of its arguments, on one line
     if not ok:
         raise exc(msg % args if args else msg)
-
 
 def saved_offset(recorded_offset, itemsize):
     """(the offset written, the first storage element saved) of a view at recorded_offset (FORMAT.md)."""
     a = _OFFSET_BYTES // itemsize
-    if recorded_offset < a:
-        return recorded_offset, 0
-    offset = a + recorded_offset % a
+    offset = recorded_offset if recorded_offset < a else a + recorded_offset % a
     return offset, recorded_offset - offset
 
 def _encode_tensor(torch, name, t, batch_dim, compression):
-    """The manifest entry (payload.offset 0) and the stored bytes of a tensor _Flattener accepted: the
-    span of its storage the view reaches, from the first element docs/FORMAT.md saves, little-endian."""
-    where, dtname = f"tensor {name!r}", str(t.dtype).replace("torch.", "")
+    """(entry, bytes) of t: the storage from the first element FORMAT.md saves to the last it reaches, little-endian."""
+    where, dtname, data = f"tensor {name!r}", str(t.dtype).replace("torch.", ""), b""
     _need(t.dim() <= MAX_DIMS, ValueError, "%s: %d dims, at most %d are supported", where, t.dim(), MAX_DIMS)
     t, (itemsize, raw_name) = t.detach().resolve_neg(), _DTYPES[dtname]
     shape, strides, recorded = [int(n) for n in t.shape], [int(s) for s in t.stride()], int(t.storage_offset())
     _need(all(s >= 0 for s in strides), ValueError, "%s: negative strides %s are not supported", where, strides)
     offset, start = saved_offset(recorded, itemsize)
-    # An empty view reaches nothing: keep the prefix up to its offset. Only what the storage holds
-    # is copied (an empty view's offset may lie past its end): the rest is written as zeros.
+    # An empty view keeps the prefix up to its offset; what lies past the storage's end is written as zeros.
     elements = (recorded + 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if t.numel() > 0 else recorded) - start
     try:  # torch 2's untyped_storage, torch 1.13's _storage
         nbytes = (t.untyped_storage() if hasattr(t, "untyped_storage") else t._storage()).nbytes()
         have = max(0, min(elements, nbytes // itemsize - start))
     except (AttributeError, RuntimeError, TypeError):
         have = elements
-    data = b""
     try:
         if have > 0:
             raw = torch.as_strided(t, (have,), (1,), start).view(getattr(torch, raw_name)).cpu().contiguous()
@@ -126,21 +114,16 @@ def _encode_tensor(torch, name, t, batch_dim, compression):
             raise RuntimeError("compression 'zstd' needs the Python module 'zstandard' (pip install zstandard); "
                                "write with compression='none' instead")
         data = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(bytes(data))
+    payload = {"offset": 0, "length": len(data), "compression": compression, "crc32": zlib.crc32(data) & 0xFFFFFFFF}
     entry = {"name": name, "dtype": dtname, "shape": shape, "strides": strides, "offset": offset,
-             "batch_dim": batch_dim, "storage_elements": elements, "payload": {
-                 "offset": 0, "length": len(data), "compression": compression, "crc32": zlib.crc32(data) & 0xFFFFFFFF}}
-    if recorded != offset:  # docs/FORMAT.md: written only when it differs from offset
-        entry["recorded_offset"] = recorded
-    return entry, data
+             "batch_dim": batch_dim, "storage_elements": elements, "payload": payload}
+    # docs/FORMAT.md: recorded_offset is written only when it differs from offset.
+    return (dict(entry, recorded_offset=recorded) if recorded != offset else entry), data
 
 def _attr_value(v, where):
-    if v is None or isinstance(v, (bool, str)):
-        return _clean_str(v) if isinstance(v, str) else v
-    if isinstance(v, int):
-        return int(v)
-    if isinstance(v, float):
-        _need(math.isfinite(v), ValueError, "%s: %r cannot be written as JSON", where, v)
-        return v
+    if v is None or isinstance(v, (bool, str, int, float)):
+        _need(not isinstance(v, float) or math.isfinite(v), ValueError, "%s: %r cannot be written as JSON", where, v)
+        return _clean_str(v) if isinstance(v, str) else int(v) if _is_int(v) else v
     if isinstance(v, (list, tuple)):
         return [_attr_value(x, where) for x in v]
     if hasattr(v, "tolist") and hasattr(v, "shape"):  # numpy and torch scalars, small arrays and tensors
@@ -155,9 +138,8 @@ def _error_entry(error):
         except Exception:  # noqa: BLE001  (whatever a broken __str__ raises)
             msg = f"<unprintable {name}>"
         lines = [ln for ln in (f"{name}: {msg}" if msg else name).splitlines() if ln.strip()]
-        # The status the interpreter exits with: 1 for an uncaught exception.
-        status = (error.code if _is_int(error.code) else None) if isinstance(error, SystemExit) else 1
-        out = {"text": lines[0].rstrip() if lines else name, "exception": name, "exit_status": status}
+        out = {"text": lines[0].rstrip() if lines else name, "exception": name,  # the status the interpreter exits
+               "exit_status": (error.code if _is_int(error.code) else None) if isinstance(error, SystemExit) else 1}
     elif isinstance(error, str):
         m = _EXCEPTION_NAME_RE.match(error)
         out = {"text": error.rstrip("\r\n"), "exception": m.group(1).rsplit(".", 1)[-1] if m else None}
@@ -172,38 +154,28 @@ def _error_entry(error):
               "error: 'exit_status' must be an int")
     else:
         raise TypeError(f"error: want a str, an exception or a dict, got {type(error).__name__}")
-    out = {k: (_clean_str(v) if isinstance(v, str) else v) for k, v in out.items() if v is not None or k == "text"}
-    if out.get("exception") == "":
-        del out["exception"]  # Go's omitempty drops it too
-    return out
+    # None drops a key but text, and an empty exception goes too, as with Go's omitempty.
+    return {k: (_clean_str(v) if isinstance(v, str) else v) for k, v in out.items()
+            if k == "text" or v is not None and (k != "exception" or v != "")}
 
 def _provenance(torch, items, failed=False):
-    meta = {"torch": str(torch.__version__), "python": platform.python_version(),
+    meta = {"torch": str(torch.__version__), "python": platform.python_version(), "device": "cpu",
             "executable": sys.executable,  # the user's interpreter: reduce replays the step with it
-            "device": "cpu", "host": socket.gethostname(),
-            "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "host": socket.gethostname(), "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     with contextlib.suppress(Exception):  # the GPU the step ran on, when one can still be named
         cuda = next((t.device for _, t in items if isinstance(t, torch.Tensor) and t.device.type == "cuda"), None)
-        if cuda is not None:
-            meta["device"] = torch.cuda.get_device_name(cuda)
-        elif failed and torch.cuda.is_initialized():
-            # A property query: it launches nothing on a device that may be in an error state.
-            meta["device"] = torch.cuda.get_device_name(torch.cuda.current_device())
-    for key in ("cuda", "hip"):
-        v = getattr(getattr(torch, "version", None), key, None)
-        if v:
-            meta[key] = str(v)
+        if cuda is not None or failed and torch.cuda.is_initialized():  # a query, launching nothing on a failed GPU
+            meta["device"] = torch.cuda.get_device_name(torch.cuda.current_device() if cuda is None else cuda)
+    meta.update((k, str(v)) for k in ("cuda", "hip") for v in [getattr(getattr(torch, "version", None), k, None)] if v)
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        p = subprocess.run(["git", "rev-parse", "HEAD"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                           stdin=subprocess.DEVNULL, timeout=2, check=False)
-        rev = p.stdout.decode("ascii", "replace").strip()
-        if p.returncode == 0 and re.match(r"^[0-9a-f]{40,64}$", rev):
+        rev = subprocess.check_output(["git", "rev-parse", "HEAD"], stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                                      timeout=2).decode("ascii", "replace").strip()
+        if re.match(r"^[0-9a-f]{40,64}$", rev):
             meta["git"] = rev
     return meta
 
 def _axes(items, batch_dims, lenient, notes, samples=None):
-    """(name -> batch axis or None, the sample count the batched tensors agree on). A tensor that
-    disagrees is an error, or, lenient (recording a crash), recorded as shared with a note."""
+    """(name -> batch axis or None, sample count); a tensor that disagrees raises, or, lenient, is noted as shared."""
     batch_dims, names, axes, first = dict(batch_dims or {}), sorted(n for n, _ in items), {}, None
     for k in batch_dims:
         _need(k in names, ValueError, "batch_dims: no tensor named %r (tensors: %s)", k, ", ".join(names))
@@ -213,13 +185,9 @@ def _axes(items, batch_dims, lenient, notes, samples=None):
             _need(_is_int(d), TypeError, "batch_dims[%r]: want an int or None, got %r", name, d)
             _need(-t.dim() <= d < t.dim(), ValueError, "batch_dims[%r]: axis %r is out of range for a %d-dim tensor",
                   name, d, t.dim())
-            d = d + t.dim() if d < 0 else d
-        axes[name] = d
-    for name, t in items:
-        d = axes[name]
-        if d is None:
-            continue
-        n = int(t.shape[d])
+        axes[name] = d + t.dim() if d is not None and d < 0 else d
+    for name, t in [x for x in items if axes[x[0]] is not None]:
+        d, n = axes[name], int(t.shape[axes[name]])
         if samples is None:
             samples, first = n, name
         elif n != samples:
@@ -239,9 +207,8 @@ def _pads(items, axes, samples, padded, lengths):
     tensors, out = dict(items), {}
     for name, d in dict(padded).items():
         _need(name in tensors, ValueError, "padded: no tensor named %r (tensors: %s)", name, ", ".join(sorted(tensors)))
-        t = tensors[name]
         _need(_is_int(d), TypeError, "padded[%r]: want a dim (an int), got %r", name, d)
-        d = d + t.dim() if d < 0 else d
+        t, d = tensors[name], d + tensors[name].dim() if d < 0 else d
         _need(axes[name] is not None and 0 <= d < t.dim() and d != axes[name], ValueError,
               "padded[%r]: dim %r is not a dim of this batched tensor other than its batch axis", name, padded[name])
         long = [n for n in lengths if not 0 <= n <= t.shape[d]] + [0]
@@ -250,39 +217,41 @@ def _pads(items, axes, samples, padded, lengths):
         out[name] = {"dim": d, "lengths": lengths}
     return out
 
+@contextlib.contextmanager
+def _noted(lenient, notes, note, excs=Exception):  # lenient: an exception in the block is a note, not raised
+    try:
+        yield
+    except excs as e:
+        if not lenient:
+            raise
+        notes.append(note.format(e=e, t=type(e).__name__))
+
 def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=None, error=None,
          meta=None, step=None, state=None, padded=None, lengths=None, provenance=True,
-         compression="none", tensors=None, _failed=False):
-    """Write one batch to `path` atomically: `batch` as the loader yields it (tensors batched along
-    axis 0 unless batch_dims says otherwise, None for a shared one, per-sample and shared Python
-    values, in any nesting of dict, list, tuple, named tuple and mapping), with the operator (op,
-    attrs) or the step, the state, the error and meta: reduce's README, "Recording a batch"."""
-    torch = _torch()
-    lenient = bool(_failed)  # recording a crash: what cannot be encoded is noted, never fatal
+         compression="none", tensors=None, _failed=False, _window=None):
+    """Write one batch to `path` atomically: `batch` as the loader yields it (tensors batched along axis 0 unless
+    batch_dims says otherwise, None for a shared one; per-sample and shared Python values; any nesting of dict, list,
+    tuple, named tuple, mapping) with op and attrs or the step, state, error and meta: README, "Recording a batch"."""
+    torch, lenient = _torch(), bool(_failed)  # lenient (recording a crash): what cannot be encoded is noted
     _need(batch is None or tensors is None, TypeError, "save: give the batch once (batch or tensors=)")
     batch = tensors if batch is None else batch
     _need(batch is not None and (lenient or not isinstance(batch, (dict, list, tuple)) or len(batch) > 0), ValueError,
           "no batch to save (it is empty)")
     _need(compression in _COMPRESSIONS, ValueError, "compression: %r, want one of %s", compression,
           ", ".join(_COMPRESSIONS))
-    counted = _count_samples(torch, batch, batch_dims, sample_ids)
-    fl = _Flattener(torch, "", counted)
+    fl = _Flattener(torch, "", _count_samples(torch, batch, batch_dims, sample_ids))
     tree, items = fl.node(batch), fl.tensors
     notes = [f"skipped {p}: {r} ({t})" for p, t, r in fl.skipped]  # lines for stderr: what was left out, and why
-    # A dict of tensors by name is written as version 1 wrote it, without a structure.
     flat = (type(batch) is dict and batch and all(isinstance(k, str) and k for k in batch) and not fl.skipped
-            and all(isinstance(v, torch.Tensor) for v in batch.values()) and step is None and state is None)
+            and all(isinstance(v, torch.Tensor) for v in batch.values()) and step is None and state is None
+            and _window is None)  # a dict of tensors by name is written as version 1 wrote it, without a structure
     # The count, where a tensor is batched; a flat batch's tensors are compared with one another.
     batched = any(batch_dims is None or batch_dims.get(n, 0) is not None for n, t in items if t.dim() > 0)
-    axes, samples = _axes(items, batch_dims, lenient, notes, None if flat or not batched else counted)
+    axes, samples = _axes(items, batch_dims, lenient, notes, None if flat or not batched else fl.samples)
     structure = None if flat else tree
     if not flat:
-        samples = counted if samples is None else samples
-        # The ids: a per-sample list under an id key (_ID_KEYS), else the first one of distinct strings.
-        lists = [(p.rpartition(".")[2], v) for p, v in fl.per_sample if len(v) == samples] if sample_ids is None else []
-        sample_ids = ([v for k, v in lists if k in _ID_KEYS and all(_is_int(x) or isinstance(x, str) for x in v)] +
-                      [v for k, v in lists if all(isinstance(x, str) for x in v) and len(set(v)) == len(v)] +
-                      [sample_ids])[0]
+        samples = fl.samples if samples is None else samples
+        sample_ids = _ids_of(fl, samples, sample_ids)
     ids = None if sample_ids is None else [_clean_str(s if isinstance(s, str) else str(s)) for s in (
         sample_ids.tolist() if hasattr(sample_ids, "tolist") else sample_ids)]
     samples = len(ids) if samples is None and ids is not None else samples or 0
@@ -290,102 +259,89 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
         _need(lenient, ValueError, "sample_ids: %d ids for %d samples", len(ids), samples)
         notes.append(f"sample_ids: {len(ids)} ids for {samples} samples: not recorded")
         ids = None
-    try:
+    pads, state_items = {}, []
+    with _noted(lenient, notes, "padded: {e}: the batch is reduced without re-padding", (TypeError, ValueError)):
         pads = _pads(items, axes, samples, padded, lengths)
-    except (TypeError, ValueError) as e:
-        if not lenient:
-            raise
-        notes.append(f"padded: {e}: the batch is reduced without re-padding")
-        pads = {}
-    manifest = {"samples": samples}
-    if ids:
-        manifest["sample_ids"] = ids
     _need(op is None or isinstance(op, str), TypeError, "op: want a string, got %s", type(op).__name__)
-    if op:
-        manifest["op"] = _clean_str(op)
-    if attrs:
-        manifest["attrs"] = {_clean_str(str(k)): _attr_value(v, f"attrs[{k!r}]") for k, v in dict(attrs).items()}
-    if error is not None:
-        manifest["error"] = _error_entry(error)
+    attrs = {_clean_str(str(k)): _attr_value(v, f"attrs[{k!r}]") for k, v in dict(attrs).items()} if attrs else None
+    manifest = {"samples": samples, "sample_ids": ids or None, "op": _clean_str(op) if op else None,
+                "attrs": attrs, "error": None if error is None else _error_entry(error), "structure": structure}
+    manifest = {k: v for k, v in manifest.items() if v is not None}  # what is not given is left out
     if step is not None:
-        try:
+        with _noted(lenient, notes, "step: not recorded: {e}", ValueError):
             manifest["step"] = _step_entry(step)
-        except ValueError as e:
-            if not lenient:
-                raise
-            notes.append(f"step: not recorded: {e}")
-    state_items = []
     if state is not None:
-        try:
+        with _noted(lenient, notes, "state: not recorded: {t}: {e}"):
             _need(isinstance(state, dict), TypeError, "state: want a dict name -> model, optimizer, ... or state_dict, "
                   "such as state={\"model\": model, \"optimizer\": optimizer}; got %s", type(state).__name__)
             values = {str(k): (v.state_dict() if callable(getattr(v, "state_dict", None)) else v)
                       for k, v in state.items()}
             values.setdefault("rng", _rng_state(torch))
-            sfl = _Flattener(torch, "state.", None)
-            sfl.names = fl.names
+            sfl = _Flattener(torch, "state.", None, fl.names)
             manifest["state"], state_items = sfl.node(values), sfl.tensors
             notes.extend(f"skipped state.{p}: {r} ({t})" for p, t, r in sfl.skipped)
-        except Exception as e:
-            if not lenient:
-                raise
-            notes.append(f"state: not recorded: {type(e).__name__}: {e}")
-            state_items = []
-    if structure is not None:
-        manifest["structure"] = structure
+    window_items = []  # (name, t, axis, compression, False); _window: (failed index, [(index, batch, ids)])
+    for k, (index, wbatch, wids) in enumerate(_window[1] if _window else ()):
+        wfl = _Flattener(torch, f"window.{k}.", _count_samples(torch, wbatch, batch_dims, wids), fl.names)
+        node, n = wfl.node(wbatch), wfl.samples
+        mine = {nm for nm, _ in wfl.tensors}  # batch_dims by the batch's names, for this step's tensors
+        dims = {f"window.{k}.{a}": d for a, d in (batch_dims or {}).items() if f"window.{k}.{a}" in mine}
+        wax, wids = _axes(wfl.tensors, dims, True, notes, n)[0], _ids_of(wfl, n, wids)
+        manifest.setdefault("window", {"failed": _window[0], "steps": []})["steps"].append(dict(
+            {"index": index, "samples": n, "structure": node},
+            **({"sample_ids": [_clean_str(str(i)) for i in wids]} if wids is not None and len(wids) == n else {})))
+        window_items += [(nm, t, wax[nm], compression, False) for nm, t in wfl.tensors]
     for k in dict(meta or {}):
         _need(isinstance(k, str), TypeError, "meta: keys must be strings, got %r", k)
     m = dict(_provenance(torch, items, _failed) if provenance else {}, **dict(meta or {}))  # None drops a key
     m = {k: v if isinstance(v, str) else str(v) for k, v in m.items() if v is not None}
     if m:
         manifest["meta"] = {_clean_str(k): _clean_str(v) for k, v in m.items()}
-
-    # The state is compressed when it can be.
-    has_zstd = compression == "zstd" or importlib.util.find_spec("zstandard") is not None
-    state_compression = "zstd" if state_items and has_zstd else compression
-    entries, blobs, cursor, state_bytes, failed = [], [], 0, [0, 0], {}
-    for name, t, axis, comp, in_state in [(n, t, axes[n], compression, False) for n, t in items] + \
-                                         [(n, t, None, state_compression, True) for n, t in state_items]:
+    zstd = compression == "zstd" or importlib.util.find_spec("zstandard") is not None  # for the state, where it can be
+    entries, blobs, cursor, state_bytes, failed = [], [], 0, [0, 0], {}  # blobs: each payload after its padding
+    for name, t, axis, comp, in_state in [(n, t, axes[n], compression, False) for n, t in items] + [
+            (n, t, None, "zstd" if zstd else compression, True) for n, t in state_items] + window_items:
         try:
             entry, blob = _encode_tensor(torch, name, t, axis, comp)
-        except Exception as e:
+        except Exception as e:  # unreadable (a GPU copy after a device error): the crash is recorded without it
             if not lenient:
                 raise
-            # A tensor that cannot be read (a GPU copy after a device error): the crash is still
-            # recorded, with this leaf skipped.
             failed[name] = {"kind": "skipped", "type": "torch:Tensor", "reason": f"{type(e).__name__}: {e}"}
             notes.append("skipped {}: {} (torch:Tensor)".format(name, failed[name]["reason"]))
             continue
         if name in pads:
             entry["pad"] = pads[name]
+        blobs += [bytes(_align(cursor) - cursor), blob]
         entry["payload"]["offset"] = cursor = _align(cursor)
         cursor += entry["payload"]["length"]
         entries.append(entry)
-        blobs.append(blob)
         if in_state:
             state_bytes[0] += entry["storage_elements"] * _DTYPES[entry["dtype"]][0]
             state_bytes[1] += entry["payload"]["length"]
     manifest["tensors"] = entries
     if failed:
-        manifest["structure"] = structure = tree  # a flat batch too: its skipped leaf needs one
-        for node in (manifest.get("structure"), manifest.get("state")):
+        manifest["structure"] = tree  # a flat batch too: its skipped leaf needs one
+        for node in [manifest.get("structure"), manifest.get("state")] + [
+                s["structure"] for s in manifest.get("window", {}).get("steps", [])]:
             _replace_leaves(node, failed)
-    version = 2 if (structure is not None or "step" in manifest or "state" in manifest or pads) else 1
+    version = 3 if "window" in manifest else 2 if {"structure", "step", "state"} & set(manifest) or pads else 1
     mbytes = encode_manifest(manifest)
     _need(len(mbytes) <= MAX_MANIFEST, ValueError, "manifest: %d bytes, at most %d are allowed", len(mbytes),
           MAX_MANIFEST)
-    header = _HEADER.pack(MAGIC, version, 0, len(mbytes), zlib.crc32(mbytes) & 0xFFFFFFFF, 0)
-    chunks, pos = [header + mbytes + bytes(_align(HEADER_SIZE + len(mbytes)) - HEADER_SIZE - len(mbytes))], 0
-    for entry, blob in zip(entries, blobs):  # each payload at its offset, after the padding to it
-        chunks += [bytes(entry["payload"]["offset"] - pos), blob]
-        pos = entry["payload"]["offset"] + entry["payload"]["length"]
-    _atomic_write(os.fspath(path), chunks)
+    head = _HEADER.pack(MAGIC, version, 0, len(mbytes), zlib.crc32(mbytes) & 0xFFFFFFFF, 0) + mbytes
+    _atomic_write(os.fspath(path), [head + bytes(_align(len(head)) - len(head))] + blobs)  # the payloads start at P
     for note in notes:
         _warn(note)
     if "state" in manifest:
         keys, (size, stored) = ", ".join(manifest["state"].get("keys", [])), (n / 2.0**20 for n in state_bytes)
         _warn(f"recorded the state ({keys}): {size:.1f} MiB, {stored:.1f} MiB in the file")
     return path
+
+def _ids_of(fl, samples, sample_ids):
+    """The sample ids: the given ones, else a per-sample list under an id key (_ID_KEYS) or of distinct strings."""
+    lists = [(p.rpartition(".")[2], v) for p, v in fl.per_sample if len(v) == samples] if sample_ids is None else []
+    return ([v for k, v in lists if k in _ID_KEYS and all(_is_int(x) or isinstance(x, str) for x in v)] +
+            [v for k, v in lists if all(isinstance(x, str) for x in v) and len(set(v)) == len(v)] + [sample_ids])[0]
 
 def _replace_leaves(node, by_name):
     for i, c in enumerate((node or {}).get("items", [])):
@@ -400,8 +356,7 @@ def _atomic_write(path, chunks):
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
+            f.writelines(chunks)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -414,7 +369,6 @@ def _atomic_write(path, chunks):
         os.fsync(dfd)
         os.close(dfd)
 
-
 _SCALARS = (str, int, float, bool, type(None))
 _ID_KEYS = ("id", "ids", "sample_id", "sample_ids", "uid", "uids", "idx", "index", "key", "keys")
 
@@ -422,16 +376,14 @@ def _is_scalar(v):
     return isinstance(v, _SCALARS) and not (isinstance(v, float) and not math.isfinite(v))
 
 def _type_path(obj):
-    cls = obj if isinstance(obj, type) else type(obj)
-    return f"{cls.__module__}:{cls.__qualname__}"
+    return "{0.__module__}:{0.__qualname__}".format(obj if isinstance(obj, type) else type(obj))
 
 class _Flattener:
     """A batch (or a state) as a structure node, its tensors by path name, what it cannot encode."""
 
-    def __init__(self, torch, prefix, samples):
-        self.torch, self.prefix, self.samples = torch, prefix, samples
+    def __init__(self, torch, prefix, samples, names=None):  # names: a set shared with another _Flattener
+        self.torch, self.prefix, self.samples, self.names = torch, prefix, samples, set() if names is None else names
         self.tensors, self.skipped, self.per_sample = [], [], []  # (name, t), (path, type, why), (path, values)
-        self.names = set()
 
     def name(self, path):
         base = _clean_str(self.prefix + (path or "batch"))
@@ -449,24 +401,21 @@ class _Flattener:
         return [self.node(v, f"{path}.{k}" if path else str(k)) for k, v in zip(keys, values)]
 
     def node(self, x, path=""):
-        torch = self.torch
         if isinstance(x, getattr(sys.modules.get("numpy"), "ndarray", ())):
             try:
-                x = torch.from_numpy(x)
+                x = self.torch.from_numpy(x)
             except (TypeError, RuntimeError, ValueError) as e:
                 return self.skip(path, x, f"numpy array: {e}")
-        if isinstance(x, torch.Tensor):
+        if isinstance(x, self.torch.Tensor):
             if str(x.dtype).replace("torch.", "") not in _DTYPES:
                 return self.skip(path, x, f"dtype {x.dtype} is not supported (want one of {', '.join(DTYPES)})")
-            if x.layout != torch.strided:
+            if x.layout != self.torch.strided:
                 return self.skip(path, x, f"layout {x.layout} (only strided tensors are recorded)")
-            name = self.name(path)
-            self.tensors.append((name, x))
-            return {"kind": "tensor", "name": name}
+            self.tensors.append((self.name(path), x))
+            return {"kind": "tensor", "name": self.tensors[-1][0]}
         if isinstance(x, tuple) and hasattr(type(x), "_fields") and hasattr(type(x), "_make"):  # a named tuple
-            fields = list(type(x)._fields)
-            return {"kind": "namedtuple", "type": _type_path(x), "keys": fields,
-                    "items": self.items(fields, list(x), path)}
+            keys = list(type(x)._fields)
+            return {"kind": "namedtuple", "type": _type_path(x), "keys": keys, "items": self.items(keys, list(x), path)}
         if isinstance(x, (list, tuple)):
             if x and all(isinstance(v, _SCALARS) for v in x) and len(x) == self.samples:
                 if not all(_is_scalar(v) for v in x):
@@ -481,11 +430,10 @@ class _Flattener:
             bad = [k for k in keys if not (isinstance(k, str) or _is_int(k))]
             if bad:
                 return self.skip(path, x, f"key {bad[0]!r} is not a str or an int")
-            node = {"kind": "dict"}  # a dict, or a subclass of it (OrderedDict, a state_dict)
-            if not isinstance(x, dict):
-                if any(not isinstance(k, str) for k in keys):
-                    return self.skip(path, x, "a mapping object with a key that is not a str")
-                node = {"kind": "mapping", "type": _type_path(x)}
+            # A dict, or a subclass of it (OrderedDict, a state_dict); another mapping needs str keys.
+            node = {"kind": "dict"} if isinstance(x, dict) else {"kind": "mapping", "type": _type_path(x)}
+            if node["kind"] == "mapping" and any(not isinstance(k, str) for k in keys):
+                return self.skip(path, x, "a mapping object with a key that is not a str")
             return dict(node, keys=[_clean_str(k) if isinstance(k, str) else k for k in keys],
                         items=self.items(keys, [x[k] for k in keys], path)) if keys else node
         if isinstance(x, _SCALARS):
@@ -512,33 +460,30 @@ def _count_samples(torch, batch, batch_dims, sample_ids):
     return 0
 
 def _trusted(types):
-    """load()'s `types` (classes, {"module:qualname": class}, or a function of the recorded
-    "module:qualname" giving the class or None) as such a function."""
+    """load()'s `types` (classes, {"module:qualname": class}, or a function of one to a class or None), a function."""
     if callable(types) and not isinstance(types, type):
         return types
-    types = types if isinstance(types, dict) else {_type_path(c): c for c in ([types] if isinstance(types, type)
-                                                                            else types or ())}
+    if not isinstance(types, dict):
+        types = {_type_path(c): c for c in ([types] if isinstance(types, type) else types or ())}
     _need(all(isinstance(c, type) for c in types.values()), TypeError, "load: types: want classes")
     return types.get
 
 _made = {}  # ("module:qualname", fields) -> the named tuple class made for it
 
 def _build(node, tensors, types):
-    """The Python value of a structure node over the loaded tensors. A named tuple or mapping gets
-    the class types(its recorded "module:qualname") gives, else a named tuple of the recorded name
-    and fields made here, or a dict: nothing a file names is imported."""
+    """A node's value: a named tuple or mapping of the class types("module:qualname") gives, else one made here of the
+    recorded name and fields, or a dict: nothing a file names is imported."""
     kind = node["kind"]
     if kind == "tensor":
         return tensors[node["name"]]
     if kind == "samples":
-        return tuple(node["values"]) if node.get("tuple") else list(node["values"])
+        return tuple(node.get("values", ())) if node.get("tuple") else list(node.get("values", ()))
     if kind in ("value", "skipped"):
         return node.get("value")
     items = [_build(c, tensors, types) for c in node.get("items", [])]
     if kind in ("list", "tuple"):
         return items if kind == "list" else tuple(items)
-    keys = node.get("keys", [])
-    cls = types(node["type"]) if kind != "dict" else None
+    keys, cls = node.get("keys", []), types(node["type"]) if kind != "dict" else None
     if cls is not None:
         try:
             return cls(*items) if kind == "namedtuple" else cls(dict(zip(keys, items)))
@@ -557,8 +502,7 @@ _NODE_KEYS = {"tensor": {"name"}, "list": {"items"}, "tuple": {"items"}, "dict":
               "samples": {"values", "tuple"}, "value": {"value"}, "skipped": {"type", "reason"}}
 
 def _tree(node, path, tensors, skipped, types):
-    """Collect a structure's tensor names, its skipped leaves [(path, type, reason)] and the
-    "module:qualname" of its named tuples and mappings by path."""
+    """Collect a structure's tensor names, skipped leaves [(path, type, reason)], named tuples' and mappings' types."""
     if node.get("kind") in ("namedtuple", "mapping"):
         types[path or "batch"] = node.get("type", "")
     if node.get("kind") == "tensor":
@@ -574,31 +518,27 @@ class State(dict):
     """save(state=)'s record: name -> state_dict ("rng": the generators'); restore(model=m) loads one."""
 
     def restore(self, **objects):
-        for name, obj in objects.items():
-            _need(name in self, KeyError, "state: nothing recorded under %r (recorded: %s)", name,
-                  ", ".join(sorted(self)))
-            obj.load_state_dict(self[name])
+        for k, obj in objects.items():
+            _need(k in self, KeyError, "state: nothing recorded under %r (recorded: %s)", k, ", ".join(sorted(self)))
+            obj.load_state_dict(self[k])
         return self
 
 def _rng_state(torch):
-    import random
     rng = {"torch": torch.get_rng_state()}
     with contextlib.suppress(RuntimeError):  # after a device error the CUDA generators cannot be read
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             rng["cuda"] = list(torch.cuda.get_rng_state_all())
-    v = random.getstate()
+    v = importlib.import_module("random").getstate()
     rng["random"] = [v[0], list(v[1]), v[2]]
     if sys.modules.get("numpy") is not None:
         s = sys.modules["numpy"].random.get_state()
         rng["numpy"] = [s[0], torch.from_numpy(s[1].astype("int64")), int(s[2]), int(s[3]), float(s[4])]
     return rng
 
-def _step_entry(step):
-    """The manifest's step of a function (or "module:qualname"); ValueError if it has no import name."""
+def _step_entry(step):  # the manifest's step of a function (or "module:qualname"); ValueError without an import name
     if isinstance(step, str):
         mod, sep, qual = step.rpartition(":")
-        if not sep or not mod or not qual:
-            raise ValueError(f"step {step!r}: want module:qualname")
+        _need(sep and mod and qual, ValueError, f"step {step!r}: want module:qualname")
         f = getattr(sys.modules.get(mod), "__file__", None)
         return dict(module=mod, qualname=qual, cwd=os.getcwd(), **({"file": os.path.abspath(f)} if f else {}))
     fn = getattr(step, "__func__", step)
@@ -606,9 +546,8 @@ def _step_entry(step):
         raise ValueError(f"step {step!r} is a bound method: pass a function of the batch (reduce cannot rebuild "
                          "the object it is bound to)")
     mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
-    if not mod or not qual or "<" in qual:
-        raise ValueError(f"step {step!r} cannot be imported by name (a lambda or a function defined inside another): "
-                         "define it at the top level of a module")
+    _need(mod and qual and "<" not in qual, ValueError, f"step {step!r} cannot be imported by name (a lambda or a "
+          "function defined inside another): define it at the top level of a module")
     entry = {"module": mod, "qualname": qual, "cwd": os.getcwd()}
     src = getattr(getattr(fn, "__code__", None), "co_filename", "") or getattr(sys.modules.get(mod), "__file__", "")
     if src and os.path.isfile(src):  # a class (the LightningModule) has its module's file
@@ -621,53 +560,56 @@ def _step_entry(step):
     return entry
 
 def _runs_at_import(path):
-    """The line of a script's first top-level statement that trains when imported (a loop, a with
-    block, a call of a plain function: main(), not sys.path.insert()), or 0."""
+    """The line of the first top-level statement that trains when imported (a loop, a with, main() not a.b()), or 0."""
     import ast
     try:
         with open(path, "rb") as f:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):
         return 0
-    for node in tree.body:
-        if isinstance(node, (ast.For, ast.While, ast.With, ast.AsyncFor, ast.AsyncWith)) or (
-                isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-                and isinstance(node.value.func, ast.Name)):
-            return node.lineno
-    return 0
+    blocks = (ast.For, ast.While, ast.With, ast.AsyncFor, ast.AsyncWith)
+    return next((node.lineno for node in tree.body if isinstance(node, blocks) or isinstance(node, ast.Expr) and
+                 isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)), 0)
 
 
 class Batch:
-    """A batch read by load(): .data in its recorded structure (a skipped leaf None), .tensors by name
-    (the recorded dtype, shape, strides, saved offset), .batch_dims, .pads, .samples, .sample_ids,
-    .op, .attrs, .meta, .error, .step, .state (a State), .skipped, .recorded_offsets, .manifest;
-    .types the "module:qualname" the file records for each named tuple and mapping, by path."""
+    """A batch read by load(): .data in its recorded structure (a skipped leaf None), .tensors by name (the recorded
+    dtype, shape, strides, saved offset), .batch_dims, .pads, .samples, .sample_ids, .op, .attrs, .meta, .error, .step,
+    .state (a State), .skipped, .recorded_offsets, .manifest, .types (module:qualname by path), .window, .failed_step"""
 
     def __init__(self, path, manifest, tensors, types=None):
-        self.path, self.manifest, self.tensors = path, manifest, tensors
-        entries = manifest["tensors"]
+        self.path, self.manifest, self.tensors, entries = path, manifest, tensors, manifest["tensors"]
         self.batch_dims = {e["name"]: e.get("batch_dim") for e in entries}
         self.recorded_offsets = {e["name"]: e["recorded_offset"] for e in entries if "recorded_offset" in e}
         self.pads = {e["name"]: e["pad"] for e in entries if "pad" in e}
-        self.samples, self.sample_ids = manifest["samples"], manifest.get("sample_ids")
+        self.samples, self.sample_ids, self.step = manifest["samples"], manifest.get("sample_ids"), manifest.get("step")
         self.op, self.attrs = manifest.get("op") or None, manifest.get("attrs") or {}
-        err = manifest.get("error")
+        err, self.meta = manifest.get("error"), manifest.get("meta") or {}
         self.error = None if err is None else {"text": err.get("text", ""), "exception": err.get("exception", ""),
                                                "exit_status": err.get("exit_status")}
-        self.meta, self.step = manifest.get("meta") or {}, manifest.get("step")
-        self.skipped, self.state, self.types, types = [], None, {}, _trusted(types)
+        self.skipped, self.state, self.types, types, apart = [], None, {}, _trusted(types), []
         self.data = _build(manifest["structure"], tensors, types) if "structure" in manifest else dict(tensors)
         _tree(manifest.get("structure") or {}, "", [], self.skipped, self.types)
         if "state" in manifest:
-            in_state = []
-            _tree(manifest["state"], "state", in_state, self.skipped, self.types)
+            _tree(manifest["state"], "state", apart, self.skipped, self.types)
             self.state = State(_build(manifest["state"], tensors, types))
-            for name in in_state:
-                self.tensors.pop(name, None)  # tensors holds the batch's; the state's are in state
+        win = manifest.get("window") or {}  # the steps before the failed one: [(index, data, sample_ids, samples)]
+        self.failed_step, self.window = win.get("failed"), []
+        for s in win.get("steps", ()):
+            _tree(s["structure"], "", apart, self.skipped, {})
+            self.window.append((s["index"], _build(s["structure"], tensors, types), s.get("sample_ids"), s["samples"]))
+        for name in apart:
+            self.tensors.pop(name, None)  # tensors holds the batch's; the state's and the window's are apart
 
     def __repr__(self):
         parts = [f"{n} {str(t.dtype).replace('torch.', '')}{list(t.shape)}" for n, t in self.tensors.items()]
         return f"<Batch {self.path}: {self.samples} samples, op={self.op!r}, tensors: {', '.join(parts)}>"
+
+def _leaf_names(node):  # the tensor names of a structure not checked yet (the reader checks it after)
+    items = node.get("items") if isinstance(node, dict) else None
+    if isinstance(node, dict) and node.get("kind") == "tensor" and isinstance(node.get("name"), str):
+        return [node["name"]]
+    return [n for c in (items if isinstance(items, list) else ()) for n in _leaf_names(c)]
 
 class _Reader:
     """The strict reader: every rule of docs/FORMAT.md the Go reader checks, a BatchFileError each."""
@@ -694,14 +636,12 @@ class _Reader:
     def header(self, f, size):
         head = f.read(HEADER_SIZE)
         self.need(head, "header", "truncated: the file is empty")
-        self.need(head[:len(MAGIC)] == MAGIC[:len(head[:len(MAGIC)])], "magic",
-                  "got %r, want %r: not a reduce batch file", head[:len(MAGIC)], MAGIC)
+        self.need(MAGIC.startswith(head[:8]), "magic", "got %r, want %r: not a reduce batch file", head[:8], MAGIC)
         self.need(len(head) == HEADER_SIZE, "header", "truncated: the file has %d bytes, the header needs %d",
                   size, HEADER_SIZE)
-        _, version, flags, mlen, mcrc, reserved = _HEADER.unpack(head)
-        self.need(1 <= version <= FORMAT_VERSION, "version", "%d, this reader reads versions 1 to %d (a newer "
-                  "reduce_batch.py reads it: `reduce recorder`)", version, FORMAT_VERSION)
-        self.version = version
+        _, self.version, flags, mlen, mcrc, reserved = _HEADER.unpack(head)
+        self.need(1 <= self.version <= FORMAT_VERSION, "version", "%d, this reader reads versions 1 to %d (a newer "
+                  "reduce_batch.py reads it: `reduce recorder`)", self.version, FORMAT_VERSION)
         self.need(flags == 0, "flags", "0x%x, want 0", flags)
         self.need(reserved == 0, "reserved", "0x%x, want 0", reserved)
         self.need(mlen <= MAX_MANIFEST, "manifest_length", "%d bytes, at most %d are allowed", mlen, MAX_MANIFEST)
@@ -741,11 +681,26 @@ class _Reader:
                   "meta", "want an object of strings")
         tensors = m.get("tensors")
         self.need(isinstance(tensors, list), "tensors", "want an array")
-        for key in ("structure", "step", "state"):
-            self.need(key not in m or self.version >= 2, key, "a version 2 key in a version %d file", self.version)
-        names, total = set(), 0
+        for key, v in (("structure", 2), ("step", 2), ("state", 2), ("window", 3)):
+            self.need(key not in m or self.version >= v, key, "a version %d key in a version %d file", v, self.version)
+        win, owner = m.get("window"), {}  # a window step's tensors are batched along its samples
+        self.need(win is None or isinstance(win, dict) and set(win) == {"failed", "steps"} and
+                  isinstance(win["steps"], list) and m.get("step") and "structure" in m, "window",
+                  "want {failed, steps}, with the step and the batch's structure")
+        failed = self.int_field(win, "failed", "window") if win else 0
+        for k, st in enumerate(win["steps"] if win else ()):
+            where = f"window.steps[{k}]"
+            self.need(isinstance(st, dict) and {"index", "samples", "structure"} <= set(st) <=
+                      {"index", "samples", "sample_ids", "structure"} and isinstance(st["structure"], dict), where,
+                      "want index, samples, structure (and sample_ids)")
+            self.int_field(st, "index", where, win["steps"][k - 1]["index"] + 1 if k else 0, failed - 1)
+            n, ids = self.int_field(st, "samples", where), st.get("sample_ids", [""] * st["samples"])
+            self.need(isinstance(ids, list) and len(ids) == n and all(isinstance(i, str) for i in ids), where,
+                      "sample_ids: want one string per sample")
+            owner.update((name, n) for name in _leaf_names(st["structure"]))
+        names, total, used = set(), 0, set()
         for i, e in enumerate(tensors):
-            total += self.tensor(e, i, names, samples)
+            total += self.tensor(e, i, names, owner.get(e.get("name") if isinstance(e, dict) else None, samples))
             self.need(total <= self.max_size, "tensors", "the storage adds up to more than %d bytes (the size "
                       "limit)", self.max_size)
         step = m.get("step")
@@ -754,19 +709,20 @@ class _Reader:
                   "step", "want an object with module and qualname (and file, cwd)")
         self.need("state" not in m or "structure" in m, "state", "a state needs the batch's structure")
         if "structure" in m:
-            used = set()
             self.node(m["structure"], "structure", samples, names, used)
             in_batch = set(used)
             if "state" in m:
                 self.node(m["state"], "state", 0, names, used)
+            in_state = used - in_batch
+            for k, st in enumerate(win["steps"] if win else ()):
+                self.node(st["structure"], f"window.steps[{k}].structure", st["samples"], names, used)
             for e in tensors:
                 self.need(e["name"] in used, "tensor {!r}".format(e["name"]), "in neither the structure nor the state")
-                self.need(e["name"] in in_batch or (e.get("batch_dim") is None and "pad" not in e),
+                self.need(e["name"] not in in_state or (e.get("batch_dim") is None and "pad" not in e),
                           "tensor {!r}".format(e["name"]), "a state tensor has no batch axis (batch_dim null)")
         return m
 
-    def node(self, node, where, samples, names, used):
-        """A structure node's check (the Go reader's rules, docs/FORMAT.md)."""
+    def node(self, node, where, samples, names, used):  # a node's check: the Go reader's rules (docs/FORMAT.md)
         self.need(isinstance(node, dict), where, "want an object")
         kind = node.get("kind")
         self.need(isinstance(kind, str) and kind in _NODE_KEYS, where, "unknown kind %s", json.dumps(kind))
@@ -779,8 +735,7 @@ class _Reader:
             used.add(node["name"])
         elif kind == "samples":
             vals = node.get("values", [])
-            self.need(isinstance(vals, list) and len(vals) == samples, where, "want one value per sample (%d)",
-                      samples)
+            self.need(isinstance(vals, list) and len(vals) == samples, where, "want one value per sample (%d)", samples)
             self.need(all(isinstance(v, _SCALARS) for v in vals), where,
                       "values: want strings, numbers, booleans or null")
         elif kind in ("dict", "namedtuple", "mapping"):
@@ -794,21 +749,19 @@ class _Reader:
 
     def tensor(self, e, i, names, samples):
         self.need(isinstance(e, dict), f"tensors[{i}]", "want an object")
-        name = e.get("name")
+        name, where = e.get("name"), f"tensor {e.get('name')!r}"
         self.need(isinstance(name, str) and name, f"tensors[{i}]", "name: missing or empty")
-        where = f"tensor {name!r}"
         self.need(name not in names, where, "duplicate name")
         names.add(name)
         self.keys(e, _TENSOR_KEYS, _TENSOR_REQUIRED, where, "")
         dt, shape, strides = e["dtype"], e["shape"], e["strides"]
         self.need(isinstance(dt, str) and dt in _DTYPES, where, "dtype: unknown dtype %s (want one of %s)",
                   json.dumps(dt), ", ".join(DTYPES))
-        itemsize = _DTYPES[dt][0]
         self.need(isinstance(shape, list) and len(shape) <= MAX_DIMS, where,
                   "shape: want an array of at most %d integers", MAX_DIMS)
         self.need(isinstance(strides, list) and len(strides) == len(shape), where,
                   "strides: want one integer per dim (%d)", len(shape))
-        numel = 1
+        numel, itemsize = 1, _DTYPES[dt][0]
         for k, n in enumerate(shape):
             self.need(_is_int(n) and n >= 0, where, "shape[%d]: %s, want an integer >= 0", k, json.dumps(n))
             numel *= n
@@ -816,8 +769,7 @@ class _Reader:
         for k, s in enumerate(strides):
             self.need(_is_int(s) and 0 <= s <= _INT64_MAX, where, "strides[%d]: %s, want an integer >= 0", k,
                       json.dumps(s))
-        offset = self.int_field(e, "offset", where)
-        elements = self.int_field(e, "storage_elements", where)
+        offset, elements = self.int_field(e, "offset", where), self.int_field(e, "storage_elements", where)
         self.need(elements * itemsize <= _INT64_MAX, where, "storage_elements: %d overflows", elements)
         if "recorded_offset" in e:
             self.int_field(e, "recorded_offset", where)
@@ -825,23 +777,21 @@ class _Reader:
             last = offset + sum((n - 1) * s for n, s in zip(shape, strides))
             self.need(last <= _INT64_MAX and last + 1 <= elements, where, "offset %d and strides %s reach storage "
                       "element %d, outside the %d stored", offset, strides, last, elements)
-        bd = e.get("batch_dim")
+        bd, pad = e.get("batch_dim"), e.get("pad")
         if bd is not None:
             self.need(_is_int(bd) and 0 <= bd < len(shape), where, "batch_dim: %s is out of range for %d dims",
                       json.dumps(bd), len(shape))
             self.need(shape[bd] == samples, where, "batch_dim: size %d along axis %d, but the batch has %d samples",
                       shape[bd], bd, samples)
-        pad = e.get("pad")
         if pad is not None:
             self.need(self.version >= 2, where, "pad: a version 2 key in a version %d file", self.version)
             self.need(bd is not None, where, "pad: a shared tensor has no samples to pad")
             self.need(isinstance(pad, dict) and set(pad) == {"dim", "lengths"} and _is_int(pad["dim"]) and
                       0 <= pad["dim"] < len(shape) and pad["dim"] != bd, where,
                       "pad: want {dim, lengths}, dim a dim other than the batch axis")
-            ls = pad["lengths"]
-            self.need(isinstance(ls, list) and len(ls) == samples and
-                      all(_is_int(n) and 0 <= n <= shape[pad["dim"]] for n in ls), where,
-                      "pad: lengths: want one length in [0, %d] per sample", shape[pad["dim"]])
+            ls, size = pad["lengths"], shape[pad["dim"]]
+            self.need(isinstance(ls, list) and len(ls) == samples and all(_is_int(n) and 0 <= n <= size for n in ls),
+                      where, "pad: lengths: want one length in [0, %d] per sample", size)
         p = e["payload"]
         self.need(isinstance(p, dict), where, "payload: want an object")
         self.keys(p, _PAYLOAD_KEYS, _PAYLOAD_KEYS, where, "payload: ")
@@ -856,38 +806,32 @@ class _Reader:
         return elements * itemsize
 
     def layout(self, m, mlen, p, size):
-        spans = sorted((e["payload"]["offset"], e["payload"]["offset"] + e["payload"]["length"], e["name"])
-                       for e in m["tensors"])
-        prev_end, prev_name = 0, None
+        spans, prev_end, prev_name = sorted((e["payload"]["offset"], e["payload"]["offset"] + e["payload"]["length"],
+                                             e["name"]) for e in m["tensors"]), 0, None
         for start, end, name in spans:
             self.need(p + end <= size, f"tensor {name!r}", "payload: bytes [%d, %d) lie outside the file (%d "
                       "bytes; truncated?)", p + start, p + end, size)
             self.need(start >= prev_end, f"tensor {name!r}", "payload: overlaps the payload of tensor %r", prev_name)
             prev_end, prev_name = max(prev_end, end), name
-        # No payload: the file ends at P (or, read leniently, right after the manifest).
-        ends = (p + prev_end,) if spans else (p, HEADER_SIZE + mlen)
+        ends = (p + prev_end,) if spans else (p, HEADER_SIZE + mlen)  # no payload: at P or (lenient) after the manifest
         self.need(size <= ends[0] or size in ends, "file", "%d trailing bytes after the last payload", size - ends[0])
         self.need(size in ends, "file", "truncated: %d bytes, want %d", size, ends[0])
 
-    def checked(self, f):
-        """(manifest, P) of the open file f, its header, manifest and payloads' places checked."""
+    def checked(self, f):  # (manifest, P) of the open file f, its header, manifest and payloads' places checked
         size = os.fstat(f.fileno()).st_size
         mbytes = self.header(f, size)
-        m = self.manifest(mbytes)
-        p = _align(HEADER_SIZE + len(mbytes))
+        m, p = self.manifest(mbytes), _align(HEADER_SIZE + len(mbytes))
         self.layout(m, len(mbytes), p, size)
         return m, p
 
     def payload(self, f, e, p):
-        where, pl = "tensor {!r}".format(e["name"]), e["payload"]
-        want = e["storage_elements"] * _DTYPES[e["dtype"]][0]
+        where, pl, want = "tensor {!r}".format(e["name"]), e["payload"], e["storage_elements"] * _DTYPES[e["dtype"]][0]
         f.seek(p + pl["offset"])
         buf = bytearray(pl["length"])
         self.need(not pl["length"] or f.readinto(buf) == pl["length"], where, "payload: truncated")
         got = zlib.crc32(buf) & 0xFFFFFFFF
         self.need(got == pl["crc32"], where, "payload: checksum 0x%08x, the manifest says 0x%08x", got, pl["crc32"])
-        if pl["compression"] == "zstd":
-            buf = self.unzstd(buf, want, where)
+        buf = self.unzstd(buf, want, where) if pl["compression"] == "zstd" else buf
         self.need(len(buf) == want, where, "payload: %d bytes of storage, want %d", len(buf), want)
         self.need(e["dtype"] != "bool" or not bytes(buf).translate(None, b"\x00\x01"), where,
                   "payload: a bool element is neither 0 nor 1")
@@ -926,42 +870,45 @@ def read_manifest(path, max_size=DEFAULT_MAX_SIZE):
 
 def read_raw(path, max_size=DEFAULT_MAX_SIZE):
     """Read and validate a batch file without torch: (manifest, [storage bytes per tensor])."""
-    m, p = read_manifest(path, max_size)
-    r = _Reader(os.fspath(path), max_size)
+    (m, p), r = read_manifest(path, max_size), _Reader(os.fspath(path), max_size)
     with open(path, "rb") as f:
         return m, [r.payload(f, e, p) for e in m["tensors"]]
 
 def load(path, device="cpu", *, types=None, max_size=DEFAULT_MAX_SIZE):
-    """Read a batch file: a Batch, every tensor rebuilt on `device` with torch.as_strided. Raises
-    BatchFileError (a ValueError) naming the file and the field. It imports nothing the file
-    names: a named tuple comes back as one made of its recorded name and fields, a mapping (a
-    BatchEncoding) as a dict, unless `types` lists the classes you trust ([MyBatch,
-    BatchEncoding], or {"module:qualname": class})."""
-    torch = _torch()
-    m, storages = read_raw(path, max_size)
-    device, tensors = torch.device(device), {}
-    for e, buf in zip(m["tensors"], storages):
+    """Read a batch file into a Batch, each tensor rebuilt on `device` (torch.as_strided); BatchFileError (a ValueError)
+    names the file and field. It imports nothing the file names: a named tuple is made of its recorded name and fields,
+    a mapping is a dict, unless `types` lists classes you trust ([MyBatch, BatchEncoding] or {"module:qualname": C})."""
+    torch, (m, storages) = _torch(), read_raw(path, max_size)
+    device, tensors, big = torch.device(device), {}, sys.byteorder != "little"
+    for e, buf in zip(m["tensors"], storages):  # buf is empty where storage_elements is 0 (frombuffer refuses it)
         dt = getattr(torch, e["dtype"])
-        if e["storage_elements"] == 0:
-            st = torch.empty(0, dtype=dt)
-        else:
-            st = torch.frombuffer(buf, dtype=torch.uint8 if sys.byteorder != "little" else dt)
-            if sys.byteorder != "little":
-                st = st.view(-1, _DTYPES[e["dtype"]][0]).flip(1).contiguous().view(dt).view(-1)
+        st = torch.frombuffer(buf, dtype=torch.uint8 if big else dt) if buf else torch.empty(0, dtype=dt)
+        st = st.view(-1, _DTYPES[e["dtype"]][0]).flip(1).contiguous().view(dt).view(-1) if big and buf else st
         tensors[e["name"]] = torch.as_strided(st.to(device), e["shape"], e["strides"], e["offset"])
     return Batch(os.fspath(path), m, tensors, types)
 
 
 class record_on_failure:
-    """On an exception in the block, save the batch (its CPU copy, or a callable returning it) to
-    `path` with the error, and let the exception go on; the keyword arguments are save()'s. `.saved`
-    says whether it wrote the file; inside one of reduce's replays (REDUCE_REPLAY) it never does."""
+    """On an exception in the block, save the batch (a CPU copy, or a callable returning it) to `path` with the error;
+    the exception goes on. Other keywords are save()'s; `.saved`: whether it wrote (never in a replay: REDUCE_REPLAY).
+    window=K keeps, per path, CPU copies of the last K to 2K batches and, every K steps, of state= and the RNGs: the
+    file holds the steps since the older copy, its state and the failing batch (docs/FORMAT.md, "Version 3")."""
 
-    def __init__(self, path, batch=None, *, tensors=None, **kwargs):
+    def __init__(self, path, batch=None, *, tensors=None, window=None, **kwargs):
         _need("error" not in kwargs, TypeError, "record_on_failure: error is the exception raised in the block")
+        _need(window is None or _is_int(window) and window > 0, ValueError, "window: want a number of steps > 0")
         self.path, self.batch, self.kwargs, self.saved = path, tensors if batch is None else batch, kwargs, False
+        self.window = None if window is None or os.environ.get("REDUCE_REPLAY") else _Window.of(path, window)
 
     def __enter__(self):
+        if self.window is not None:
+            try:
+                self.batch = self.batch() if callable(self.batch) and not hasattr(self.batch, "__getitem__") else \
+                    self.batch
+                self.window.enter(self.batch, self.kwargs.get("state"), self.kwargs.get("sample_ids"))
+            except Exception as e:  # noqa: BLE001  (the training step runs all the same)
+                _warn(f"warning: window for {self.path}: {type(e).__name__}: {e}; recording this step alone")
+                self.window = None
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -981,20 +928,70 @@ class record_on_failure:
         return False
 
     def _record(self, exc):
-        batch = self.batch
-        if callable(batch) and not hasattr(batch, "__getitem__"):
-            try:
-                batch = batch()
-            except Exception as e:  # noqa: BLE001  (the crash is recorded all the same)
-                _warn(f"the batch callable raised {type(e).__name__}: {e}; recording the failure without a batch")
-                batch = {}
-        # An argument save() refuses (a bad op name, ...): the crash is still recorded, with the step
-        # if it can be, else bare.
-        keep = {k: v for k, v in self.kwargs.items() if k in ("step", "sample_ids")}
-        for kwargs in (self.kwargs, keep, {}):
+        try:
+            batch = self.batch() if callable(self.batch) and not hasattr(self.batch, "__getitem__") else self.batch
+        except Exception as e:  # noqa: BLE001  (the crash is recorded all the same)
+            _warn(f"the batch callable raised {type(e).__name__}: {e}; recording the failure without a batch")
+            batch = {}
+        keep, first, w = {k: v for k, v in self.kwargs.items() if k in ("step", "sample_ids")}, self.kwargs, self.window
+        if w is not None and w.steps:  # with the steps since the older state copy, and that copy as the state
+            start, state = w.start()
+            given = self.kwargs.get("state")  # its keys the copy has not (a Lightning module's record) kept
+            first = dict(self.kwargs, state=None if given is None else dict(
+                         {k: v for k, v in given.items() if k not in (state or {})}, **(state or {})),
+                         _window=(w.count - 1, [s for s in w.steps[:-1] if s[0] >= start]))
+        for kwargs in (first, self.kwargs, keep, {}):  # an argument save() refuses: with the step if it can be
             try:
                 return save(self.path, batch, error=exc, _failed=True, **kwargs)
             except Exception as e:
                 if not kwargs:
                     raise
                 _warn(f"{type(e).__name__}: {e}; recording the batch with {' and '.join(keep) or 'the error'} only")
+
+
+def _copied(torch, x):
+    """A CPU copy of a batch or a state dict, in its structure (a class that cannot be rebuilt: a dict or list)."""
+    if not (isinstance(x, (list, tuple, dict)) or hasattr(x, "keys") and hasattr(x, "__getitem__")):
+        return x.detach().to("cpu", copy=True) if isinstance(x, torch.Tensor) else x
+    items = [_copied(torch, v) for v in (x.values() if hasattr(x, "keys") else x)]
+    try:
+        return (type(x)(*items) if hasattr(type(x), "_fields") else type(x)(zip(x.keys(), items))
+                if hasattr(x, "keys") else type(x)(items))
+    except Exception:  # noqa: BLE001
+        return dict(zip(x.keys(), items)) if hasattr(x, "keys") else list(items)
+
+def _tensors(torch, x):  # the tensors in a _copied batch or state
+    values = x.values() if hasattr(x, "keys") else x if isinstance(x, (list, tuple)) else ()
+    return [x] if isinstance(x, torch.Tensor) else [t for v in values for t in _tensors(torch, v)]
+
+class _Window:
+    """The steps [(index, batch copy, ids)] of window=K since the older of the last 2 state copies [(index, state)]."""
+    _by_path = {}  # noqa: RUF012  (shared on purpose: a path's window outlives each record_on_failure block)
+
+    @classmethod
+    def of(cls, path, k):
+        if getattr(cls._by_path.get(os.fspath(path)), "k", None) != k:
+            cls._by_path[os.fspath(path)] = cls(k)
+        return cls._by_path[os.fspath(path)]
+
+    def __init__(self, k):
+        self.k, self.count, self.copies, self.steps, self.said = k, 0, [], [], False
+
+    def enter(self, batch, state, sample_ids):
+        torch = _torch()
+        if self.count % self.k == 0:
+            values = dict({str(n): _copied(torch, v.state_dict() if callable(getattr(v, "state_dict", None)) else v)
+                           for n, v in (state or {}).items()}, rng=_copied(torch, _rng_state(torch)))
+            self.copies = (self.copies + [(self.count, values)])[-2:]
+            self.steps = [s for s in self.steps if s[0] >= self.copies[0][0]]
+        self.steps, self.count = self.steps + [(self.count, _copied(torch, batch), sample_ids)], self.count + 1
+        if not self.said and len(self.steps) > 1:
+            self.said = True
+            size = [sum(t.element_size() * t.nelement() for t in _tensors(torch, x)) for x in (self.steps[0][1],
+                                                                                          self.copies[-1][1])]
+            size = [f"{n / 2.0**20:.1f} MiB" if n >= 2**20 else f"{n / 2.0**10:.1f} KiB" for n in size]
+            _warn(f"a window of {self.k} steps: CPU copies of the last {self.k} to {2 * self.k} batches "
+                  f"({size[0]} each) and of the state every {self.k} steps ({size[1]}, two held)")
+
+    def start(self):
+        return self.copies[0] if self.copies else (self.count - 1, None)

@@ -499,11 +499,27 @@ def _call_step(fn, batch):
     """The recorded step's contract: step(batch) with the batch as the loader yielded it, or
     step(batch, state) when a state was recorded (the random generators restored first), unless
     the batch's meta says replay_state=fresh (reduce's probe of whether the recorded state is the
-    cause: the step starts from the weights it builds)."""
-    if batch.state is not None and (batch.meta or {}).get("replay_state") != "fresh":
-        restore_rng(batch.state)
-        return fn(batch.data, batch.state)
-    return fn(batch.data)
+    cause: the step starts from the weights it builds). A recorded window's steps run first, in
+    order, each with samples (the first one given the state, the others the batch alone: the
+    objects the state was restored into carry on), and then the failing step's batch; an
+    exception in an earlier step is another failure than the recorded one (WindowStepError)."""
+    state = batch.state if (batch.meta or {}).get("replay_state") != "fresh" else None
+    if state is not None:
+        restore_rng(state)
+    for index, data, _, samples in getattr(batch, "window", ()):
+        if not samples:
+            continue
+        try:
+            fn(data) if state is None else fn(data, state)
+        except Exception as e:  # noqa: BLE001  (its text left out: a replay would take it for the recorded one)
+            raise WindowStepError(f"the window's step {index} raised {type(e).__name__}, before the failing "
+                                  f"step {batch.failed_step}") from None
+        state = None
+    return fn(batch.data) if state is None else fn(batch.data, state)
+
+
+class WindowStepError(RuntimeError):
+    """An earlier step of a recorded window raised: not the failure recorded at the failing step."""
 
 
 def run_step(batch):
@@ -1493,6 +1509,15 @@ class Fixture:
                 continue
             cases.append({"id": id_of.get(e["index"][bd]), "tensor": e["tensor"], "batch_dim": bd,
                           "ndim": ndim(e["tensor"]), "index": e["index"][:bd] + e["index"][bd + 1:], "rule": rule})
+        for st in (r.get("window") or {}).get("steps") or []:  # an earlier step's culprit: a non-finite value
+            wid = dict(zip(st.get("rows") or [], st.get("ids") or []))
+            for e in st.get("elements") or []:
+                bd = batch_dim(e["tensor"])
+                if bd is not None and e.get("value_text") in ("NaN", "+Inf", "-Inf") and e["index"][bd] in wid:
+                    cases.append({"id": wid[e["index"][bd]], "tensor": e["tensor"], "batch_dim": bd,
+                                  "ndim": ndim(e["tensor"]), "index": e["index"][:bd] + e["index"][bd + 1:],
+                                  "rule": {"kind": "finite", "text": "finite (found {} in step {})".format(
+                                      e["value_text"], st.get("index"))}})
         return self._cases
 
 

@@ -46,6 +46,9 @@ def lightning_callback(path="crash.bin", state=True, **save_kwargs):
 
     state=True records the module's weights at the crash (state=False: the replay starts from
     the weights its __init__ makes; for a failure that does not depend on them, a smaller file).
+    window=K, as record_on_failure's, keeps the last K to 2K training batches and a copy of the
+    module's weights and its optimizer's state every K steps: the file holds the steps since that
+    copy, which a replay runs in order, each with its optimizer step, before the failing one.
     save_kwargs are save()'s (padded=, lengths=, sample_ids=, batch_dims=, meta=, compression=);
     one given as a function is called with the batch when the failure is recorded
     (lengths=lambda batch: batch["lengths"]). Under several processes (DDP) each rank writes its
@@ -77,8 +80,10 @@ class _LightningRecorder:
     """The hooks of lightning_callback's Callback."""
 
     def __init__(self, path, state, save_kwargs):
+        window = save_kwargs.pop("window", None)
         self.path, self.record_state, self.save_kwargs = path, bool(state), save_kwargs
         self.saved = None
+        self.window = None if window is None else reduce_batch.record_on_failure(path, {}, window=window).window
         self._pending = None   # (batch, rng) handed to batch_to_device, before its batch starts
         self._batch = self._rng = self._batch_idx = None
         self._ended = False    # the current batch's on_train_batch_end has run
@@ -112,6 +117,16 @@ class _LightningRecorder:
         # Without a batch_to_device call (training_step(dataloader_iter)), the batch given here.
         self._batch, self._rng = self._pending or (batch, None)
         self._pending, self._batch_idx, self._ended = None, batch_idx, False
+        if self.window is not None:  # the step's batch, and every K steps the module's and optimizer's state
+            ids = self.save_kwargs.get("sample_ids")
+            try:
+                ids = ids(self._batch) if callable(ids) else ids
+                optimizers = list(getattr(trainer, "optimizers", None) or [])
+                self.window.enter(self._batch, dict({"model": pl_module}, **(
+                    {"optimizer": optimizers[0]} if len(optimizers) == 1 else {})), ids)
+            except Exception as e:  # noqa: BLE001  (training goes on; the crash is recorded without it)
+                _warn(f"window: {type(e).__name__}: {e}; the crash will be recorded without the steps before it")
+                self.window = None
 
     def on_train_batch_end(self, trainer, pl_module, *rest):
         self._ended = True
@@ -149,6 +164,7 @@ class _LightningRecorder:
         meta = dict(kwargs.pop("meta", None) or {})
         meta.setdefault("lightning_module", reduce_batch._type_path(pl_module))
         rec = reduce_batch.record_on_failure(path, batch, step=lightning_step, state=state, meta=meta, **kwargs)
+        rec.window = self.window  # its steps, and the state at their start for the keys it copied
         rec.__exit__(type(exception), exception, exception.__traceback__)
         if rec.saved:
             self.saved = path
@@ -190,23 +206,24 @@ def _lightning_info(trainer, pl_module, batch_idx):
     return info
 
 
-def lightning_step(batch, state):
+def lightning_step(batch, state=None):
     """The step of a file written by lightning_callback: rebuild the LightningModule as
     cls(**hparams) on the batch's device (with the recorded weights, and the precision's dtype or
     autocast), then run its transfer_batch_to_device and on_after_batch_transfer hooks,
     training_step(batch, batch_idx) and backward of its loss (the tensor returned, or its
-    "loss"). Returns the detached loss (None when training_step returned None: Lightning skips
-    that batch too). HarnessError when the module cannot be rebuilt. It runs in reduce's replays and
-    fixture tests, where the runtime is imported as reduce_collect (the worker's, or the fixtures'
-    conftest.py), which rebuilds the class and the generators."""
-    import collections.abc
-    import contextlib
-    import inspect
-
+    "loss"). With a recorded optimizer state (a window's), the optimizer configure_optimizers
+    makes takes it, and steps after the backward; a window's later steps (state None) go on with
+    the same module and optimizer. Returns the detached loss (None when training_step returned
+    None: Lightning skips that batch too). HarnessError when the module cannot be rebuilt. It runs
+    in reduce's replays and fixture tests, where the runtime is imported as reduce_collect (the
+    worker's, or the fixtures' conftest.py), which rebuilds the class and the generators."""
     import torch
     rc = importlib.import_module("reduce_collect")
     HarnessError, resolve_step, restore_rng = rc.HarnessError, rc.resolve_step, rc.restore_rng
 
+    if state is None and _live:  # a window's later step: the module and optimizer the first one made
+        module, optimizer, info, device, dtype, true_dtype = _live["run"]
+        return _lightning_train(module, optimizer, batch, info, device, dtype, true_dtype)
     info = (state or {}).get("lightning") or {}
     if not info.get("module_class"):
         raise HarnessError("the file records no LightningModule class it can import (see the warning written "
@@ -238,7 +255,38 @@ def lightning_step(batch, state):
                   "it failed: they keep the values its __init__ gives them")
         module.load_state_dict(kept, strict=len(kept) == len(weights))
     module.train()
+    optimizer = _optimizer(module, state.get("optimizer")) if state.get("optimizer") else None
     restore_rng(state)  # building the module drew from the generators: start from the crash's again
+    _live["run"] = (module, optimizer, info, device, dtype, true_dtype)
+    return _lightning_train(module, optimizer, batch, info, device, dtype, true_dtype)
+
+
+_live = {}  # the module and optimizer of a window's replay, which its later steps go on with
+
+
+def _optimizer(module, recorded):
+    """The optimizer module.configure_optimizers() makes (the first, in any of its return forms),
+    with the recorded state."""
+    made = module.configure_optimizers()
+    while isinstance(made, (list, tuple)) and made:
+        made = made[0]
+    if isinstance(made, dict):
+        made = made.get("optimizer")
+    if not hasattr(made, "load_state_dict"):
+        _warn("configure_optimizers() gave no optimizer reduce can rebuild: the window's steps run without updates")
+        return None
+    made.load_state_dict(recorded)
+    return made
+
+
+def _lightning_train(module, optimizer, batch, info, device, dtype, true_dtype):
+    """One training step of the rebuilt module: its batch hooks, training_step, backward, and the
+    optimizer's step when there is one."""
+    import collections.abc
+    import contextlib
+    import inspect
+
+    import torch
     # The module's own hooks after the point where the batch was kept (the move itself is a no-op:
     # the batch was loaded on the device).
     batch = module.on_after_batch_transfer(module.transfer_batch_to_device(batch, device, 0), 0)
@@ -259,6 +307,9 @@ def lightning_step(batch, state):
     if loss is None:
         return None
     loss.backward()
+    if optimizer is not None:
+        optimizer.step()
+        optimizer.zero_grad()
     return loss.detach()
 
 

@@ -125,7 +125,27 @@ def _modules(L):
         def training_step(self, batch, batch_idx):
             raise ValueError("logits in %s" % self.lin(batch["x"]).dtype)
 
-    return Labels, Weights, NoHparams, FailsInValidation, Dtype
+    class Masked(L.LightningModule):
+        """A regression whose missing targets (NaN) are indexed out of the loss: the gradient of one
+        is NaN all the same (0 * NaN), the weights go NaN, and the next batch's loss raises."""
+
+        def __init__(self, width=6):
+            super().__init__()
+            self.save_hyperparameters()
+            self.lin = torch.nn.Linear(width, 1)
+
+        def training_step(self, batch, batch_idx):
+            y = batch["y"].float()
+            valid = torch.isfinite(y)
+            loss = ((self.lin(batch["x"]).squeeze(1) - y) ** 2)[valid].sum() / valid.sum().clamp(min=1)
+            if not torch.isfinite(loss):
+                raise FloatingPointError("loss is %s" % loss.item())
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
+
+    return Labels, Weights, NoHparams, FailsInValidation, Dtype, Masked
 
 
 # The modules at the top level, one set per package, so that the replay imports them by name.
@@ -253,3 +273,27 @@ def test_hooks_need_the_recorder_of_their_version(tmp_path):
                          text=True)
     assert out.returncode == 1 and "needs reduce_batch.py of the same version, not 0.1.0" in out.stderr, out.stderr
     assert "reduce recorder --hooks > reduce_hooks.py" in out.stderr
+
+
+def test_a_window_records_the_steps_before_and_replays_them(lightning_packages, tmp_path):
+    """window=2: the batches since the older of the last two copies of the module's weights and
+    optimizer state; the replay runs them in order, each with its optimizer step, then the failing
+    one. Without them the failing batch passes."""
+    package, L = next(iter(lightning_packages.items()))
+    path = str(tmp_path / "crash.bin")
+    cb = reduce_hooks.lightning_callback(path, window=2, sample_ids=lambda b: b["ids"])
+    with pytest.raises(FloatingPointError, match="loss is nan"):
+        fit(L, module("Masked", package)(), cb, bad_label=float("nan"))  # sample 27: batch 3 of 5
+    assert cb.saved == path
+    b = rb.load(path)
+    assert b.failed_step == 4
+    assert [(index, samples) for index, _, _, samples in b.window] == [(2, 8), (3, 8)]
+    assert b.window[1][2][3] == "s-027" and torch.isnan(b.window[1][1]["y"][3])
+    assert set(b.state) >= {"lightning", "model", "optimizer", "rng"}
+    assert b.state["optimizer"]["state"], "the momentum buffers at the window's start"
+    with pytest.raises(FloatingPointError, match="loss is nan"):
+        rc.replay(path)
+    # The failing batch alone, from the window's start, passes: the cause is in step 3.
+    alone = rb.load(path)
+    alone.window = []
+    assert torch.isfinite(rc._call_step(rc.resolve_step(alone.step), alone))

@@ -473,7 +473,7 @@ def test_bad_magic(good, tmp_path):
     raises(p, "magic")
 
 
-@pytest.mark.parametrize("field,pos,value", [("version", 8, 3), ("flags", 12, 1), ("reserved", 28, 7)])
+@pytest.mark.parametrize("field,pos,value", [("version", 8, 4), ("flags", 12, 1), ("reserved", 28, 7)])
 def test_bad_header_words(good, tmp_path, field, pos, value):
     data = bytearray(good.read_bytes())
     struct.pack_into("<I", data, pos, value)
@@ -783,3 +783,130 @@ def test_info_command(good, capsys):
     assert rr.main(["info", str(good)]) == 0
     assert json.loads(capsys.readouterr().out)["samples"] == 3
     assert rr.main(["nope"]) == 2
+
+
+# record_on_failure(window=K): the steps before the failing one
+
+WIN_MODEL = torch.nn.Linear(2, 1)
+WIN_OPT = torch.optim.SGD(WIN_MODEL.parameters(), lr=0.1, momentum=0.9)
+
+
+def window_step(batch, state=None):
+    """A step of a window's tests: an SGD step; the batch says when to fail."""
+    if state is not None:
+        state.restore(model=WIN_MODEL, optimizer=WIN_OPT)
+    loss = F.mse_loss(WIN_MODEL(batch["x"]).squeeze(1), batch["y"])
+    if batch["fail"]:
+        raise ValueError("step failed")
+    WIN_OPT.zero_grad()
+    loss.backward()
+    WIN_OPT.step()
+
+
+def train_window(path, steps, window, fail_at, **kw):
+    """Steps 0..steps-1 of window_step under record_on_failure(window=); the weights at the start
+    of each step, and the exception of the failing one."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        WIN_MODEL.weight.fill_(0.5)
+        WIN_MODEL.bias.zero_()
+    WIN_OPT.state.clear()
+    seen = []
+    for i in range(steps):
+        batch = {"x": torch.full((3, 2), float(i)), "y": torch.arange(3.0) + i,
+                 "id": ["s%d-%d" % (i, k) for k in range(3)], "fail": i == fail_at}
+        seen.append({k: v.clone() for k, v in WIN_MODEL.state_dict().items()})
+        try:
+            with rb.record_on_failure(path, batch, step=window_step,
+                                      state={"model": WIN_MODEL, "optimizer": WIN_OPT}, window=window, **kw):
+                window_step(batch)
+        except ValueError as e:
+            return seen, e
+    return seen, None
+
+
+def test_window_records_the_steps_since_the_older_copy(tmp_path, capfd):
+    p = str(tmp_path / "w.bin")
+    seen, err = train_window(p, 9, 3, 7)
+    assert err is not None
+    b = rb.load(p)
+    with open(p, "rb") as f:
+        assert struct.unpack("<I", f.read(12)[8:])[0] == 3
+    # copies at steps 0, 3 and 6: the older of the last two is step 3's
+    assert b.failed_step == 7
+    assert [(i, n) for i, _, _, n in b.window] == [(3, 3), (4, 3), (5, 3), (6, 3)]
+    assert b.window[0][2] == ["s3-0", "s3-1", "s3-2"]
+    assert torch.equal(b.window[2][1]["x"], torch.full((3, 2), 5.0))
+    for k, v in seen[3].items():  # the state at the window's start, not at the crash
+        assert torch.equal(b.state["model"][k], v), k
+    assert b.state["optimizer"]["state"], "the momentum buffers at step 3"
+    assert b.sample_ids == ["s7-0", "s7-1", "s7-2"] and b.data["fail"] is True
+    out = capfd.readouterr().err
+    assert out.count("a window of 3 steps") == 1, out
+
+
+def test_window_replays_to_the_same_failure(tmp_path):
+    import reduce_collect as rc
+
+    p = str(tmp_path / "w.bin")
+    train_window(p, 9, 3, 7)
+    b = rb.load(p)
+    with pytest.raises(ValueError, match="step failed"):
+        rc.run_step(b)
+    # An earlier step that raises is another failure than the recorded one.
+    b = rb.load(p)
+    b.window[1][1]["fail"] = True
+    with pytest.raises(rc.WindowStepError, match="the window's step 4 raised ValueError, before the failing step 7"):
+        rc.run_step(b)
+
+
+def test_window_at_the_first_step_and_in_a_replay(tmp_path, monkeypatch):
+    p = str(tmp_path / "w.bin")
+    _, err = train_window(p, 3, 4, 0)  # the first step fails: no step before it
+    assert err is not None
+    b = rb.load(p)
+    assert b.window == [] and b.failed_step is None
+    with open(p, "rb") as f:
+        assert struct.unpack("<I", f.read(12)[8:])[0] == 2
+    monkeypatch.setenv("REDUCE_REPLAY", "1")  # a replay keeps no window and writes nothing
+    rec = rb.record_on_failure(str(tmp_path / "r.bin"), {"x": torch.ones(1)}, window=2)
+    assert rec.window is None
+    with pytest.raises(ValueError, match="window: want a number of steps > 0"):
+        rb.record_on_failure(p, {"x": torch.ones(1)}, window=0)
+
+
+def test_reader_checks_the_window(tmp_path):
+    p = str(tmp_path / "w.bin")
+    train_window(p, 5, 2, 3)
+    with open(p, "rb") as f:
+        data = bytearray(f.read())
+    mlen = struct.unpack("<Q", data[16:24])[0]
+    manifest = json.loads(data[32:32 + mlen])
+
+    def rewrite(edit, name):
+        m = json.loads(json.dumps(manifest))
+        edit(m)
+        raw = rb.encode_manifest(m)
+        assert len(raw) <= mlen
+        raw = raw + b" " * (mlen - len(raw))  # the same length: the payloads stay where they are
+        out = bytearray(data)
+        out[32:32 + mlen] = raw
+        out[24:28] = struct.pack("<I", zlib.crc32(bytes(raw)) & 0xFFFFFFFF)
+        q = tmp_path / name
+        q.write_bytes(bytes(out))
+        return str(q)
+
+    def order(m):
+        m["window"]["steps"][1]["index"] = m["window"]["steps"][0]["index"]
+
+    def samples(m):
+        m["window"]["steps"][0]["samples"] = 2
+        del m["window"]["steps"][0]["sample_ids"]
+
+    def no_step(m):
+        del m["step"]
+
+    for edit, words in [(order, "index"), (samples, "batch_dim: size 3 along axis 0, but the batch has 2"),
+                        (no_step, "want {failed, steps}, with the step")]:
+        with pytest.raises(rb.BatchFileError, match=re.escape(words)):
+            rb.load(rewrite(edit, edit.__name__ + ".bin"))
