@@ -98,6 +98,10 @@ func predatesReason(history string) string {
 		"To find the step and the sample that did it, record the steps before this one (their batches, and the state from before the values grew) and reduce those"
 }
 
+// outlierFactor is how many times the largest magnitude the other samples
+// hold a culprit's value must exceed to be the data's own cause.
+const outlierFactor = 100
+
 // freshHistory is the history of samples that pass from the step's own
 // weights (freshStatePasses).
 const freshHistory = "the samples pass when the step starts from the weights it builds instead of the recorded state"
@@ -120,14 +124,22 @@ func (r *run) freshStatePasses(ctx context.Context, rows []int64) (string, error
 		if e.BatchDim == nil || !e.DType.IsFloat() || e.Numel() > maxStateScan {
 			continue
 		}
-		bd, nonFinite := *e.BatchDim, false
+		bd, nonFinite, mine, others := *e.BatchDim, false, 0.0, 0.0
 		e.Each(func(idx []int64, s int64) {
-			if v := e.Tensor.LoadFloat(s); in[idx[bd]] && (math.IsNaN(v) || math.IsInf(v, 0)) {
+			switch v := e.Tensor.LoadFloat(s); {
+			case in[idx[bd]] && (math.IsNaN(v) || math.IsInf(v, 0)):
 				nonFinite = true
+			case in[idx[bd]]:
+				mine = max(mine, math.Abs(v))
+			case !math.IsNaN(v) && !math.IsInf(v, 0):
+				others = max(others, math.Abs(v))
 			}
 		})
-		if nonFinite {
-			return "", nil // a non-finite input is the data's, whatever the weights
+		if nonFinite || (mine > 1 && mine > outlierFactor*others) {
+			// A non-finite input, or one orders of magnitude past every
+			// other sample's, is the data's, whatever the weights: from
+			// the step's own weights it may pass only by luck.
+			return "", nil
 		}
 	}
 	r.setPhase(PhaseHistory, 1)

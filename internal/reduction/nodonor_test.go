@@ -237,6 +237,9 @@ func TestPredates(t *testing.T) {
 		// Not huge, yet the samples pass from the step's own weights
 		// (0.25 here): the one replay without the recorded state says so.
 		{"fresh", 1e6, "pass when the step starts from the weights it builds"},
+		// The same weights, and a sample whose value is orders of
+		// magnitude past every other's: the data's, probed or not.
+		{"outlier", 1e6, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := labelBatch(8)
@@ -254,9 +257,13 @@ func TestPredates(t *testing.T) {
 			x.StoreFloat(6, 40) // samples 3 and 5 overflow against the weights
 			x.StoreFloat(10, 40)
 			limit := 1e19
-			if tc.name == "fresh" {
+			if tc.name == "fresh" || tc.name == "outlier" {
 				limit = 1e7
 				b.Step = &fixtures.Step{Module: "train", Qualname: "step"}
+			}
+			if tc.name == "outlier" {
+				x.StoreFloat(6, 4e4) // sample 3: a reading in the wrong unit
+				x.StoreFloat(10, 0.5)
 			}
 			step := func(b *fixtures.Batch) signature.Signature {
 				w := b.Tensor("state.model.weight").Tensor.LoadFloat(2)
@@ -282,6 +289,11 @@ func TestPredates(t *testing.T) {
 			require.NoError(t, err)
 			if tc.says == "" {
 				assert.Empty(t, res.Predates, "healthy weights say nothing")
+				if tc.name == "outlier" {
+					require.Len(t, res.Findings, 1)
+					assert.Equal(t, []int{3}, res.Findings[0].Indices)
+					assert.Zero(t, res.Phases[reduction.PhaseHistory].Replays, "no probe of the state: the value is the data's")
+				}
 				return
 			}
 			assert.Contains(t, res.Predates, tc.says, "%v", res.Phases)

@@ -11,6 +11,7 @@ import (
 
 	"reduce/fixtures"
 	"reduce/internal/regress"
+	"reduce/internal/signature"
 	"reduce/kernels"
 	"reduce/shrink"
 )
@@ -111,10 +112,13 @@ func (r *run) windowMode(ctx context.Context) ([]Finding, bool, error) {
 		}
 		s := w.Steps[k]
 		ws := regress.WindowSamples{Index: s.Index, Before: w.Before(k), IDs: []string{}, Elements: elements[k]}
-		for _, x := range kept {
+		for j, x := range kept {
 			ws.Rows = append(ws.Rows, int(x))
 			if s.SampleIDs != nil {
 				ws.IDs = append(ws.IDs, s.SampleIDs[x])
+			}
+			if countRows(rows) > 1 && r.otherWithout(rows, k, j) {
+				ws.Companions = append(ws.Companions, int(x))
 			}
 		}
 		cause.Steps = append(cause.Steps, ws)
@@ -141,6 +145,17 @@ func (r *run) windowMode(ctx context.Context) ([]Finding, bool, error) {
 	}
 	r.emit(&CulpritFound{Event: "culprit", Indices: all, IDs: f.IDs})
 	return []Finding{f}, true, nil
+}
+
+// otherWithout says whether the culprit rows without sample j of step k
+// were answered another failure (the search's check that the set is
+// minimal asked it): the sample is then there only for its step to run.
+func (r *run) otherWithout(rows [][]int64, k, j int) bool {
+	without := slices.Clone(rows)
+	without[k] = slices.Delete(slices.Clone(rows[k]), j, j+1)
+	key := stepsCandidate(without, 0).key(r.batch.Samples)
+	sig, _, ok := r.journal.answerAt(key, 0)
+	return ok && r.judge.Rule(sig).Outcome == signature.OtherFailure
 }
 
 // countRows counts the samples of rows.
@@ -282,7 +297,7 @@ func (r *run) windowElements(ctx context.Context, rows [][]int64) (map[int][]reg
 				r.outlying(e, row, others, func(idx []int64, v, lo, hi float64) {
 					// The middle of the others' range, one decimal, as the
 					// dtype holds it.
-					typical := math.Round((lo+(hi-lo)/2)*10) / 10
+					typical := math.Round((lo+(hi-lo)/2)*10)/10 + 0 // + 0: never -0
 					if e.DType.IsFloat() {
 						typical = roundTo(typical, e.DType)
 					} else {
@@ -456,14 +471,17 @@ func countWindow(w *regress.WindowCause) int {
 func windowCulprits(w *regress.WindowCause) string {
 	var parts []string
 	for _, s := range w.Steps {
-		noun, who := "sample", joinInts(s.Rows, ", ")
-		if len(s.Rows) > 1 {
+		causes := s.Causes()
+		noun := "sample"
+		if len(causes) != 1 {
 			noun = "samples"
 		}
-		if len(s.IDs) > 0 {
-			who = strings.Join(s.IDs, ", ")
+		part := fmt.Sprintf("%s %s (step %d, %s before the failing step %d", noun, strings.Join(s.Named(causes), ", "), s.Index,
+			regress.Count(s.Before, "step"), w.Failed)
+		if len(s.Companions) > 0 {
+			part += fmt.Sprintf("; with %s, which the step needs to run: without it the step raised another failure", strings.Join(s.Named(s.Companions), ", "))
 		}
-		parts = append(parts, fmt.Sprintf("%s %s (step %d, %s before the failing step %d)", noun, who, s.Index, regress.Count(s.Before, "step"), w.Failed))
+		parts = append(parts, part+")")
 	}
 	out := strings.Join(parts, " and ")
 	if all := w.Elements(); len(all) > 0 {

@@ -1,6 +1,7 @@
 package reduction_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -166,4 +167,38 @@ func TestWindowTwoCulprits(t *testing.T) {
 	assert.Equal(t, int64(8), w.Steps[1].Index)
 	assert.Equal(t, []int{1}, w.Steps[1].Rows)
 	assert.Contains(t, res.Findings[0].Batch.Tensors[0].Name, "x")
+}
+
+// TestWindowCompanion: a step of one culprit sample alone raises another
+// failure (a loss over no sample left): the sample kept beside it is named
+// as the step's companion, not as a cause.
+func TestWindowCompanion(t *testing.T) {
+	b, path := windowBatch(t, 6, 16, [][2]int{{2, 7}}, false)
+	step := func(b *fixtures.Batch) signature.Signature {
+		if b.Window != nil { // none left: the failing step's batch alone
+			for k, s := range b.Window.Steps {
+				// The culprit alone in its step: no labelled sample left.
+				if e := b.Tensor(fmt.Sprintf("window.%d.x", k)); s.Samples == 1 && e.LoadFloat(e.Offset) > 1e6 {
+					return raise("ValueError: no labelled sample left")
+				}
+			}
+		}
+		return poisonStep(b)
+	}
+	res, err := reduce(t, b, path, newStep(step), reduction.Options{})
+	require.NoError(t, err)
+	require.Len(t, res.Findings, 1)
+	w := res.Findings[0].Window
+	require.NotNil(t, w)
+	require.Len(t, w.Steps, 1)
+	s := w.Steps[0]
+	require.Len(t, s.Rows, 2)
+	assert.Contains(t, s.Rows, 7)
+	require.Len(t, s.Companions, 1)
+	assert.NotEqual(t, 7, s.Companions[0])
+	assert.Equal(t, []int{7}, s.Causes())
+	var text bytes.Buffer
+	res.WriteText(&text)
+	assert.Contains(t, text.String(), "cause: sample s2-7 (step 5, 4 steps before the failing step 9; with s2-")
+	assert.Contains(t, text.String(), "which the step needs to run: without it the step raised another failure)")
 }

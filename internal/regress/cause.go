@@ -359,11 +359,8 @@ func (r *redactor) people() *redactor {
 func windowWords(w *WindowCause) string {
 	var parts []string
 	for _, s := range w.Steps {
-		who := fmtInts(s.Rows)
-		if len(s.IDs) > 0 {
-			who = strings.Join(s.IDs, ", ")
-		}
-		parts = append(parts, fmt.Sprintf("%s %s of step %d, %s before the failing step %d", map[bool]string{true: "sample", false: "samples"}[len(s.Rows) == 1], who, s.Index, Count(s.Before, "step"), w.Failed))
+		causes := s.Causes()
+		parts = append(parts, fmt.Sprintf("%s %s of step %d, %s before the failing step %d", map[bool]string{true: "sample", false: "samples"}[len(causes) == 1], strings.Join(s.Named(causes), ", "), s.Index, Count(s.Before, "step"), w.Failed))
 	}
 	return strings.Join(parts, "; ")
 }

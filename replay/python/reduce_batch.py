@@ -333,9 +333,12 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
     for note in notes:
         _warn(note)
     if "state" in manifest:
-        keys, (size, stored) = ", ".join(manifest["state"].get("keys", [])), (n / 2.0**20 for n in state_bytes)
-        _warn(f"recorded the state ({keys}): {size:.1f} MiB, {stored:.1f} MiB in the file")
+        keys, (size, stored) = ", ".join(manifest["state"].get("keys", [])), (_size(n) for n in state_bytes)
+        _warn(f"recorded the state{' at the window start' if _window else ''} ({keys}): {size}, {stored} in the file")
     return path
+
+def _size(n):
+    return f"{n / 2.0**20:.1f} MiB" if n >= 2**20 else f"{n / 2.0**10:.1f} KiB"
 
 def _ids_of(fl, samples, sample_ids):
     """The sample ids: the given ones, else a per-sample list under an id key (_ID_KEYS) or of distinct strings."""
@@ -918,9 +921,9 @@ class record_on_failure:
             _warn(f"not recording to {self.path}: this is a replay of reduce's (REDUCE_REPLAY is set)")
             return False
         try:
-            self._record(exc)
+            steps = self._record(exc)
             self.saved = True
-            _warn(f"saved the failing batch to {self.path}")
+            _warn(f"saved the failing batch{steps} to {self.path}")
         except BaseException as e:  # never mask the original exception
             _warn(f"warning: could not save the failing batch to {self.path}: {type(e).__name__}: {e}")
             if not isinstance(e, Exception):
@@ -935,14 +938,16 @@ class record_on_failure:
             batch = {}
         keep, first, w = {k: v for k, v in self.kwargs.items() if k in ("step", "sample_ids")}, self.kwargs, self.window
         if w is not None and w.steps:  # with the steps since the older state copy, and that copy as the state
-            start, state = w.start()
+            start, state = w.copies[0]  # the older copy: the first step's holds one
             given = self.kwargs.get("state")  # its keys the copy has not (a Lightning module's record) kept
             first = dict(self.kwargs, state=None if given is None else dict(
                          {k: v for k, v in given.items() if k not in (state or {})}, **(state or {})),
                          _window=(w.count - 1, [s for s in w.steps[:-1] if s[0] >= start]))
         for kwargs in (first, self.kwargs, keep, {}):  # an argument save() refuses: with the step if it can be
             try:
-                return save(self.path, batch, error=exc, _failed=True, **kwargs)
+                save(self.path, batch, error=exc, _failed=True, **kwargs)
+                n = len(kwargs.get("_window", (0, ()))[1])  # what the message says of the steps it holds
+                return f" and the {n} step{'s' * (n > 1)} before it" if n else ""
             except Exception as e:
                 if not kwargs:
                     raise
@@ -987,11 +992,7 @@ class _Window:
         self.steps, self.count = self.steps + [(self.count, _copied(torch, batch), sample_ids)], self.count + 1
         if not self.said and len(self.steps) > 1:
             self.said = True
-            size = [sum(t.element_size() * t.nelement() for t in _tensors(torch, x)) for x in (self.steps[0][1],
-                                                                                          self.copies[-1][1])]
-            size = [f"{n / 2.0**20:.1f} MiB" if n >= 2**20 else f"{n / 2.0**10:.1f} KiB" for n in size]
+            size = [_size(sum(t.element_size() * t.nelement() for t in _tensors(torch, x)))
+                    for x in (self.steps[0][1], self.copies[-1][1])]
             _warn(f"a window of {self.k} steps: CPU copies of the last {self.k} to {2 * self.k} batches "
                   f"({size[0]} each) and of the state every {self.k} steps ({size[1]}, two held)")
-
-    def start(self):
-        return self.copies[0] if self.copies else (self.count - 1, None)
