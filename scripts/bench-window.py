@@ -51,8 +51,7 @@ def mib(n):
 
 def held(window):
     """Bytes of the tensors the window holds: its batches and its state copies."""
-    return sum(t.element_size() * t.nelement() for x in [s[1] for s in window.steps] + [c[1] for c in window.copies]
-               for t in reduce_batch._tensors(torch, x))
+    return sum(reduce_batch._nbytes(torch, x) for x in [s[1] for s in window.steps] + [c[1] for c in window.copies])
 
 
 def main():
@@ -87,8 +86,8 @@ def main():
     # The window's two copies alone.
     copy_batch = _median_us(lambda: reduce_batch._copied(torch, data[0]))
     copy_state = _median_us(lambda: {k: reduce_batch._copied(torch, v.state_dict()) for k, v in state.items()})
-    window = reduce_batch._Window.of(path, o.window)
-    batch_bytes = sum(t.element_size() * t.nelement() for t in reduce_batch._tensors(torch, data[0]))
+    window = reduce_batch._Window.of(path, o.window, state)
+    batch_bytes = reduce_batch._nbytes(torch, data[0])
     print("  the window's copies: a batch %.1f us every step, the state %.1f us every %d steps (%.1f us a step)"
           % (copy_batch, copy_state, o.window, copy_state / o.window))
     print("  memory the window holds now: %.2f MiB (%d batches of %.3f MiB, %d state copies); at most %d batches"

@@ -124,7 +124,7 @@ func (r *run) freshStatePasses(ctx context.Context, rows []int64) (string, error
 		if e.BatchDim == nil || !e.DType.IsFloat() || e.Numel() > maxStateScan {
 			continue
 		}
-		bd, nonFinite, mine, others := *e.BatchDim, false, 0.0, 0.0
+		bd, nonFinite, mine, others, seen := *e.BatchDim, false, 0.0, 0.0, false
 		e.Each(func(idx []int64, s int64) {
 			switch v := e.Tensor.LoadFloat(s); {
 			case in[idx[bd]] && (math.IsNaN(v) || math.IsInf(v, 0)):
@@ -132,10 +132,10 @@ func (r *run) freshStatePasses(ctx context.Context, rows []int64) (string, error
 			case in[idx[bd]]:
 				mine = max(mine, math.Abs(v))
 			case !math.IsNaN(v) && !math.IsInf(v, 0):
-				others = max(others, math.Abs(v))
+				others, seen = max(others, math.Abs(v)), true
 			}
 		})
-		if nonFinite || (mine > 1 && mine > outlierFactor*others) {
+		if nonFinite || (seen && mine > 1 && mine > outlierFactor*others) {
 			// A non-finite input, or one orders of magnitude past every
 			// other sample's, is the data's, whatever the weights: from
 			// the step's own weights it may pass only by luck.

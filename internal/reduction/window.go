@@ -81,16 +81,21 @@ func (r *run) windowMode(ctx context.Context) ([]Finding, bool, error) {
 	if err != nil || ctx.Err() != nil {
 		return nil, false, err
 	}
-	start := w.Steps[0].Index
+	start, earlier := w.Start, 0
+	for _, s := range w.Steps {
+		if s.Samples > 0 {
+			earlier++
+		}
+	}
 	if out == shrink.Fail {
 		r.steps = none
-		r.windowNote = fmt.Sprintf("the failing step's batch alone, replayed from the state at the window's start (step %d), fails: the cause is in that batch, not in the %s before it",
-			start, regress.Count(w.Failed-start, "step"))
+		r.windowNote = fmt.Sprintf("the failing step's batch alone, replayed from the state at the window's start (step %d), fails: the cause is in that batch, not in the %s recorded before it",
+			start, regress.Count(int64(earlier), "step"))
 		r.logf("window: %s", r.windowNote)
 		return nil, false, nil
 	}
-	r.mode, r.modeReason = ModeWindow, fmt.Sprintf("the failing step's batch passes when replayed from the state at the window's start (step %d) without the %s before it: the cause lies in them",
-		start, regress.Count(w.Failed-start, "step"))
+	r.mode, r.modeReason = ModeWindow, fmt.Sprintf("the failing step's batch passes when replayed from the state at the window's start (step %d) without the %s recorded before it: the cause lies in them",
+		start, regress.Count(int64(earlier), "step"))
 	r.logf("window: %s", r.modeReason)
 
 	steps, err := r.windowSteps(ctx)
@@ -153,6 +158,11 @@ func (r *run) windowMode(ctx context.Context) ([]Finding, bool, error) {
 func (r *run) otherWithout(rows [][]int64, k, j int) bool {
 	without := slices.Clone(rows)
 	without[k] = slices.Delete(slices.Clone(rows[k]), j, j+1)
+	for i, kept := range without {
+		if int64(len(kept)) == r.full.Window.Steps[i].Samples {
+			without[i] = nil // a whole step, as the searches key it
+		}
+	}
 	key := stepsCandidate(without, 0).key(r.batch.Samples)
 	sig, _, ok := r.journal.answerAt(key, 0)
 	return ok && r.judge.Rule(sig).Outcome == signature.OtherFailure
@@ -282,13 +292,13 @@ func (r *run) windowElements(ctx context.Context, rows [][]int64) (map[int][]reg
 		if len(kept) == 0 {
 			continue
 		}
-		prefix := fmt.Sprintf("window.%d.", k)
-		for _, ti := range r.full.StepTensors(k) {
+		paths := r.full.Paths(k)
+		for _, path := range slices.Sorted(maps.Keys(paths)) {
+			ti := paths[path]
 			e := r.full.Tensors[ti]
 			if e.BatchDim == nil || e.Pad != nil || e.DType == kernels.Bool {
 				continue
 			}
-			path := strings.TrimPrefix(e.Name, prefix)
 			others := r.windowPeers(path, k, kept, e)
 			if len(others) < 2 {
 				continue
@@ -393,11 +403,17 @@ func (r *run) windowPeers(path string, step int, culprits []int64, e *fixtures.E
 		}
 		return true
 	}
-	if o := r.full.Tensor(path); same(o) {
+	at := func(k int) *fixtures.Entry {
+		if i, ok := r.full.Paths(k)[path]; ok {
+			return r.full.Tensors[i]
+		}
+		return nil
+	}
+	if o := at(-1); same(o) {
 		out = append(out, peer{o, nil})
 	}
 	for k := range r.full.Window.Steps {
-		o := r.full.Tensor(fmt.Sprintf("window.%d.%s", k, path))
+		o := at(k)
 		if !same(o) {
 			continue
 		}

@@ -46,7 +46,7 @@ func windowBatch(t *testing.T, k, n int, bad [][2]int, last bool) (*fixtures.Bat
 		main.StoreFloat(6, 1e12)
 	}
 	b := &fixtures.Batch{Samples: int64(n), Tensors: []*fixtures.Entry{main}, Structure: dict("x"),
-		Step: &fixtures.Step{Module: "train", Qualname: "step"}, Window: &fixtures.Window{Failed: int64(k + 3)},
+		Step: &fixtures.Step{Module: "train", Qualname: "step"}, Window: &fixtures.Window{Failed: int64(k + 3), Start: 3},
 		Error: &fixtures.Failure{Text: "FloatingPointError: loss is inf", Exception: "FloatingPointError"}}
 	for s := range k {
 		name := fmt.Sprintf("window.%d.x", s)
@@ -126,7 +126,7 @@ func TestWindowLastBatchAlone(t *testing.T) {
 	res, err := reduce(t, b, path, newStep(poisonStep), reduction.Options{})
 	require.NoError(t, err)
 	assert.Equal(t, reduction.ModeSamples, res.Mode)
-	assert.Contains(t, res.ModeReason, "the failing step's batch alone, replayed from the state at the window's start (step 3), fails: the cause is in that batch, not in the 6 steps before it")
+	assert.Contains(t, res.ModeReason, "the failing step's batch alone, replayed from the state at the window's start (step 3), fails: the cause is in that batch, not in the 6 steps recorded before it")
 	require.Len(t, res.Findings, 1)
 	f := res.Findings[0]
 	assert.Nil(t, f.Window)

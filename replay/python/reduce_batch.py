@@ -281,13 +281,13 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
             manifest["state"], state_items = sfl.node(values), sfl.tensors
             notes.extend(f"skipped state.{p}: {r} ({t})" for p, t, r in sfl.skipped)
     window_items = []  # (name, t, axis, compression, False); _window: (failed index, [(index, batch, ids)])
-    for k, (index, wbatch, wids) in enumerate(_window[1] if _window else ()):
+    for k, (index, wbatch, wids) in enumerate(_window[2] if _window else ()):
         wfl = _Flattener(torch, f"window.{k}.", _count_samples(torch, wbatch, batch_dims, wids), fl.names)
         node, n = wfl.node(wbatch), wfl.samples
         mine = {nm for nm, _ in wfl.tensors}  # batch_dims by the batch's names, for this step's tensors
         dims = {f"window.{k}.{a}": d for a, d in (batch_dims or {}).items() if f"window.{k}.{a}" in mine}
         wax, wids = _axes(wfl.tensors, dims, True, notes, n)[0], _ids_of(wfl, n, wids)
-        manifest.setdefault("window", {"failed": _window[0], "steps": []})["steps"].append(dict(
+        manifest.setdefault("window", {"failed": _window[0], "start": _window[1], "steps": []})["steps"].append(dict(
             {"index": index, "samples": n, "structure": node},
             **({"sample_ids": [_clean_str(str(i)) for i in wids]} if wids is not None and len(wids) == n else {})))
         window_items += [(nm, t, wax[nm], compression, False) for nm, t in wfl.tensors]
@@ -608,12 +608,6 @@ class Batch:
         parts = [f"{n} {str(t.dtype).replace('torch.', '')}{list(t.shape)}" for n, t in self.tensors.items()]
         return f"<Batch {self.path}: {self.samples} samples, op={self.op!r}, tensors: {', '.join(parts)}>"
 
-def _leaf_names(node):  # the tensor names of a structure not checked yet (the reader checks it after)
-    items = node.get("items") if isinstance(node, dict) else None
-    if isinstance(node, dict) and node.get("kind") == "tensor" and isinstance(node.get("name"), str):
-        return [node["name"]]
-    return [n for c in (items if isinstance(items, list) else ()) for n in _leaf_names(c)]
-
 class _Reader:
     """The strict reader: every rule of docs/FORMAT.md the Go reader checks, a BatchFileError each."""
 
@@ -687,9 +681,9 @@ class _Reader:
         for key, v in (("structure", 2), ("step", 2), ("state", 2), ("window", 3)):
             self.need(key not in m or self.version >= v, key, "a version %d key in a version %d file", v, self.version)
         win, owner = m.get("window"), {}  # a window step's tensors are batched along its samples
-        self.need(win is None or isinstance(win, dict) and set(win) == {"failed", "steps"} and
-                  isinstance(win["steps"], list) and m.get("step") and "structure" in m, "window",
-                  "want {failed, steps}, with the step and the batch's structure")
+        self.need(win is None or isinstance(win, dict) and set(win) == {"failed", "start", "steps"} and
+                  isinstance(win["steps"], list) and win["steps"] and m.get("step") and "structure" in m, "window",
+                  "want {failed, start, steps} with a step, and the batch's step and structure")
         failed = self.int_field(win, "failed", "window") if win else 0
         for k, st in enumerate(win["steps"] if win else ()):
             where = f"window.steps[{k}]"
@@ -700,12 +694,18 @@ class _Reader:
             n, ids = self.int_field(st, "samples", where), st.get("sample_ids", [""] * st["samples"])
             self.need(isinstance(ids, list) and len(ids) == n and all(isinstance(i, str) for i in ids), where,
                       "sample_ids: want one string per sample")
-            owner.update((name, n) for name in _leaf_names(st["structure"]))
+            with contextlib.suppress(AttributeError, KeyError, TypeError):  # a bad node: node() below says why
+                _tree(st["structure"], "", in_step := [], [], {})
+            owner.update((name, n) for name in in_step if isinstance(name, str))
+        if win:
+            self.int_field(win, "start", "window", 0, min(failed, win["steps"][0]["index"]))
         names, total, used = set(), 0, set()
         for i, e in enumerate(tensors):
             total += self.tensor(e, i, names, owner.get(e.get("name") if isinstance(e, dict) else None, samples))
             self.need(total <= self.max_size, "tensors", "the storage adds up to more than %d bytes (the size "
                       "limit)", self.max_size)
+        order = [e["name"] in owner for e in tensors]
+        self.need(order == sorted(order), "tensors", "the batch's and the state's tensors come before the window's")
         step = m.get("step")
         self.need(step is None or isinstance(step, dict) and not set(step) - {"module", "qualname", "file", "cwd"}
                   and all(isinstance(step.get(k), str) and step.get(k) for k in ("module", "qualname")),
@@ -901,7 +901,8 @@ class record_on_failure:
         _need("error" not in kwargs, TypeError, "record_on_failure: error is the exception raised in the block")
         _need(window is None or _is_int(window) and window > 0, ValueError, "window: want a number of steps > 0")
         self.path, self.batch, self.kwargs, self.saved = path, tensors if batch is None else batch, kwargs, False
-        self.window = None if window is None or os.environ.get("REDUCE_REPLAY") else _Window.of(path, window)
+        self.window = None if window is None or os.environ.get("REDUCE_REPLAY") else \
+            _Window.of(path, window, kwargs.get("state"))
 
     def __enter__(self):
         if self.window is not None:
@@ -942,17 +943,16 @@ class record_on_failure:
             given = self.kwargs.get("state")  # its keys the copy has not (a Lightning module's record) kept
             first = dict(self.kwargs, state=None if given is None else dict(
                          {k: v for k, v in given.items() if k not in (state or {})}, **(state or {})),
-                         _window=(w.count - 1, [s for s in w.steps[:-1] if s[0] >= start]))
+                         _window=(w.count - 1, start, [s for s in w.steps[:-1] if s[0] >= start]))
         for kwargs in (first, self.kwargs, keep, {}):  # an argument save() refuses: with the step if it can be
             try:
                 save(self.path, batch, error=exc, _failed=True, **kwargs)
-                n = len(kwargs.get("_window", (0, ()))[1])  # what the message says of the steps it holds
+                n = len(kwargs.get("_window", (0, 0, ()))[2])  # what the message says of the steps it holds
                 return f" and the {n} step{'s' * (n > 1)} before it" if n else ""
             except Exception as e:
                 if not kwargs:
                     raise
                 _warn(f"{type(e).__name__}: {e}; recording the batch with {' and '.join(keep) or 'the error'} only")
-
 
 def _copied(torch, x):
     """A CPU copy of a batch or a state dict, in its structure (a class that cannot be rebuilt: a dict or list)."""
@@ -965,22 +965,23 @@ def _copied(torch, x):
     except Exception:  # noqa: BLE001
         return dict(zip(x.keys(), items)) if hasattr(x, "keys") else list(items)
 
-def _tensors(torch, x):  # the tensors in a _copied batch or state
+def _nbytes(torch, x):  # the bytes of the tensors of a _copied batch or state
     values = x.values() if hasattr(x, "keys") else x if isinstance(x, (list, tuple)) else ()
-    return [x] if isinstance(x, torch.Tensor) else [t for v in values for t in _tensors(torch, v)]
+    return x.element_size() * x.nelement() if isinstance(x, torch.Tensor) else sum(_nbytes(torch, v) for v in values)
 
 class _Window:
     """The steps [(index, batch copy, ids)] of window=K since the older of the last 2 state copies [(index, state)]."""
     _by_path = {}  # noqa: RUF012  (shared on purpose: a path's window outlives each record_on_failure block)
 
     @classmethod
-    def of(cls, path, k):
-        if getattr(cls._by_path.get(os.fspath(path)), "k", None) != k:
-            cls._by_path[os.fspath(path)] = cls(k)
-        return cls._by_path[os.fspath(path)]
+    def of(cls, path, k, state):  # afresh for another K or other state objects (another model: another run)
+        key, path = (k, tuple(map(id, (state or {}).values()))), os.fspath(path)
+        if getattr(cls._by_path.get(path), "key", None) != key:
+            cls._by_path[path] = cls(k, key)
+        return cls._by_path[path]
 
-    def __init__(self, k):
-        self.k, self.count, self.copies, self.steps, self.said = k, 0, [], [], False
+    def __init__(self, k, key=None):
+        self.k, self.key, self.count, self.copies, self.steps, self.said = k, key, 0, [], [], False
 
     def enter(self, batch, state, sample_ids):
         torch = _torch()
@@ -992,7 +993,6 @@ class _Window:
         self.steps, self.count = self.steps + [(self.count, _copied(torch, batch), sample_ids)], self.count + 1
         if not self.said and len(self.steps) > 1:
             self.said = True
-            size = [_size(sum(t.element_size() * t.nelement() for t in _tensors(torch, x)))
-                    for x in (self.steps[0][1], self.copies[-1][1])]
+            size = [_size(_nbytes(torch, x)) for x in (self.steps[0][1], self.copies[-1][1])]
             _warn(f"a window of {self.k} steps: CPU copies of the last {self.k} to {2 * self.k} batches "
                   f"({size[0]} each) and of the state every {self.k} steps ({size[1]}, two held)")

@@ -504,6 +504,7 @@ def _call_step(fn, batch):
     objects the state was restored into carry on), and then the failing step's batch; an
     exception in an earlier step is another failure than the recorded one (WindowStepError)."""
     state = batch.state if (batch.meta or {}).get("replay_state") != "fresh" else None
+    getattr(sys.modules.get("reduce_hooks"), "_live", {}).clear()  # no module of another replay goes on
     if state is not None:
         restore_rng(state)
     for index, data, _, samples in getattr(batch, "window", ()):

@@ -80,10 +80,10 @@ class _LightningRecorder:
     """The hooks of lightning_callback's Callback."""
 
     def __init__(self, path, state, save_kwargs):
-        window = save_kwargs.pop("window", None)
+        self.window_k = save_kwargs.pop("window", None)
+        reduce_batch.record_on_failure(path, {}, window=self.window_k)  # the argument's checks
         self.path, self.record_state, self.save_kwargs = path, bool(state), save_kwargs
-        self.saved = None
-        self.window = None if window is None else reduce_batch.record_on_failure(path, {}, window=window).window
+        self.saved = self.window = None
         self._pending = None   # (batch, rng) handed to batch_to_device, before its batch starts
         self._batch = self._rng = self._batch_idx = None
         self._ended = False    # the current batch's on_train_batch_end has run
@@ -94,6 +94,8 @@ class _LightningRecorder:
         # strategy's batch_to_device, so it is wrapped on this Trainer's strategy to keep a
         # reference to the CPU batch (no copy: the move makes new tensors on the device).
         strategy = trainer.strategy
+        if stage in ("fit", None) and self.window_k is not None:
+            self.window = reduce_batch._Window(self.window_k)  # the steps of an earlier fit are not this one's
         if stage not in ("fit", None) or "batch_to_device" in vars(strategy):
             return
         self._pending = self._batch = None  # a batch of an earlier fit is not this one's

@@ -875,26 +875,24 @@ def test_window_at_the_first_step_and_in_a_replay(tmp_path, monkeypatch):
         rb.record_on_failure(p, {"x": torch.ones(1)}, window=0)
 
 
-def test_reader_checks_the_window(tmp_path):
-    p = str(tmp_path / "w.bin")
-    train_window(p, 5, 2, 3)
+def rewritten(p, edit, q):
+    """p's file with its manifest edited in place (padded to its length: the payloads stay), at q."""
     with open(p, "rb") as f:
         data = bytearray(f.read())
     mlen = struct.unpack("<Q", data[16:24])[0]
-    manifest = json.loads(data[32:32 + mlen])
+    m = json.loads(data[32:32 + mlen])
+    edit(m)
+    raw = rb.encode_manifest(m)
+    assert len(raw) <= mlen
+    data[32:32 + mlen] = raw + b" " * (mlen - len(raw))
+    data[24:28] = struct.pack("<I", zlib.crc32(bytes(data[32:32 + mlen])) & 0xFFFFFFFF)
+    q.write_bytes(bytes(data))
+    return str(q)
 
-    def rewrite(edit, name):
-        m = json.loads(json.dumps(manifest))
-        edit(m)
-        raw = rb.encode_manifest(m)
-        assert len(raw) <= mlen
-        raw = raw + b" " * (mlen - len(raw))  # the same length: the payloads stay where they are
-        out = bytearray(data)
-        out[32:32 + mlen] = raw
-        out[24:28] = struct.pack("<I", zlib.crc32(bytes(raw)) & 0xFFFFFFFF)
-        q = tmp_path / name
-        q.write_bytes(bytes(out))
-        return str(q)
+
+def test_reader_checks_the_window(tmp_path):
+    p = str(tmp_path / "w.bin")
+    train_window(p, 5, 2, 3)
 
     def order(m):
         m["window"]["steps"][1]["index"] = m["window"]["steps"][0]["index"]
@@ -906,7 +904,29 @@ def test_reader_checks_the_window(tmp_path):
     def no_step(m):
         del m["step"]
 
+    def tensors(m):
+        m["tensors"].insert(0, m["tensors"].pop())  # a window tensor first: the payload order is the file's
+
     for edit, words in [(order, "index"), (samples, "batch_dim: size 3 along axis 0, but the batch has 2"),
-                        (no_step, "want {failed, steps}, with the step")]:
+                        (no_step, "want {failed, start, steps} with a step, and the batch's step and structure"),
+                        (tensors, "the batch's and the state's tensors come before the window's")]:
         with pytest.raises(rb.BatchFileError, match=re.escape(words)):
-            rb.load(rewrite(edit, edit.__name__ + ".bin"))
+            rb.load(rewritten(p, edit, tmp_path / (edit.__name__ + ".bin")))
+
+
+def test_window_starts_afresh_for_other_state_objects(tmp_path):
+    """A second run in the same process (another model, another optimizer) keeps none of the
+    first run's steps, though it records to the same path."""
+    p = str(tmp_path / "w.bin")
+    train_window(p, 6, 4, None)  # 6 steps pass: copies at 0 and 4
+    global WIN_MODEL, WIN_OPT
+    old = WIN_MODEL, WIN_OPT
+    try:
+        WIN_MODEL = torch.nn.Linear(2, 1)
+        WIN_OPT = torch.optim.SGD(WIN_MODEL.parameters(), lr=0.1, momentum=0.9)
+        train_window(p, 3, 4, 2)
+    finally:
+        WIN_MODEL, WIN_OPT = old
+    b = rb.load(p)
+    assert b.failed_step == 2 and [i for i, _, _, _ in b.window] == [0, 1]
+    assert b.manifest["window"]["start"] == 0
