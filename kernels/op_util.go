@@ -171,6 +171,9 @@ func fmtDouble(v float64) string {
 	return strconv.FormatFloat(v, 'g', 6, 64)
 }
 
+// Round is v as a tensor of dtype d holds it (roundTo).
+func (d DType) Round(v float64) float64 { return roundTo(d, v) }
+
 // roundTo rounds v to dtype d's precision (float dtypes); integer dtypes are
 // returned unchanged.
 func roundTo(d DType, v float64) float64 {

@@ -87,13 +87,8 @@ type expectedAnswer struct {
 			Rows   []int    `json:"rows"`
 			IDs    []string `json:"ids"`
 		} `json:"steps"`
-		Elements []struct {
-			Tensor    string   `json:"tensor"`
-			Index     []int64  `json:"index"`
-			Value     *float64 `json:"value"`
-			ValueText string   `json:"value_text"`
-		} `json:"elements"`
-		Named int `json:"named"`
+		Elements []windowElement `json:"elements"`
+		Named    int             `json:"named"`
 	} `json:"window"`
 	// WindowAlone: the failing step's batch of a recorded window fails
 	// alone from the window's start, and is reduced as one recorded
@@ -358,6 +353,14 @@ func checkAnswer(t *testing.T, exp expectedAnswer, sum reduction.Summary) {
 // checkRelation: the culprit set of the expected relation reports it, kind
 // and elements (the relation's tensor at each of its samples), with a text
 // that names them.
+// windowElement is an element the answer of a window example may name.
+type windowElement struct {
+	Tensor    string   `json:"tensor"`
+	Index     []int64  `json:"index"`
+	Value     *float64 `json:"value"`
+	ValueText string   `json:"value_text"`
+}
+
 // checkWindow checks a cause found in a recorded window's earlier steps:
 // the steps and samples, each found element one of those listed, and as
 // many as the answer names.
@@ -377,12 +380,7 @@ func checkWindow(t *testing.T, exp expectedAnswer, sum reduction.Summary) {
 	}
 	assert.Len(t, found, w.Named, "elements named: %+v", found)
 	for _, e := range found {
-		listed := slices.ContainsFunc(w.Elements, func(x struct {
-			Tensor    string   `json:"tensor"`
-			Index     []int64  `json:"index"`
-			Value     *float64 `json:"value"`
-			ValueText string   `json:"value_text"`
-		}) bool {
+		listed := slices.ContainsFunc(w.Elements, func(x windowElement) bool {
 			return x.Tensor == e.Tensor && slices.Equal(x.Index, e.Index) && x.ValueText == e.ValueText &&
 				(x.Value == nil || float64(float32(*x.Value)) == e.Value)
 		})

@@ -309,8 +309,12 @@ func (r *run) diagnosis(f Finding) string {
 	}
 	switch {
 	case f.Window != nil:
+		them := "them"
+		if len(f.Window.Steps) == 1 && len(f.Window.Steps[0].Rows) == 1 {
+			them = "it"
+		}
 		return fmt.Sprintf("%s: %s: the cause is in an earlier step: %s; the failing step's batch is innocent: it passes from the window's start (step %d) without %s",
-			op, failureWords(r.judge.Want.Family), windowCulprits(f.Window), f.Window.Start, map[bool]string{true: "it", false: "them"}[countWindow(f.Window) == 1])
+			op, failureWords(r.judge.Want.Family), f.Window.Words(), f.Window.Start, them)
 	case r.history != "":
 		verb := "fails"
 		if len(f.Indices) > 1 {

@@ -78,18 +78,18 @@ func (res *Result) WriteText(w io.Writer) {
 	}
 	for i, f := range res.Findings {
 		if c := f.Window; c != nil {
-			fmt.Fprintf(w, "cause: %s\n", windowCulprits(c))
+			fmt.Fprintf(w, "cause: %s\n", c.Words())
 			others := ""
 			if len(c.Elements()) > 1 {
 				others = " with the others that stand out"
 			}
 			for _, s := range c.Steps {
 				for _, e := range s.Elements {
-					v := fmtStored(e.Value)
+					v := regress.FmtHeld(e.Value)
 					if e.ValueText != "" {
 						v = e.ValueText
 					}
-					fmt.Fprintf(w, "  %s%s of step %d's batch = %s stands out (%s; set to %s%s, it passes)\n", regress.TensorLabel(e.Tensor), indexText(e.Index), s.Index, v, e.Rule, fmtStored(*e.Passing), others)
+					fmt.Fprintf(w, "  %s%s of step %d's batch = %s stands out (%s; set to %s%s, it passes)\n", regress.TensorLabel(e.Tensor), indexText(e.Index), s.Index, v, e.Rule, regress.FmtHeld(*e.Passing), others)
 				}
 			}
 			fmt.Fprintf(w, "witness: the failing step's batch, %s %s (it passes from the window's start without the cause)\n", regress.Count(int64(len(f.Indices)), "sample"), fewIDs(f.IDs))

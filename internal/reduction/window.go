@@ -2,11 +2,11 @@ package reduction
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 
 	"reduce/fixtures"
@@ -31,15 +31,7 @@ import (
 // windowed reports whether the recorded batch has earlier steps with
 // samples to search.
 func (r *run) windowed() bool {
-	if r.full.Window == nil {
-		return false
-	}
-	for _, s := range r.full.Window.Steps {
-		if s.Samples > 0 {
-			return true
-		}
-	}
-	return false
+	return r.full.Window != nil && r.full.Window.Held() > 0
 }
 
 // noSteps keeps no sample of any earlier step.
@@ -81,12 +73,7 @@ func (r *run) windowMode(ctx context.Context) ([]Finding, bool, error) {
 	if err != nil || ctx.Err() != nil {
 		return nil, false, err
 	}
-	start, earlier := w.Start, 0
-	for _, s := range w.Steps {
-		if s.Samples > 0 {
-			earlier++
-		}
-	}
+	start, earlier := w.Start, w.Held()
 	if out == shrink.Fail {
 		r.steps = none
 		r.windowNote = fmt.Sprintf("the failing step's batch alone, replayed from the state at the window's start (step %d), fails: the cause is in that batch, not in the %s recorded before it",
@@ -168,6 +155,28 @@ func (r *run) otherWithout(rows [][]int64, k, j int) bool {
 	return ok && r.judge.Rule(sig).Outcome == signature.OtherFailure
 }
 
+// errNoSet: a search of the window found no set that fails.
+var errNoSet = errors.New("no set of them fails (the failure is flaky: a higher --trials helps)")
+
+// firstSet is the first culprit set among n units, all of which are known
+// to fail (the search's seed): nil, and no error, when ctx ended; an
+// error naming the window's what when the search found none.
+func (r *run) firstSet(ctx context.Context, n int, oracle shrink.Oracle, what string) ([]int, error) {
+	opts := r.shrinkOptions()
+	opts.StopAfterFirst = true
+	opts.Seed = []shrink.CacheEntry{{Candidate: []shrink.Range{{Lo: 0, Hi: n}}, Outcome: shrink.Fail}}
+	res, err := shrink.Run(ctx, n, oracle, opts)
+	switch {
+	case ctx.Err() != nil:
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("shrink the window's %s: %w", what, err)
+	case len(res.Culprits) == 0 || res.Incomplete:
+		return nil, fmt.Errorf("shrink the window's %s: %w", what, errNoSet)
+	}
+	return res.Culprits[0], nil
+}
+
 // countRows counts the samples of rows.
 func countRows(rows [][]int64) int {
 	n := 0
@@ -197,23 +206,13 @@ func (r *run) windowSteps(ctx context.Context) ([]int, error) {
 		}
 		return r.ask(ctx, stepsCandidate(rows, n), cand.Trial())
 	}
-	opts := r.shrinkOptions()
-	opts.StopAfterFirst = true
-	// The confirmation showed that the whole window fails, and the
-	// failing step's batch alone passed.
-	opts.Seed = []shrink.CacheEntry{{Candidate: []shrink.Range{{Lo: 0, Hi: len(withSamples)}}, Outcome: shrink.Fail}}
-	res, err := shrink.Run(ctx, len(withSamples), oracle, opts)
-	if ctx.Err() != nil {
-		return nil, nil
+	// The confirmation showed that the whole window fails.
+	set, err := r.firstSet(ctx, len(withSamples), oracle, "steps")
+	if set == nil {
+		return nil, err
 	}
-	if err != nil {
-		return nil, fmt.Errorf("shrink the window's steps: %w", err)
-	}
-	if len(res.Culprits) == 0 || res.Incomplete {
-		return nil, fmt.Errorf("shrink the window's steps: no set of steps fails (the failure is flaky: a higher --trials helps)")
-	}
-	out := make([]int, len(res.Culprits[0]))
-	for i, u := range res.Culprits[0] {
+	out := make([]int, len(set))
+	for i, u := range set {
 		out[i] = withSamples[u]
 	}
 	return out, nil
@@ -251,21 +250,12 @@ func (r *run) windowSamples(ctx context.Context, steps []int) ([][]int64, error)
 		us := cand.Units()
 		return r.ask(ctx, stepsCandidate(rowsOfUnits(us), len(us)), cand.Trial())
 	}
-	opts := r.shrinkOptions()
-	opts.StopAfterFirst = true
-	opts.Seed = []shrink.CacheEntry{{Candidate: []shrink.Range{{Lo: 0, Hi: len(units)}}, Outcome: shrink.Fail}}
-	res, err := shrink.Run(ctx, len(units), oracle, opts)
-	if ctx.Err() != nil {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("shrink the window's samples: %w", err)
-	}
-	if len(res.Culprits) == 0 || res.Incomplete {
-		return nil, fmt.Errorf("shrink the window's samples: no set of samples fails (the failure is flaky: a higher --trials helps)")
+	set, err := r.firstSet(ctx, len(units), oracle, "samples")
+	if set == nil {
+		return nil, err
 	}
 	rows := r.noSteps()
-	for _, u := range res.Culprits[0] {
+	for _, u := range set {
 		rows[units[u].step] = append(rows[units[u].step], units[u].row)
 	}
 	return rows, nil
@@ -309,7 +299,7 @@ func (r *run) windowElements(ctx context.Context, rows [][]int64) (map[int][]reg
 					// dtype holds it.
 					typical := math.Round((lo+(hi-lo)/2)*10)/10 + 0 // + 0: never -0
 					if e.DType.IsFloat() {
-						typical = roundTo(typical, e.DType)
+						typical = e.DType.Round(typical)
 					} else {
 						typical = math.Round(typical)
 					}
@@ -367,14 +357,14 @@ func (r *run) windowElements(ctx context.Context, rows [][]int64) (map[int][]reg
 		oracle := func(ctx context.Context, cand shrink.Candidate) (shrink.Outcome, error) {
 			return r.ask(ctx, keeping(cand.Units()), cand.Trial())
 		}
-		opts := r.shrinkOptions()
-		opts.StopAfterFirst = true
-		opts.Seed = []shrink.CacheEntry{{Candidate: []shrink.Range{{Lo: 0, Hi: len(all)}}, Outcome: shrink.Fail}}
-		res, err := shrink.Run(ctx, len(all), oracle, opts)
-		if err != nil || ctx.Err() != nil || res.Incomplete || len(res.Culprits) == 0 {
+		set, err := r.firstSet(ctx, len(all), oracle, "elements")
+		if set == nil && errors.Is(err, errNoSet) {
+			return nil, nil, nil // no element is named: the sample is, whole
+		}
+		if set == nil {
 			return nil, nil, err
 		}
-		kept = res.Culprits[0]
+		kept = set
 	}
 	found := map[int][]regress.Element{}
 	for _, u := range kept {
@@ -470,67 +460,6 @@ func (r *run) outlying(e *fixtures.Entry, row int64, peers []peer, fn func(idx [
 			fn(slices.Clone(idx), v, lo, hi)
 		}
 	})
-}
-
-// countWindow counts a window cause's culprit samples.
-func countWindow(w *regress.WindowCause) int {
-	n := 0
-	for _, s := range w.Steps {
-		n += len(s.Rows)
-	}
-	return n
-}
-
-// windowCulprits says a window cause's culprit samples in words: "sample
-// row-0412 (sample 5 of step 20, 2 steps before the failing step 22),
-// whose x[5, 1] = 5e+10 stands out".
-func windowCulprits(w *regress.WindowCause) string {
-	var parts []string
-	for _, s := range w.Steps {
-		causes := s.Causes()
-		noun := "sample"
-		if len(causes) != 1 {
-			noun = "samples"
-		}
-		part := fmt.Sprintf("%s %s (step %d, %s before the failing step %d", noun, strings.Join(s.Named(causes), ", "), s.Index,
-			regress.Count(s.Before, "step"), w.Failed)
-		if len(s.Companions) > 0 {
-			part += fmt.Sprintf("; with %s, which the step needs to run: without it the step raised another failure", strings.Join(s.Named(s.Companions), ", "))
-		}
-		parts = append(parts, part+")")
-	}
-	out := strings.Join(parts, " and ")
-	if all := w.Elements(); len(all) > 0 {
-		var els []string
-		for _, e := range all[:min(len(all), 3)] {
-			v := fmtStored(e.Value)
-			if e.ValueText != "" {
-				v = e.ValueText
-			}
-			els = append(els, regress.TensorLabel(e.Tensor)+indexText(e.Index)+" = "+v)
-		}
-		if len(all) > 3 {
-			els = append(els, fmt.Sprintf("%d more", len(all)-3))
-		}
-		out += fmt.Sprintf(", whose %s %s out from the window's other samples", strings.Join(els, ", "), map[bool]string{true: "stands", false: "stand"}[len(all) == 1])
-	}
-	return out
-}
-
-// roundTo is v as a tensor of dtype dt holds it.
-func roundTo(v float64, dt kernels.DType) float64 {
-	t := &kernels.Tensor{DType: dt, Shape: []int64{1}, Strides: []int64{1}, Data: make([]byte, dt.Size())}
-	t.StoreFloat(0, v)
-	return t.LoadFloat(0)
-}
-
-// fmtStored writes v, a value a tensor held, with the digits of float32
-// when it is one (1e+12 rather than 9.99999995904e+11).
-func fmtStored(v float64) string {
-	if float64(float32(v)) == v {
-		return strconv.FormatFloat(v, 'g', -1, 32)
-	}
-	return strconv.FormatFloat(v, 'g', -1, 64)
 }
 
 // fewIDs lists at most three ids, and how many more there are.

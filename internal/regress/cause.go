@@ -86,7 +86,7 @@ func judge(rec *Record, reg *Regression) judgement {
 			fix: "find the step whose batch made the state so (a loss or gradient norm that jumped before this step), record its batch with the state from before it, and reduce that"}
 	}
 	if w := rec.Window; w != nil {
-		return judgement{verdict: verdictData, lead: "The cause is in an earlier step of the recorded window: " + mdText(windowWords(w)) + ". Its gradient step leaves the weights or the optimizer's state so that the failing step's batch, innocent alone, fails.",
+		return judgement{verdict: verdictData, lead: "The cause is in an earlier step of the recorded window: " + mdText(w.Words()) + ". Its gradient step leaves the weights or the optimizer's state so that the failing step's batch, innocent alone, fails.",
 			fix: "fix or filter that sample in the data pipeline; and guard the training against it where it happens: skip a step whose loss or gradient norm is not finite (`torch.nn.utils.clip_grad_norm_(..., error_if_nonfinite=True)` raises there), or mask a missing value with `torch.where` before the loss rather than by indexing after it (its gradient is still NaN)"}
 	}
 	if rec.Finding >= 0 && rec.Finding < len(rec.Culprits) && rec.Culprits[rec.Finding].Relation != nil {
@@ -352,15 +352,4 @@ func (r *redactor) people() *redactor {
 		}
 	}
 	return out
-}
-
-// windowWords names a window cause's culprit samples by step: "sample
-// doc-469698 of step 3, 3 steps before the failing step 6".
-func windowWords(w *WindowCause) string {
-	var parts []string
-	for _, s := range w.Steps {
-		causes := s.Causes()
-		parts = append(parts, fmt.Sprintf("%s %s of step %d, %s before the failing step %d", map[bool]string{true: "sample", false: "samples"}[len(causes) == 1], strings.Join(s.Named(causes), ", "), s.Index, Count(s.Before, "step"), w.Failed))
-	}
-	return strings.Join(parts, "; ")
 }
