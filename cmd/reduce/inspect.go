@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"github.com/urfave/cli/v2"
 
 	"reduce/fixtures"
@@ -25,7 +26,10 @@ func inspectCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return usagef("inspect takes one batch file, got %d arguments", c.NArg())
 			}
-			path := c.Args().First()
+			path, _, err := rankFile(c, c.Args().First())
+			if err != nil {
+				return err
+			}
 			b, err := readBatch(c, path)
 			if err != nil {
 				return err
@@ -51,4 +55,25 @@ func readBatch(c *cli.Context, path string) (*fixtures.Batch, error) {
 		return nil, usageErr(err)
 	}
 	return b, nil
+}
+
+// rankFile is the file to read for path: path itself, or, where it is not
+// there and a torch.distributed run wrote rank files beside it, the rank
+// file whose failure came first (fixtures.ChooseRank), said on stderr.
+func rankFile(c *cli.Context, path string) (string, *fixtures.RankChoice, error) {
+	limit, err := maxSize(c)
+	if err != nil {
+		return "", nil, err
+	}
+	choice, err := fixtures.ChooseRank(path, fixtures.WithMaxSize(limit))
+	if err != nil {
+		return "", nil, usageErr(err)
+	}
+	if choice == nil {
+		return path, nil, nil
+	}
+	if !c.Bool("quiet") {
+		fmt.Fprintf(c.App.ErrWriter, "reduce: %s\n", choice.Note(path))
+	}
+	return choice.Chosen.Path, choice, nil
 }

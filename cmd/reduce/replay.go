@@ -144,7 +144,10 @@ func replayOnce(c *cli.Context) error {
 	if err != nil {
 		return usagef("--match: %v", err)
 	}
-	path := c.Args().First()
+	path, _, err := rankFile(c, c.Args().First())
+	if err != nil {
+		return err
+	}
 	b, err := readBatch(c, path)
 	if err != nil {
 		return err

@@ -116,7 +116,7 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 		Mode: string(r.mode), ModeReason: r.modeReason, Culprits: culprits, Finding: k, Size: r.size,
 		Diagnosis: r.diagnosis(f) + alsoCulprits(culprits, k), Predates: r.history, Window: f.Window, Replays: replays, Phases: phases, OtherFailures: others,
 		Seconds: time.Since(r.start).Seconds(), Partial: f.Partial,
-		Source:      regress.RecordSource{File: filepath.Base(r.o.Source), Hash: "sha256:" + r.srcHash, Samples: r.batch.Samples},
+		Source:      regress.RecordSource{File: filepath.Base(r.o.Source), Hash: "sha256:" + r.srcHash, Samples: r.batch.Samples, Ranks: r.o.Ranks},
 		Environment: r.environment(set), Attrs: r.batch.Attrs, Entry: set.Entry, Step: set.Step, Shape: f.Shape,
 	}
 	if rs := (regress.ReplaySettings{DeviceMemory: set.DeviceMemory, Seed: set.Seed}); rs.DeviceMemory > 0 || rs.Seed != nil || r.o.Trials > 1 {

@@ -50,6 +50,9 @@ type Options struct {
 	// MaxFindings caps the culprit sets searched for (default 8): a batch
 	// where every sample fails alone would cost a search per sample.
 	MaxFindings int
+	// Ranks is set when Source is one rank's file of a torch.distributed
+	// run: which rank, and the other ranks' files, which the report lists.
+	Ranks *regress.Ranks
 	// Events receives progress (see Event). It may be called from several
 	// goroutines at once; nil discards.
 	Events func(Event)
@@ -122,6 +125,9 @@ type Result struct {
 	// finding is then a witness that fails against that state, not a
 	// culprit. "" otherwise.
 	Predates string
+	// Ranks is Options.Ranks: the rank of a torch.distributed run whose
+	// file was reduced, and the others'.
+	Ranks *regress.Ranks
 	// Mode is how the samples were reduced and ModeReason why.
 	Mode       Mode
 	ModeReason string
@@ -409,7 +415,7 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 func (r *run) result(found []Finding, dirs []string, partial bool) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := &Result{Want: r.judge.Want, Recorded: r.recorded, Message: r.message, Predates: r.history, WantNote: r.wantNote, Mode: r.mode, ModeReason: r.modeReason, Size: r.size,
+	res := &Result{Want: r.judge.Want, Recorded: r.recorded, Ranks: r.o.Ranks, Message: r.message, Predates: r.history, WantNote: r.wantNote, Mode: r.mode, ModeReason: r.modeReason, Size: r.size,
 		Findings: found, Fixtures: dirs, Phases: maps.Clone(r.phases), OtherFailures: r.otherFailures(),
 		Launch: replay.Provenance(r.be), Seconds: time.Since(r.start).Seconds(), Partial: partial}
 	for _, pc := range r.phases {

@@ -29,7 +29,10 @@ type Summary struct {
 	Shape         *regress.ShapeResult `json:"shape,omitempty"`
 	// Window is the cause found in a recorded window's earlier steps; the
 	// culprits are then the failing step's batch, a witness.
-	Window        *regress.WindowCause   `json:"window,omitempty"`
+	Window *regress.WindowCause `json:"window,omitempty"`
+	// Ranks is set when the batch was one rank's file of a
+	// torch.distributed run: which rank, and the other ranks' files.
+	Ranks         *regress.Ranks         `json:"ranks,omitempty"`
 	Replays       int                    `json:"replays"`
 	Resumed       int                    `json:"resumed"`
 	Phases        map[Phase]PhaseCount   `json:"phases"`
@@ -44,7 +47,7 @@ type Summary struct {
 // Summary is res for a program.
 func (res *Result) Summary() Summary {
 	s := Summary{Event: "summary", Fixture: res.Fixtures[0], Fixtures: res.Fixtures, Signature: res.Want, Message: res.Message, Predates: res.Predates, SignatureNote: res.WantNote, Mode: res.Mode,
-		ModeReason: res.ModeReason, Culprits: []regress.Culprit{}, Size: res.Size, Replays: res.Replays, Resumed: res.Resumed,
+		ModeReason: res.ModeReason, Ranks: res.Ranks, Culprits: []regress.Culprit{}, Size: res.Size, Replays: res.Replays, Resumed: res.Resumed,
 		Phases: res.Phases, OtherFailures: res.OtherFailures, Launcher: res.Launch, Seconds: res.Seconds, Partial: res.Partial}
 	for i, f := range res.Findings {
 		s.Culprits = append(s.Culprits, f.Culprit(res.Fixtures[i]))
@@ -68,6 +71,9 @@ func (res *Result) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "signature: %s\n", res.Want)
 	if res.WantNote != "" {
 		fmt.Fprintf(w, "  (%s)\n", res.WantNote)
+	}
+	if r := res.Ranks; r != nil {
+		fmt.Fprintf(w, "rank: %d of %d under torch.distributed, whose failure came first; replayed alone\n", r.Rank, r.WorldSize)
 	}
 	fmt.Fprintf(w, "mode: %s (%s)\n", res.Mode, res.ModeReason)
 	if res.Size != nil {

@@ -20,7 +20,7 @@ import zlib
 
 __version__ = "0.20.0"  # reduce's version (replay.Version), which printed this file
 __all__ = ["DTYPES", "FORMAT_VERSION", "Batch", "BatchFileError", "State", "load", "read_manifest", "read_raw",
-           "record_on_failure", "save"]
+           "record_on_failure", "record_trainer", "save"]
 FORMAT_VERSION = 3  # reads 1 to 3; writes 1 for a flat dict of tensors without step, state or padding, 3 for a window
 MAGIC = b"RDCBATCH"
 _HEADER = struct.Struct("<8sIIQII")  # magic, version, flags, manifest_length, manifest_crc32, reserved
@@ -383,11 +383,9 @@ def _type_path(obj):
 
 class _Flattener:
     """A batch (or a state) as a structure node, its tensors by path name, what it cannot encode."""
-
     def __init__(self, torch, prefix, samples, names=None):  # names: a set shared with another _Flattener
         self.torch, self.prefix, self.samples, self.names = torch, prefix, samples, set() if names is None else names
         self.tensors, self.skipped, self.per_sample = [], [], []  # (name, t), (path, type, why), (path, values)
-
     def name(self, path):
         base = _clean_str(self.prefix + (path or "batch"))
         name, n = base, 2
@@ -395,14 +393,11 @@ class _Flattener:
             name, n = f"{base}#{n}", n + 1
         self.names.add(name)
         return name
-
     def skip(self, path, x, reason):
         self.skipped.append((path or "batch", _type_path(x), reason))
         return {"kind": "skipped", "type": _type_path(x), "reason": reason}
-
     def items(self, keys, values, path):
         return [self.node(v, f"{path}.{k}" if path else str(k)) for k, v in zip(keys, values)]
-
     def node(self, x, path=""):
         if isinstance(x, getattr(sys.modules.get("numpy"), "ndarray", ())):
             try:
@@ -516,10 +511,8 @@ def _tree(node, path, tensors, skipped, types):
     for k, c in zip(keys, node.get("items", [])):
         _tree(c, f"{path}.{k}" if path else str(k), tensors, skipped, types)
 
-
 class State(dict):
     """save(state=)'s record: name -> state_dict ("rng": the generators'); restore(model=m) loads one."""
-
     def restore(self, **objects):
         for k, obj in objects.items():
             _need(k in self, KeyError, "state: nothing recorded under %r (recorded: %s)", k, ", ".join(sorted(self)))
@@ -574,12 +567,10 @@ def _runs_at_import(path):
     return next((node.lineno for node in tree.body if isinstance(node, blocks) or isinstance(node, ast.Expr) and
                  isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)), 0)
 
-
 class Batch:
     """A batch read by load(): .data in its recorded structure (a skipped leaf None), .tensors by name (the recorded
     dtype, shape, strides, saved offset), .batch_dims, .pads, .samples, .sample_ids, .op, .attrs, .meta, .error, .step,
     .state (a State), .skipped, .recorded_offsets, .manifest, .types (module:qualname by path), .window, .failed_step"""
-
     def __init__(self, path, manifest, tensors, types=None):
         self.path, self.manifest, self.tensors, entries = path, manifest, tensors, manifest["tensors"]
         self.batch_dims = {e["name"]: e.get("batch_dim") for e in entries}
@@ -603,33 +594,27 @@ class Batch:
             self.window.append((s["index"], _build(s["structure"], tensors, types), s.get("sample_ids"), s["samples"]))
         for name in apart:
             self.tensors.pop(name, None)  # tensors holds the batch's; the state's and the window's are apart
-
     def __repr__(self):
         parts = [f"{n} {str(t.dtype).replace('torch.', '')}{list(t.shape)}" for n, t in self.tensors.items()]
         return f"<Batch {self.path}: {self.samples} samples, op={self.op!r}, tensors: {', '.join(parts)}>"
 
 class _Reader:
     """The strict reader: every rule of docs/FORMAT.md the Go reader checks, a BatchFileError each."""
-
     def __init__(self, path, max_size):
         self.path, self.max_size, self.version = path, max_size, FORMAT_VERSION
-
     def need(self, ok, field, msg, *args):
         if not ok:
             raise BatchFileError(f"{self.path}: {field}: {msg % args if args else msg}")
-
     def keys(self, obj, allowed, required, where, prefix):
         unknown = sorted(set(obj) - set(allowed))
         self.need(not unknown, where, "%sunknown keys %s", prefix, ", ".join(unknown))
         for key in required:
             self.need(key in obj, where, "%smissing key %s", prefix, key)
-
     def int_field(self, obj, key, where, minimum=0, maximum=_INT64_MAX):
         v = obj.get(key)
         self.need(_is_int(v), where, "%s: want an integer, got %s", key, json.dumps(v))
         self.need(minimum <= v <= maximum, where, "%s: %d is out of range [%d, %d]", key, v, minimum, maximum)
         return v
-
     def header(self, f, size):
         head = f.read(HEADER_SIZE)
         self.need(head, "header", "truncated: the file is empty")
@@ -649,7 +634,6 @@ class _Reader:
         got = zlib.crc32(mbytes) & 0xFFFFFFFF
         self.need(got == mcrc, "manifest_crc32", "checksum 0x%08x of the manifest, the header says 0x%08x", got, mcrc)
         return mbytes
-
     def manifest(self, mbytes):
         def bad_constant(name):
             raise ValueError(f"{name} is not JSON")
@@ -724,7 +708,6 @@ class _Reader:
                 self.need(e["name"] not in in_state or (e.get("batch_dim") is None and "pad" not in e),
                           "tensor {!r}".format(e["name"]), "a state tensor has no batch axis (batch_dim null)")
         return m
-
     def node(self, node, where, samples, names, used):  # a node's check: the Go reader's rules (docs/FORMAT.md)
         self.need(isinstance(node, dict), where, "want an object")
         kind = node.get("kind")
@@ -749,7 +732,6 @@ class _Reader:
         self.need(isinstance(node.get("items", []), list), where, "items: want an array")
         for i, c in enumerate(node.get("items", [])):
             self.node(c, f"{where}.items[{i}]", samples, names, used)
-
     def tensor(self, e, i, names, samples):
         self.need(isinstance(e, dict), f"tensors[{i}]", "want an object")
         name, where = e.get("name"), f"tensor {e.get('name')!r}"
@@ -807,7 +789,6 @@ class _Reader:
         self.need(p["compression"] != "none" or plen == elements * itemsize, where,
                   "payload: %d bytes, but %d elements of %s take %d", plen, elements, dt, elements * itemsize)
         return elements * itemsize
-
     def layout(self, m, mlen, p, size):
         spans, prev_end, prev_name = sorted((e["payload"]["offset"], e["payload"]["offset"] + e["payload"]["length"],
                                              e["name"]) for e in m["tensors"]), 0, None
@@ -819,14 +800,12 @@ class _Reader:
         ends = (p + prev_end,) if spans else (p, HEADER_SIZE + mlen)  # no payload: at P or (lenient) after the manifest
         self.need(size <= ends[0] or size in ends, "file", "%d trailing bytes after the last payload", size - ends[0])
         self.need(size in ends, "file", "truncated: %d bytes, want %d", size, ends[0])
-
     def checked(self, f):  # (manifest, P) of the open file f, its header, manifest and payloads' places checked
         size = os.fstat(f.fileno()).st_size
         mbytes = self.header(f, size)
         m, p = self.manifest(mbytes), _align(HEADER_SIZE + len(mbytes))
         self.layout(m, len(mbytes), p, size)
         return m, p
-
     def payload(self, f, e, p):
         where, pl, want = "tensor {!r}".format(e["name"]), e["payload"], e["storage_elements"] * _DTYPES[e["dtype"]][0]
         f.seek(p + pl["offset"])
@@ -839,7 +818,6 @@ class _Reader:
         self.need(e["dtype"] != "bool" or not bytes(buf).translate(None, b"\x00\x01"), where,
                   "payload: a bool element is neither 0 nor 1")
         return buf
-
     def unzstd(self, data, want, where):
         try:
             import zstandard
@@ -890,20 +868,17 @@ def load(path, device="cpu", *, types=None, max_size=DEFAULT_MAX_SIZE):
         tensors[e["name"]] = torch.as_strided(st.to(device), e["shape"], e["strides"], e["offset"])
     return Batch(os.fspath(path), m, tensors, types)
 
-
 class record_on_failure:
     """On an exception in the block, save the batch (a CPU copy, or a callable returning it) to `path` with the error;
     the exception goes on. Other keywords are save()'s; `.saved`: whether it wrote (never in a replay: REDUCE_REPLAY).
     window=K keeps, per path, CPU copies of the last K to 2K batches and, every K steps, of state= and the RNGs: the
     file holds the steps since the older copy, its state and the failing batch (docs/FORMAT.md, "Version 3")."""
-
     def __init__(self, path, batch=None, *, tensors=None, window=None, **kwargs):
         _need("error" not in kwargs, TypeError, "record_on_failure: error is the exception raised in the block")
         _need(window is None or _is_int(window) and window > 0, ValueError, "window: want a number of steps > 0")
         self.path, self.batch, self.kwargs, self.saved = path, tensors if batch is None else batch, kwargs, False
         self.window = None if window is None or os.environ.get("REDUCE_REPLAY") else \
             _Window.of(path, window, kwargs.get("state"))
-
     def __enter__(self):
         if self.window is not None:
             try:
@@ -914,7 +889,6 @@ class record_on_failure:
                 _warn(f"warning: window for {self.path}: {type(e).__name__}: {e}; recording this step alone")
                 self.window = None
         return self
-
     def __exit__(self, exc_type, exc, tb):
         if exc is None or not isinstance(exc, Exception):
             return False  # KeyboardInterrupt, SystemExit, GeneratorExit: nothing to record
@@ -930,8 +904,10 @@ class record_on_failure:
             if not isinstance(e, Exception):
                 raise
         return False
-
     def _record(self, exc):
+        self.path, ranked = _ranked(self.path)  # under torch.distributed, each rank's own file, never one over another
+        self.kwargs = dict(self.kwargs, meta=dict(ranked, **dict(self.kwargs.get("meta") or {}))) if ranked else \
+            self.kwargs
         try:
             batch = self.batch() if callable(self.batch) and not hasattr(self.batch, "__getitem__") else self.batch
         except Exception as e:  # noqa: BLE001  (the crash is recorded all the same)
@@ -954,6 +930,24 @@ class record_on_failure:
                     raise
                 _warn(f"{type(e).__name__}: {e}; recording the batch with {' and '.join(keep) or 'the error'} only")
 
+def _ranked(path):  # PATH.rank{R}.EXT and the meta that says which, under torch.distributed (or torchrun's env)
+    dist, env = getattr(_torch(), "distributed", None), os.environ
+    on = dist is not None and dist.is_available() and dist.is_initialized()
+    rank, size = (dist.get_rank(), dist.get_world_size()) if on else (
+        int(env["RANK"]), int(env["WORLD_SIZE"])) if env.get("RANK", "").isdigit() and \
+        env.get("WORLD_SIZE", "").isdigit() else (0, 1)
+    if size < 2:
+        return path, {}
+    root, ext = os.path.splitext(os.fspath(path))
+    return f"{root}.rank{rank}{ext}", {"rank": rank, "world_size": size, "failed_at": f"{time.time():.6f}",
+                                       "dist_backend": dist.get_backend() if on else None}
+
+def record_trainer(trainer, path="crash.bin", state=False, **save_kwargs):
+    """Record a Hugging Face Trainer's failing batch: reduce_hooks.record_trainer (`reduce recorder --hooks`)."""
+    _need(importlib.util.find_spec("reduce_hooks") is not None, ImportError, "record_trainer needs reduce_hooks.py "
+          "beside reduce_batch.py: reduce recorder --hooks > reduce_hooks.py")
+    return importlib.import_module("reduce_hooks").record_trainer(trainer, path, state, **save_kwargs)
+
 def _copied(torch, x):
     """A CPU copy of a batch or a state dict, in its structure (a class that cannot be rebuilt: a dict or list)."""
     if not (isinstance(x, (list, tuple, dict)) or hasattr(x, "keys") and hasattr(x, "__getitem__")):
@@ -972,17 +966,14 @@ def _nbytes(torch, x):  # the bytes of the tensors of a _copied batch or state
 class _Window:
     """The steps [(index, batch copy, ids)] of window=K since the older of the last 2 state copies [(index, state)]."""
     _by_path = {}  # noqa: RUF012  (shared on purpose: a path's window outlives each record_on_failure block)
-
     @classmethod
     def of(cls, path, k, state):  # afresh for another K or other state objects (another model: another run)
         key, path = (k, tuple(map(id, (state or {}).values()))), os.fspath(path)
         if getattr(cls._by_path.get(path), "key", None) != key:
             cls._by_path[path] = cls(k, key)
         return cls._by_path[path]
-
     def __init__(self, k, key=None):
         self.k, self.key, self.count, self.copies, self.steps, self.said = k, key, 0, [], [], False
-
     def enter(self, batch, state, sample_ids):
         torch = _torch()
         if self.count % self.k == 0:

@@ -505,6 +505,7 @@ def _call_step(fn, batch):
     exception in an earlier step is another failure than the recorded one (WindowStepError)."""
     state = batch.state if (batch.meta or {}).get("replay_state") != "fresh" else None
     getattr(sys.modules.get("reduce_hooks"), "_live", {}).clear()  # no module of another replay goes on
+    alone(batch)
     if state is not None:
         restore_rng(state)
     for index, data, _, samples in getattr(batch, "window", ()):
@@ -517,6 +518,26 @@ def _call_step(fn, batch):
                                   f"step {batch.failed_step}") from None
         state = None
     return fn(batch.data) if state is None else fn(batch.data, state)
+
+
+def alone(batch):
+    """One rank's recording of a torch.distributed run (its meta's world_size over 1) replays
+    alone: a process group of size 1 (gloo, nccl where the batch is on a CUDA device) in an
+    in-process store, so that the step's DDP wrapping and collectives run; torchrun's variables
+    say rank 0 of 1. HarnessError when this torch has no torch.distributed."""
+    meta = batch.meta or {}
+    if not str(meta.get("world_size", "")).isdigit() or int(meta["world_size"]) < 2:
+        return
+    dist = getattr(_torch(), "distributed", None)
+    if dist is None or not dist.is_available():
+        raise HarnessError("the batch is rank {} of {}'s of a torch.distributed run, and this torch has no "
+                           "torch.distributed to replay its step alone in a process group of size 1: replay it "
+                           "with a torch built with it (--python)".format(meta.get("rank", "?"), meta["world_size"]))
+    if dist.is_initialized():
+        return
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+    cuda = any(getattr(t, "is_cuda", False) for t in (batch.tensors or {}).values())
+    dist.init_process_group("nccl" if cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1)
 
 
 class WindowStepError(RuntimeError):

@@ -930,3 +930,43 @@ def test_window_starts_afresh_for_other_state_objects(tmp_path):
     b = rb.load(p)
     assert b.failed_step == 2 and [i for i, _, _, _ in b.window] == [0, 1]
     assert b.manifest["window"]["start"] == 0
+
+
+def test_record_on_failure_rank_file_per_rank(tmp_path, monkeypatch):
+    """Under torchrun's environment (or an initialized process group) of several ranks, each rank
+    writes PATH.rank{R}.EXT with its rank, world size and time of failure: never one rank's file
+    over another's. A single process writes PATH."""
+    batch = {"x": torch.ones(3, 2), "y": torch.tensor([0, 1, 5])}
+    for rank in (1, 0):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        with pytest.raises(IndexError):
+            with rb.record_on_failure(tmp_path / "crash.bin", batch, meta={"run": "r7"}) as rec:
+                raise IndexError(f"rank {rank}")
+        assert rec.saved and rec.path == f"{tmp_path / 'crash'}.rank{rank}.bin"
+    assert not (tmp_path / "crash.bin").exists()
+    metas = [rb.read_manifest(tmp_path / f"crash.rank{r}.bin")[0] for r in (0, 1)]
+    assert [m["meta"]["rank"] for m in metas] == ["0", "1"]
+    assert all(m["meta"]["world_size"] == "2" and m["meta"]["run"] == "r7" for m in metas)
+    assert float(metas[1]["meta"]["failed_at"]) <= float(metas[0]["meta"]["failed_at"])
+    assert [m["error"]["text"] for m in metas] == ["IndexError: rank 0", "IndexError: rank 1"]
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(IndexError):
+        with rb.record_on_failure(tmp_path / "alone.bin", batch):
+            raise IndexError("one process")
+    assert "rank" not in rb.read_manifest(tmp_path / "alone.bin")[0]["meta"]
+
+
+def test_rank_replays_alone_in_a_process_group_of_one(tmp_path):
+    """reduce_collect.alone: a rank's batch replays its DDP step in a process group of size 1 (in
+    a child: a process group outlives the test)."""
+    code = (
+        "import sys, torch, torch.distributed as dist; sys.path.insert(0, %r); import reduce_collect as rc\n"
+        "class B: meta = {'rank': '1', 'world_size': '4'}; tensors = {'x': torch.ones(2, 3)}\n"
+        "rc.alone(B())\n"
+        "m = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 1))\n"
+        "m(B.tensors['x']).sum().backward()\n"
+        "print(dist.get_world_size(), dist.get_rank(), dist.get_backend())\n" % HERE)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "0", "gloo"]
