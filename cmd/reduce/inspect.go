@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"github.com/urfave/cli/v2"
+	"path/filepath"
 
 	"reduce/fixtures"
 )
@@ -70,6 +71,10 @@ func rankFile(c *cli.Context, path string) (string, *fixtures.RankChoice, error)
 		return "", nil, usageErr(err)
 	}
 	if choice == nil {
+		if ranks, _ := fixtures.RankFiles(path, fixtures.WithMaxSize(limit)); len(ranks) > 0 && !c.Bool("quiet") {
+			fmt.Fprintf(c.App.ErrWriter, "reduce: reading %s; %d rank files of a torch.distributed run lie beside it (%s, ...): give --batch with one of them to replay it\n",
+				path, len(ranks), filepath.Base(ranks[0].Path))
+		}
 		return path, nil, nil
 	}
 	if !c.Bool("quiet") {
