@@ -62,6 +62,13 @@ func TestTorchrunCrash(t *testing.T) {
 	report, err := os.ReadFile(filepath.Join(sum.Fixture, "report.md"))
 	require.NoError(t, err)
 	assert.Contains(t, string(report), "recorded by rank 1 of 2 under torch.distributed (`crash.rank1.bin`)")
+	// The fixture's tests replay the step alone too, under pytest in the
+	// project: the minimal batch fails (xfail while open), the others pass.
+	tests := exec.Command(py, "-m", "pytest", "-q", "-p", "no:cacheprovider", outDir)
+	tests.Dir = proj
+	got, err := tests.CombinedOutput()
+	require.NoError(t, err, "%s", got)
+	assert.Regexp(t, `\d+ passed.*1 xfailed`, string(got))
 	if _, err := os.Stat(filepath.Join(proj, "crash.rank0.bin")); err == nil {
 		// torchrun may stop rank 0 before it records: listed when it did.
 		assert.Contains(t, string(report), "`crash.rank0.bin`, rank 0")
