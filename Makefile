@@ -85,7 +85,7 @@ test-go-torch2:
 	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_RUFF=1 $(GO) test -count=1 \
 		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|Collector|Ruff' \
 		./replay/ ./fixtures/ ./internal/regress/
-	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_LIGHTNING=1 $(GO) test -count=1 \
+	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_LIGHTNING=1 REDUCE_REQUIRE_TRANSFORMERS=1 $(GO) test -count=1 \
 		-run 'TestProject|TestLightning|TestTrainer|TestTorchrun|TestCompiled|TestRegressionLife|TestUpstream|TestExamplesReduce' ./cmd/reduce/ ./internal/regress/
 
 # The Python tests under the interpreter $(1), with the variables $(2). Then
@@ -105,7 +105,7 @@ endef
 # must run (REDUCE_REQUIRE_LIGHTNING).
 test-python:
 	$(call python-tests,$(PYTHON))
-	$(call python-tests,$(TORCH2_PYTHON),REDUCE_REQUIRE_LIGHTNING=1)
+	$(call python-tests,$(TORCH2_PYTHON),REDUCE_REQUIRE_LIGHTNING=1 REDUCE_REQUIRE_TRANSFORMERS=1)
 
 # test-slurm starts the local cluster, runs the tests that need it and stops
 # the cluster again, also when they fail. They run alone (-p 1): they check

@@ -66,6 +66,9 @@ check() {
 		# purpose, is missing.
 		logging.getLogger("torch.utils.flop_counter").setLevel(logging.ERROR)
 		import hypothesis, lightning.pytorch, numpy, pytest, pytorch_lightning, safetensors, zstandard
+		import os
+		os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded
+		from transformers import Trainer, TrainingArguments, BertConfig, BertForSequenceClassification
 		import torch
 		import torch.nn.functional as F
 		x = torch.randn(4, 3, requires_grad=True)
@@ -73,7 +76,8 @@ check() {
 		assert x.grad.shape == (4, 3)
 		assert not torch.cuda.is_available()
 		print("pypi-torch-venv: torch", torch.__version__, "numpy", numpy.__version__,
-		      "pytorch_lightning", pytorch_lightning.__version__)
+		      "pytorch_lightning", pytorch_lightning.__version__,
+		      "transformers", __import__("transformers").__version__)
 	EOF
 	installed=$("$python" -m pip list --format=freeze --disable-pip-version-check 2>/dev/null | grep -v '^pip==' | normalize)
 	if [ "$installed" != "$(pinned)" ]; then

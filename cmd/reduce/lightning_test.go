@@ -26,18 +26,7 @@ import (
 func TestLightningCrashes(t *testing.T) {
 	py := testenv.PythonLightning(t)
 	bin := reduceBinary(t)
-	files := map[string][]byte{}
-	for _, f := range []string{"lightning/train.py", "project/textclf.py"} {
-		data, err := os.ReadFile(filepath.Join("testdata", f))
-		require.NoError(t, err)
-		files[filepath.Base(f)] = data
-	}
-	rec, err := exec.Command(bin, "recorder").Output()
-	require.NoError(t, err)
-	files["reduce_batch.py"] = rec
-	hooks, err := exec.Command(bin, "recorder", "--hooks").Output()
-	require.NoError(t, err)
-	files["reduce_hooks.py"] = hooks
+	files := vendored(t, bin, "lightning/train.py", "project/textclf.py")
 	cases := []struct {
 		crash string
 		want  string // in the signature's expression

@@ -1,6 +1,7 @@
 // Package testenv says whether a test has what it needs from the machine:
 // a Python with real PyTorch (Python), one with PyTorch Lightning too
-// (PythonLightning), ruff (Ruff), a Slurm cluster (Slurm). A test that
+// (PythonLightning), one with Hugging Face transformers too
+// (PythonTransformers), ruff (Ruff), a Slurm cluster (Slurm). A test that
 // finds it missing is skipped, saying why, unless the matching REDUCE_REQUIRE_
 // variable has any non-empty value (make test sets them): then what is
 // missing is a broken setup and the test fails. It is the one place that
@@ -22,6 +23,9 @@ const (
 	RequireSlurm     = "REDUCE_REQUIRE_SLURM"
 	RequireLightning = "REDUCE_REQUIRE_LIGHTNING"
 	RequireRuff      = "REDUCE_REQUIRE_RUFF"
+	// RequireTransformers: make test's PyPI environment has transformers
+	// (scripts/pypi-torch.txt); Debian's Python has not.
+	RequireTransformers = "REDUCE_REQUIRE_TRANSFORMERS"
 )
 
 // lightningProbe imports torch and PyTorch Lightning by either of its
@@ -102,6 +106,35 @@ func PythonLightning(t testing.TB) string {
 		"pip install lightning into a venv with torch, and set REDUCE_PYTHON_LIGHTNING or REDUCE_PYTHON", pythonCandidates())
 	if r.why != "" {
 		Missing(t, RequireLightning, r.why)
+	}
+	return r.python
+}
+
+// transformersProbe imports what a Hugging Face Trainer run needs, offline
+// (reduce_hooks.record_trainer and trainer_step).
+const transformersProbe = "import os\nos.environ['HF_HUB_OFFLINE'] = '1'\nimport torch\n" +
+	"from transformers import Trainer, TrainingArguments, PreTrainedModel"
+
+// PythonTransformers returns an interpreter that imports torch and Hugging
+// Face transformers with its Trainer (and so accelerate): the first of
+// $REDUCE_PYTHON (or Python's defaults) that can. With none, t is skipped
+// or, under REDUCE_REQUIRE_TRANSFORMERS, fails. Debian has no transformers
+// package: make test's default interpreter skips these tests.
+func PythonTransformers(t testing.TB) string {
+	t.Helper()
+	return PythonProbed(t, RequireTransformers, transformersProbe, "torch and transformers' Trainer",
+		"pip install transformers accelerate into a venv with torch, and set REDUCE_PYTHON")
+}
+
+// PythonProbed returns the first of $REDUCE_PYTHON (or Python's defaults)
+// that runs code without an error (once per code and process); with none,
+// t is skipped or, when the variable require is set, fails, naming what is
+// missing and hint, how to get it.
+func PythonProbed(t testing.TB, require, code, what, hint string) string {
+	t.Helper()
+	r := probe(require+"\x00"+code, code, what, hint, pythonCandidates())
+	if r.why != "" {
+		Missing(t, require, r.why)
 	}
 	return r.python
 }

@@ -356,8 +356,8 @@ class StepTrust:
     module). The files are found as the import would find them (sys.modules, then the finders of
     sys.meta_path over the sys.path resolve_step set up) without running any of them. A module
     that is not found is let through: its import fails by itself, and runs nothing.
-    reduce_hooks:lightning_step beside this file is reduce's own (the worker's copy): the class it
-    rebuilds comes through here too."""
+    reduce_hooks' steps beside this file are reduce's own (the worker's copy); the class one
+    rebuilds comes through resolve_class."""
 
     def __init__(self, tree, runner="reduce"):
         self.tree = os.path.realpath(tree)
@@ -365,7 +365,7 @@ class StepTrust:
 
     def __call__(self, step, target, what):
         hooks = getattr(sys.modules.get("reduce_hooks"), "__file__", None)
-        if (step.get("module"), step.get("qualname")) == ("reduce_hooks", "lightning_step") and hooks and \
+        if step.get("module") == "reduce_hooks" and step.get("qualname") in _HOOK_STEPS and hooks and \
                 os.path.dirname(os.path.abspath(hooks)) == os.path.dirname(os.path.abspath(__file__)):
             return
         if step.get("module") == "__main__":
@@ -398,6 +398,78 @@ class StepTrust:
             where = "pytest's root directory" if self.runner == "pytest" else "the directory reduce runs in"
             return f"lies outside {self.tree}, {where}"
         return None
+
+
+_HOOK_STEPS = ("lightning_step", "trainer_step")  # reduce_hooks' steps, each with its `rebuilds` kind
+
+# The classes reduce_hooks' steps rebuild, by the kind a step names (its attribute `rebuilds`): what
+# an error calls it, the packages whose base class it must subclass, that class's name, and the one
+# installed package it may come from besides the user's tree (a Trainer's model: transformers').
+_CLASS_KINDS = {
+    "lightning": ("LightningModule class", ("lightning.pytorch", "pytorch_lightning"), "LightningModule", None),
+    "transformers": ("Trainer model class", ("transformers",), "PreTrainedModel", "transformers"),
+}
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
+
+
+def resolve_class(entry, kind):
+    """The class a step of reduce_hooks rebuilds (recorded as a step entry: {module, qualname,
+    file, cwd}), returned only when it is what that step expects (kind, a key of _CLASS_KINDS): a
+    subclass of the kind's base class, defined in the user's tree (step_check's, as resolve_step
+    imports a step; any file under --trust-step) or, where the kind names one, in that installed
+    package (transformers and its submodules, every file the import runs found installed before
+    any runs). issubclass is checked after the import and before anything instantiates it: a
+    batch file names the class, and may come from someone else. HarnessError otherwise."""
+    import importlib
+
+    what, packages, base_name, installed = _CLASS_KINDS[kind]
+    if kind == "transformers":
+        os.environ["HF_HUB_OFFLINE"] = "1"  # a replay downloads nothing (read when the Hub's library is imported)
+        hub = sys.modules.get("huggingface_hub.constants")
+        if hub is not None:  # imported already (by the user's conftest.py)
+            hub.HF_HUB_OFFLINE = True
+    mod, qual = str(entry.get("module") or ""), str(entry.get("qualname") or "")
+    target, tree = f"{mod}:{qual}", getattr(step_check, "tree", None) or os.getcwd()
+    if not (_DOTTED.match(mod) and _DOTTED.match(qual)):
+        raise HarnessError(f"the recorded {what} {target!r} is not a module:qualname of Python names: the file is "
+                           "damaged or was not written by reduce_hooks")
+    if installed and (mod == installed or mod.startswith(installed + ".")):
+        files = _module_files(mod)
+        if not files:
+            raise HarnessError(f"the recorded {what} {target} needs {installed}, which {sys.executable} cannot "
+                               f"import: install it (pip install {installed}), or replay with --python naming the "
+                               "interpreter that recorded the batch")
+        for name, origin in files:
+            if step_check is not None and origin not in ("built-in", "frozen") and not (
+                    origin and os.path.isabs(origin) and _installed(os.path.realpath(origin), tree)):
+                raise HarnessError(f"the recorded {what} {target} is not replayed: {name} ({origin}) is not the "
+                                   f"installed {installed}, which alone is trusted under that name; to replay it "
+                                   "anyway, give --trust-step")
+        try:
+            cls = resolve_entry(target)
+        except HarnessError as e:
+            raise HarnessError("the recorded {} {}: {}".format(what, target, str(e).replace(f"--entry {target!r}: ", "")))
+    else:
+        cls = resolve_step(entry, what=what)
+    bases = []
+    for p in packages:  # the installed package's base class, not one of a folder of the same name
+        if step_check is not None and not all(origin in ("built-in", "frozen") or _installed(
+                os.path.realpath(origin), tree) for _, origin in _module_files(p) if origin):
+            continue
+        try:
+            base = getattr(importlib.import_module(p), base_name, None)
+        except ImportError:
+            continue
+        if isinstance(base, type):
+            bases.append(base)
+    if not bases:
+        raise HarnessError(f"the recorded {what} {target} is a {base_name}, and {sys.executable} cannot import "
+                           f"{' or '.join(packages)}: install it")
+    if not (isinstance(cls, type) and issubclass(cls, tuple(bases))):
+        raise HarnessError(f"the recorded {what} {target} is not replayed: it is not a {base_name} subclass, the only "
+                           f"kind of class reduce_hooks' step rebuilds from a file (which may come from someone "
+                           f"else); a file written by reduce_hooks names the model it trained")
+    return cls
 
 
 def _under(path, root):

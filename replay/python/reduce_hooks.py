@@ -15,8 +15,21 @@ module's state_dict at the crash, and "rng" the random generators before the bat
 optimizer's state is not recorded: the replay stops after backward, where the failures it is for
 (an index out of range, a NaN loss, a shape error) happen. Lightning (the `lightning` package, or
 `pytorch_lightning`) is imported only when a callback is made.
+
+The Hugging Face Trainer (reduce's README, "Hugging Face Trainer"), whose callbacks cannot catch an
+exception:
+
+    trainer = reduce_hooks.record_trainer(Trainer(model=model, args=args, ...), "crash.bin")
+
+wraps that Trainer's training_step; a file it writes holds the batch as the data collator made it,
+the step reduce_hooks:trainer_step, and the state "trainer" (the model's class as a step entry and
+its config as JSON, how the Trainer called it), "model" (state=True) and "rng". A replay builds a
+class the file names only when it is what the step expects (reduce_collect.resolve_class): a
+LightningModule of the user's tree; a PreTrainedModel of the installed transformers or of the
+user's tree.
 """
 
+import contextlib
 import importlib
 import os
 import sys
@@ -221,7 +234,7 @@ def lightning_step(batch, state=None):
     worker's, or the fixtures' conftest.py), which rebuilds the class and the generators."""
     import torch
     rc = importlib.import_module("reduce_collect")
-    HarnessError, resolve_step, restore_rng = rc.HarnessError, rc.resolve_step, rc.restore_rng
+    HarnessError, restore_rng = rc.HarnessError, rc.restore_rng
 
     if state is None and _live:  # a window's later step: the module and optimizer the first one made
         module, optimizer, info, device, dtype, true_dtype = _live["run"]
@@ -230,7 +243,7 @@ def lightning_step(batch, state=None):
     if not info.get("module_class"):
         raise HarnessError("the file records no LightningModule class it can import (see the warning written "
                            "with it): replay it with --entry module:function")
-    cls = resolve_step(info["module_class"], what="LightningModule class")
+    cls = rc.resolve_class(info["module_class"], "lightning")  # a LightningModule of the user's tree, or refused
     hparams = info.get("hparams") or {}
     try:
         module = cls(**hparams)
@@ -249,13 +262,7 @@ def lightning_step(batch, state=None):
     module.to(device)
     if true_dtype:
         module.to(dtype)
-    weights = state.get("model")
-    if weights:
-        kept = {k: v for k, v in weights.items() if v is not None}
-        if len(kept) < len(weights):
-            _warn(f"{len(weights) - len(kept)} of the module's {len(weights)} recorded tensors could not be read when "
-                  "it failed: they keep the values its __init__ gives them")
-        module.load_state_dict(kept, strict=len(kept) == len(weights))
+    _load_weights(module, state.get("model"), "module's", "its __init__")
     module.train()
     optimizer = _optimizer(module, state.get("optimizer")) if state.get("optimizer") else None
     restore_rng(state)  # building the module drew from the generators: start from the crash's again
@@ -264,6 +271,18 @@ def lightning_step(batch, state=None):
 
 
 _live = {}  # the module and optimizer of a window's replay, which its later steps go on with
+
+
+def _load_weights(module, weights, whose, maker):
+    """Load the recorded state_dict, when there is one; a tensor that could not be read at the
+    crash (None) keeps the value `maker` gave it."""
+    if not weights:
+        return
+    kept = {k: v for k, v in weights.items() if v is not None}
+    if len(kept) < len(weights):
+        _warn(f"{len(weights) - len(kept)} of the {whose} {len(weights)} recorded tensors could not be read when it "
+              f"failed: they keep the values {maker} gives them")
+    module.load_state_dict(kept, strict=len(kept) == len(weights))
 
 
 def _optimizer(module, recorded):
@@ -326,3 +345,226 @@ def _lightning_prepare():
 
 
 lightning_step.zygote_prepare = _lightning_prepare
+lightning_step.rebuilds = "lightning"  # the kind of class it builds (reduce_collect.resolve_class)
+
+
+# The Hugging Face Trainer ---------------------------------------------------------------------
+
+
+def record_trainer(trainer, path="crash.bin", state=False, **save_kwargs):
+    """Record the failing batch of a Hugging Face Trainer (transformers.Trainer), whose callbacks
+    can neither catch an exception nor see the batch: `trainer = reduce_hooks.record_trainer(trainer,
+    "crash.bin")` wraps that instance's training_step (any signature: its arguments pass through).
+    When it raises, `path` gets the batch as the data collator made it (a reference to it on the
+    CPU; when the Trainer hands it over on a device already, a CPU copy made before each step), the
+    generators as the step began, the error, and the step reduce_hooks:trainer_step with what it
+    needs to rebuild the model: its class and config (state "trainer"); state=True adds its weights
+    (state=False: the replay starts from the weights its config makes). Then the exception goes on.
+    `reduce --batch crash.bin` needs no other flag. save_kwargs are save()'s (sample_ids=,
+    batch_dims=, meta=, compression=); one given as a function is called with the batch when the
+    failure is recorded (sample_ids=lambda batch: batch["idx"].tolist()). Under torch.distributed
+    each rank writes its own file (record_on_failure). Returns the trainer."""
+    import inspect
+
+    for k in ("step", "error", "batch", "tensors", "window"):
+        if k in save_kwargs:
+            raise TypeError(f"record_trainer: {k}= is not an argument of it" + (
+                " (a window of earlier steps is Lightning's and record_on_failure's only)" if k == "window" else
+                ": the recorder records it"))
+    original = getattr(trainer, "training_step", None)
+    if not callable(original):
+        raise TypeError(f"record_trainer: want a transformers Trainer (with a training_step method), got "
+                        f"{type(trainer).__name__}")
+    original = getattr(original, "reduce_wrapped", original)  # wrapped again: this call's settings, once
+    _trainer_info(trainer, None, start=True)  # what cannot be rebuilt is said now, not after hours of training
+    try:
+        sig = inspect.signature(original)
+    except (TypeError, ValueError):
+        sig = None
+    torch, copying = reduce_batch._torch(), []
+
+    def training_step(*args, **kwargs):
+        inputs = _argument(sig, args, kwargs, "inputs", 1)
+        try:
+            kept = (_kept_on_cpu(torch, inputs, copying), reduce_batch._rng_state(torch))
+        except Exception as e:  # noqa: BLE001  (training goes on; this step's failure is not recorded)
+            _warn(f"record_trainer: cannot keep the batch: {type(e).__name__}: {e}")
+            kept = None
+        try:
+            return original(*args, **kwargs)
+        except Exception as e:
+            if kept is not None:
+                n = _argument(sig, args, kwargs, "num_items_in_batch", 2)
+                _record_trainer(trainer, path, state, save_kwargs, kept, n, e)
+            raise
+
+    training_step.reduce_wrapped = original
+    trainer.training_step = training_step
+    return trainer
+
+
+def _argument(sig, args, kwargs, name, position):
+    """The argument `name` of a call of training_step (by its signature, else by name or position)."""
+    if sig is not None:
+        try:
+            bound = sig.bind(*args, **kwargs).arguments
+            if name in bound:
+                return bound[name]
+        except TypeError:
+            pass
+    return kwargs[name] if name in kwargs else args[position] if len(args) > position else None
+
+
+def _kept_on_cpu(torch, batch, copying):
+    """The batch itself when its tensors are on the CPU (the collator's, not yet moved), else a CPU
+    copy (the Trainer's loader moved it: the device's copy cannot be read after a device-side
+    assert), said once."""
+    queue, on_device = [batch], None
+    for x in queue:
+        if isinstance(x, torch.Tensor):
+            if x.device.type != "cpu":
+                on_device = x.device
+                break
+        elif isinstance(x, (list, tuple)):
+            queue.extend(x)
+        elif hasattr(x, "keys") and hasattr(x, "__getitem__"):
+            queue.extend(x[k] for k in list(x.keys()))
+    if on_device is None:
+        return batch
+    if not copying:
+        copying.append(on_device)
+        _warn(f"record_trainer: the Trainer hands training_step its batch on {on_device}: keeping a CPU copy of each "
+              "batch before its step")
+    return reduce_batch._copied(torch, batch)
+
+
+def _trainer_info(trainer, num_items, start=False):
+    """The state's "trainer" entry (the model's class and config, how the Trainer calls it), or None
+    with a warning when the model cannot be rebuilt from it (start: record_trainer's call, which
+    also warns of a loss the replay does not compute)."""
+    model = getattr(trainer, "model", None)
+    while hasattr(model, "module") and not hasattr(model, "config"):  # DataParallel, DDP
+        model = model.module
+    model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper
+    base = getattr(sys.modules.get("transformers"), "PreTrainedModel", None)
+    problem, info = None, None
+    if base is None or not isinstance(model, base):
+        problem = f"the Trainer's model ({reduce_batch._type_path(model)}) is not a transformers PreTrainedModel"
+    else:
+        try:
+            info = {"model_class": reduce_batch._step_entry(type(model))}
+        except ValueError as e:
+            problem = str(e).replace("step ", "the model class ", 1)
+    if info is not None:
+        try:
+            info["config"] = model.config.to_json_string(use_diff=False)
+        except Exception as e:  # noqa: BLE001
+            problem, info = f"its config cannot be written as JSON: {type(e).__name__}: {e}", None
+    if problem:
+        _warn(f"record_trainer: {problem}: reduce cannot rebuild it from a file, which will record the batch and "
+              "the error only; replay it with reduce --entry module:function")
+        return None
+    args = getattr(trainer, "args", None)
+    info["precision"] = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else "32"
+    info["loss_kwargs"] = bool(getattr(trainer, "model_accepts_loss_kwargs", False))
+    if num_items is not None:
+        with contextlib.suppress(Exception):  # a device's tensor after a device-side assert cannot be read
+            info["num_items_in_batch"] = int(num_items)
+    own = [name for name in ("compute_loss", "training_step") if getattr(type(trainer), name, None) is not getattr(
+        sys.modules["transformers"].Trainer, name, None)]
+    if start and (own or getattr(trainer, "label_smoother", None) or getattr(trainer, "compute_loss_func", None)):
+        _warn("record_trainer: the Trainer computes its loss its own way ({}): reduce's replay runs the model's "
+              "forward and backward of the loss it returns, and says so if that does not fail".format(
+                  ", ".join(own + ["label smoothing"] * bool(getattr(trainer, "label_smoother", None)) +
+                            ["compute_loss_func"] * bool(getattr(trainer, "compute_loss_func", None)))))
+    return info
+
+
+def _record_trainer(trainer, path, record_state, save_kwargs, kept, num_items, exception):
+    """Write the failing step's file (record_on_failure's rules: never in a replay, each rank's own)."""
+    batch, rng = kept
+    kwargs = {}
+    for k, v in save_kwargs.items():
+        try:
+            kwargs[k] = v(batch) if callable(v) and not isinstance(v, type) else v
+        except Exception as e:  # noqa: BLE001  (the crash is recorded without it)
+            _warn(f"{k}=: {type(e).__name__}: {e}; not recorded")
+    info = _trainer_info(trainer, num_items)
+    state = {"rng": rng}
+    if info is not None:
+        state["trainer"] = info
+        if record_state:
+            state["model"] = trainer.model
+    meta = dict(kwargs.pop("meta", None) or {})
+    meta.setdefault("trainer_model", reduce_batch._type_path(getattr(trainer, "model", None)))
+    rec = reduce_batch.record_on_failure(path, batch, step=trainer_step if info else None, state=state, meta=meta,
+                                         **kwargs)
+    rec.__exit__(type(exception), exception, exception.__traceback__)
+
+
+def trainer_step(batch, state=None):
+    """The step of a file written by record_trainer: rebuild the Trainer's model from its recorded
+    class and config (cls.config_class.from_dict: nothing downloaded, no code the file names), with
+    the recorded weights when there are, on the batch's device, in training mode, the generators
+    as the step began; then the forward and backward of Trainer.training_step and compute_loss by
+    default: model(**batch) (with num_items_in_batch where the Trainer passed it), its loss
+    (outputs["loss"], or the first output), under the precision's autocast. Returns the detached
+    loss. HarnessError when the model cannot be rebuilt. It runs in reduce's replays and fixture
+    tests, where the runtime is imported as reduce_collect."""
+    import json
+
+    import torch
+    rc = importlib.import_module("reduce_collect")
+    info = (state or {}).get("trainer") or {}
+    if not info.get("model_class"):
+        raise rc.HarnessError("the file records no model class it can rebuild (see the warning written with it): "
+                              "replay it with --entry module:function")
+    cls = rc.resolve_class(info["model_class"], "transformers")  # a PreTrainedModel, or refused
+    transformers = importlib.import_module("transformers")
+    config_cls = getattr(cls, "config_class", None)
+    if not (isinstance(config_cls, type) and issubclass(config_cls, transformers.PretrainedConfig)):
+        raise rc.HarnessError(f"{cls.__qualname__}.config_class is not a PretrainedConfig: reduce cannot rebuild it "
+                              "from its recorded config; replay with --entry module:function")
+    try:
+        recorded = json.loads(info.get("config") or "")
+    except (TypeError, ValueError) as e:
+        raise rc.HarnessError(f"the recorded config of {cls.__qualname__} is not JSON: {e}") from e
+    if not isinstance(recorded, dict):
+        raise rc.HarnessError(f"the recorded config of {cls.__qualname__} is not a JSON object")
+    # Keys that name code or a download (a Hub attention kernel, remote classes) are never taken from a file.
+    config = config_cls.from_dict({k: v for k, v in recorded.items() if k != "auto_map" and "implementation" not in k})
+    if not isinstance(batch, dict) and not (hasattr(batch, "keys") and hasattr(batch, "__getitem__")):
+        raise rc.HarnessError(f"the recorded batch is a {type(batch).__name__}: the Trainer calls the model with a "
+                              "mapping of its arguments")
+    probe = reduce_batch._Flattener(torch, "", None)
+    probe.node(batch)
+    device = probe.tensors[0][1].device if probe.tensors else torch.device("cpu")
+    model = cls(config).to(device)
+    _load_weights(model, state.get("model"), "model's", "its config")
+    model.train()
+    rc.restore_rng(state)  # building the model drew from the generators: start from the step's again
+    inputs = {k: batch[k] for k in list(batch.keys())}
+    if info.get("loss_kwargs") and info.get("num_items_in_batch") is not None:
+        inputs["num_items_in_batch"] = int(info["num_items_in_batch"])
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(info.get("precision")))
+    autocast = torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+    with autocast:
+        outputs = model(**inputs)
+    if isinstance(outputs, dict) and "loss" not in outputs:
+        raise ValueError("The model did not return a loss from the inputs, only the following keys: "
+                         f"{','.join(outputs.keys())}. For reference, the inputs it received are {','.join(inputs)}.")
+    loss = outputs["loss"] if isinstance(outputs, dict) else outputs[0]
+    loss.backward()
+    return loss.detach()
+
+
+def _trainer_prepare():
+    """Import transformers (offline) and its model base: reduce's replay worker calls this once
+    before it forks a process per candidate."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    with contextlib.suppress(ImportError):
+        importlib.import_module("transformers").PreTrainedModel  # noqa: B018  (a lazy module: the import is the point)
+
+
+trainer_step.zygote_prepare = _trainer_prepare
+trainer_step.rebuilds = "transformers"  # the kind of class it builds (reduce_collect.resolve_class)

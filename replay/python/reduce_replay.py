@@ -69,7 +69,16 @@ def _resolve(o):
         return rc.resolve_entry(o.entry)
     fn = rc.resolve_step(o.step, chdir=True) if o.step else None
     if o.step_class:
-        rc.resolve_step(o.step_class, what="LightningModule class")
+        # Built only as the kind of class the step rebuilds (reduce_hooks: lightning_step's
+        # LightningModule, trainer_step's PreTrainedModel), checked before any replay.
+        kind = getattr(fn, "rebuilds", None)
+        if kind not in rc._CLASS_KINDS:
+            step = o.step or {}
+            raise rc.HarnessError("the file names a class to rebuild ({}:{}), and its step {}:{} rebuilds none: a file "
+                                  "written by reduce_hooks names reduce_hooks' step".format(
+                                      o.step_class.get("module"), o.step_class.get("qualname"),
+                                      step.get("module"), step.get("qualname")))
+        rc.resolve_class(o.step_class, kind)
     return fn
 
 

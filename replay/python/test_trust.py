@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import re
 import textwrap
 
 import pytest
@@ -322,3 +323,41 @@ def test_a_second_checkout_replays_its_own_step(tmp_path, layout):
         os.chdir(cwd)
         for m in ("mytrain", "settings_of_test"):
             sys.modules.pop(m, None)
+
+
+def test_a_rebuilt_class_is_the_kind_its_step_builds(tmp_path):
+    """The worker's start-up check of the class a file names for reduce_hooks' step to rebuild
+    (--step-class): lightning_step's must be a LightningModule, trainer_step's a PreTrainedModel
+    (of the installed transformers, or of the tree), whichever the tree or --trust-step lets
+    through, and a step of the user's rebuilds none; refused before any replay, the class never
+    called, and a transformers package of the tree never imported for the installed one."""
+    repo = tmp_path / "repo"
+    marker = tmp_path / "marker"
+    _write(repo / "plain.py", "class Plain:\n    def __init__(self, *a, **k):\n        open(%r, 'w').close()\n"
+           % str(marker))
+    _write(repo / "steps.py", "def step(batch):\n    return None\n")
+    # A folder named transformers, in a tree of its own (Lightning's import imports transformers).
+    other = tmp_path / "other"
+    _write(other / "transformers" / "__init__.py", "open(%r, 'w').close()\n\n\nclass Evil:\n    pass\n"
+           % str(marker))
+    lightning = {"module": "reduce_hooks", "qualname": "lightning_step"}
+    trainer = {"module": "reduce_hooks", "qualname": "trainer_step"}
+    plain = {"module": "plain", "qualname": "Plain", "file": str(repo / "plain.py"), "cwd": str(repo)}
+    for tree, step, cls, flags, why in [
+        (repo, lightning, plain, [], "the recorded LightningModule class plain:Plain is not replayed: it is not a "
+         "LightningModule subclass|plain:Plain is a LightningModule, and .* cannot import lightning.pytorch"),
+        (repo, trainer, plain, [], "the recorded Trainer model class plain:Plain is not replayed: it is not a "
+         "PreTrainedModel subclass|plain:Plain is a PreTrainedModel, and .* cannot import transformers"),
+        (repo, trainer, {"module": "subprocess", "qualname": "Popen"}, [], "Trainer model class subprocess:Popen is not "
+         "replayed: its module subprocess .* give --trust-step"),
+        (repo, trainer, {"module": "subprocess", "qualname": "Popen"}, ["--trust-step"], "subprocess:Popen is not replayed: "
+         "it is not a PreTrainedModel subclass|subprocess:Popen is a PreTrainedModel, and .* cannot import"),
+        (other, trainer, {"module": "transformers", "qualname": "Evil"}, [], "transformers:Evil is not replayed: its "
+         "module transformers .* is not the installed transformers"),
+        (repo, {"module": "steps", "qualname": "step", "file": str(repo / "steps.py"), "cwd": str(repo)}, plain, [],
+         r"names a class to rebuild \(plain:Plain\), and its step steps:step rebuilds none"),
+    ]:
+        code, out, err = _run(["entry", "--step", json.dumps(step), "--step-class", json.dumps(cls)] + flags, tree)
+        assert code == rr.HARNESS_EXIT, (step, cls, err)
+        assert re.search(why, err), err
+        assert not marker.exists(), (step, cls)
