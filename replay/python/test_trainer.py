@@ -226,3 +226,24 @@ def test_record_trainer_refuses_what_it_records(tmp_path):
             reduce_hooks.record_trainer(_OldTrainer(), tmp_path / "c.bin", **{k: 1})
     with pytest.raises(TypeError, match="want a transformers Trainer"):
         reduce_hooks.record_trainer(object(), tmp_path / "c.bin")
+
+
+class _OnDevice(torch.Tensor):
+    """A CPU tensor that says it is on a GPU: the batch a Trainer's loader moved there."""
+
+    @property
+    def device(self):
+        return torch.device("cuda", 0)
+
+
+def test_a_batch_on_a_device_is_copied_before_the_step(capfd):
+    cpu = {"x": torch.ones(2, 3), "y": [torch.tensor([1, 2])]}
+    copying = []
+    assert reduce_hooks._kept_on_cpu(torch, cpu, copying) is cpu and not copying  # the collator's own: a reference
+    moved = {"x": torch.ones(2, 3).as_subclass(_OnDevice), "y": [torch.tensor([1, 2])]}
+    for _ in range(2):
+        kept = reduce_hooks._kept_on_cpu(torch, moved, copying)
+        assert kept is not moved and kept["x"] is not moved["x"] and kept["y"][0] is not moved["y"][0]
+        assert torch.equal(kept["x"], moved["x"]) and torch.equal(kept["y"][0], moved["y"][0])
+    err = capfd.readouterr().err
+    assert err.count("keeping a CPU copy of each batch before its step") == 1 and "cuda:0" in err
