@@ -220,6 +220,16 @@ def test_any_signature_passes_through(tmp_path, capfd):
     assert other.exists() and len(trainer.calls) == 4
 
 
+def test_reduce_batch_names_it_too(tmp_path):
+    """reduce_batch.record_trainer, the name a user of reduce_batch alone tries, is the hooks' one."""
+    path = tmp_path / "crash.bin"
+    trainer = _OldTrainer()
+    assert rb.record_trainer(trainer, path) is trainer
+    with pytest.raises(IndexError):
+        trainer.training_step("m", {"y": torch.tensor([5])})
+    assert rb.load(path).data["y"].tolist() == [5]
+
+
 def test_record_trainer_refuses_what_it_records(tmp_path):
     for k in ("step", "error", "window"):
         with pytest.raises(TypeError, match="record_trainer: %s=" % k):
