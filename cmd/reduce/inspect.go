@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"github.com/urfave/cli/v2"
-	"path/filepath"
 
 	"reduce/fixtures"
 )
@@ -27,15 +26,11 @@ func inspectCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return usagef("inspect takes one batch file, got %d arguments", c.NArg())
 			}
-			path, _, err := rankFile(c, c.Args().First())
+			read, b, err := readBatch(c, c.Args().First())
 			if err != nil {
 				return err
 			}
-			b, err := readBatch(c, path)
-			if err != nil {
-				return err
-			}
-			d := fixtures.Describe(path, b)
+			d := fixtures.Describe(read.Path, b)
 			if c.Bool("json") {
 				return d.WriteJSON(c.App.Writer)
 			}
@@ -44,41 +39,25 @@ func inspectCommand() *cli.Command {
 	}
 }
 
-// readBatch reads a batch file named on the command line; every failure to
-// read it is bad input (exit 2).
-func readBatch(c *cli.Context, path string) (*fixtures.Batch, error) {
+// readBatch reads the batch file named on the command line, or the rank
+// file reduce reads for it (fixtures.ChooseRank, whose note goes to
+// stderr), and returns what it read; every failure to read it is bad input
+// (exit 2).
+func readBatch(c *cli.Context, path string) (*fixtures.RankChoice, *fixtures.Batch, error) {
 	limit, err := maxSize(c)
 	if err != nil {
-		return nil, err
-	}
-	b, err := fixtures.Read(path, fixtures.WithMaxSize(limit))
-	if err != nil {
-		return nil, usageErr(err)
-	}
-	return b, nil
-}
-
-// rankFile is the file to read for path: path itself, or, where it is not
-// there and a torch.distributed run wrote rank files beside it, the rank
-// file whose failure came first (fixtures.ChooseRank), said on stderr.
-func rankFile(c *cli.Context, path string) (string, *fixtures.RankChoice, error) {
-	limit, err := maxSize(c)
-	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
 	choice, err := fixtures.ChooseRank(path, fixtures.WithMaxSize(limit))
 	if err != nil {
-		return "", nil, usageErr(err)
+		return nil, nil, usageErr(err)
 	}
-	if choice == nil {
-		if ranks, _ := fixtures.RankFiles(path, fixtures.WithMaxSize(limit)); len(ranks) > 0 && !c.Bool("quiet") {
-			fmt.Fprintf(c.App.ErrWriter, "reduce: reading %s; %d rank files of a torch.distributed run lie beside it (%s, ...): give --batch with one of them to replay it\n",
-				path, len(ranks), filepath.Base(ranks[0].Path))
-		}
-		return path, nil, nil
+	if choice.Note != "" && !c.Bool("quiet") {
+		fmt.Fprintf(c.App.ErrWriter, "reduce: %s\n", choice.Note)
 	}
-	if !c.Bool("quiet") {
-		fmt.Fprintf(c.App.ErrWriter, "reduce: %s\n", choice.Note(path))
+	b, err := fixtures.Read(choice.Path, fixtures.WithMaxSize(limit))
+	if err != nil {
+		return nil, nil, usageErr(err)
 	}
-	return choice.Chosen.Path, choice, nil
+	return choice, b, nil
 }

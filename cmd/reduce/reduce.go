@@ -45,19 +45,15 @@ func mainJob(c *cli.Context) error {
 		_ = cli.ShowAppHelp(c)
 		return usagef("no batch: give --batch FILE (see reduce --help)")
 	}
-	path, ranks, err := rankFile(c, path)
-	if err != nil {
-		return err
-	}
 	o, err := reductionOptions(c, path)
 	if err != nil {
 		return err
 	}
-	o.Ranks = regress.RanksOf(ranks)
-	b, err := readBatch(c, path)
+	read, b, err := readBatch(c, path)
 	if err != nil {
 		return err
 	}
+	path, o.Source, o.Ranks = read.Path, read.Path, regress.RanksOf(read)
 	if b.Samples == 0 {
 		return usagef("%s: the batch has no samples to reduce", path)
 	}

@@ -144,14 +144,11 @@ func replayOnce(c *cli.Context) error {
 	if err != nil {
 		return usagef("--match: %v", err)
 	}
-	path, _, err := rankFile(c, c.Args().First())
+	read, b, err := readBatch(c, c.Args().First())
 	if err != nil {
 		return err
 	}
-	b, err := readBatch(c, path)
-	if err != nil {
-		return err
-	}
+	path := read.Path
 	be, err := newBackend(c, path, b)
 	if err != nil {
 		return err
