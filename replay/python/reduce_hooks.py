@@ -161,10 +161,7 @@ class _LightningRecorder:
             _warn(f"{what} came after training batch {self._batch_idx} had ended (in a hook, the loader, or reported "
                   "late by the device: CUDA_LAUNCH_BLOCKING=1 makes it prompt): recording that batch; reduce says so "
                   "if it does not fail")
-        path = os.fspath(self.path)
-        if getattr(trainer, "world_size", 1) > 1:
-            root, ext = os.path.splitext(path)
-            path = f"{root}.rank{trainer.global_rank}{ext}"
+        path = os.fspath(self.path)  # under DDP, record_on_failure writes this rank's own file (crash.rank1.bin)
         batch, kwargs = self._batch, {}
         for k, v in self.save_kwargs.items():
             try:
@@ -182,7 +179,7 @@ class _LightningRecorder:
         rec.window = self.window  # its steps, and the state at their start for the keys it copied
         rec.__exit__(type(exception), exception, exception.__traceback__)
         if rec.saved:
-            self.saved = path
+            self.saved = rec.path
 
 
 def _lightning_info(trainer, pl_module, batch_idx):
