@@ -85,7 +85,7 @@ test-go-torch2:
 	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_RUFF=1 $(GO) test -count=1 \
 		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|Collector|Ruff' \
 		./replay/ ./fixtures/ ./internal/regress/
-	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_LIGHTNING=1 REDUCE_REQUIRE_TRANSFORMERS=1 $(GO) test -count=1 \
+	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_LIGHTNING=1 REDUCE_REQUIRE_TRANSFORMERS=1 REDUCE_REQUIRE_COMPILE=1 $(GO) test -count=1 \
 		-run 'TestProject|TestLightning|TestTrainer|TestTorchrun|TestCompiled|TestRegressionLife|TestUpstream|TestExamplesReduce' ./cmd/reduce/ ./internal/regress/
 
 # The Python tests under the interpreter $(1), with the variables $(2). Then
@@ -142,6 +142,9 @@ bench: build
 	# The cost of record_on_failure(window=8) on a training step, against the
 	# bare step and record_on_failure without a window, and the memory it holds.
 	$(PYTHON) scripts/bench-window.py
+	# A step compiled with torch.compile: replays and wall per replay, Inductor's
+	# caches warm against every replay compiling from scratch (the PyPI torch).
+	$(TORCH2_PYTHON) scripts/bench-compile.py
 	$(MAKE) bench-slurm
 
 # Replays per second through the local Slurm cluster against local processes

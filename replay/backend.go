@@ -132,6 +132,9 @@ type Options struct {
 	// exec backend run its command for every candidate even when it is a
 	// Python command that a fork server could run warm.
 	NoZygote bool
+	// NoCompile (--no-compile) replays a step compiled with torch.compile
+	// eager: torch._dynamo disabled in every replay (compileEnv).
+	NoCompile bool
 	// WarmImport (--warm-import) are modules the exec backend's fork server
 	// imports once, besides torch, for a Python --replay command: a module
 	// that cannot be imported is an error of New, and so is a command that
@@ -284,6 +287,7 @@ type Settings struct {
 	Blocking     bool          `json:"blocking"`
 	Abort        bool          `json:"abort,omitempty"`
 	Seed         *int64        `json:"seed,omitempty"`
+	NoCompile    bool          `json:"no_compile,omitempty"`
 	// Env is Options.Env, as given.
 	Env       []string `json:"env,omitempty"`
 	Launcher  Launcher `json:"launcher"`
@@ -303,7 +307,7 @@ func (o *Options) stepName(kind Kind) string {
 // the backend).
 func (o *Options) settings(kind Kind, device string) Settings {
 	s := Settings{Kind: kind, Device: device, Entry: o.Entry, Step: o.stepName(kind), Replay: o.Replay, DeviceMemory: o.DeviceMemory,
-		Blocking: o.blocking(), Abort: o.Abort, Seed: o.Seed, Env: o.Env, Launcher: LauncherLocal, SlurmArgs: o.SlurmArgs}
+		Blocking: o.blocking(), Abort: o.Abort, Seed: o.Seed, NoCompile: o.NoCompile, Env: o.Env, Launcher: LauncherLocal, SlurmArgs: o.SlurmArgs}
 	switch {
 	case o.Timeout == 0:
 		s.Timeout = DefaultTimeout
@@ -326,7 +330,7 @@ func (o *Options) env() []string {
 	// recorder then records nothing, so that a step whose module runs a
 	// training loop when imported can never write over the batch being
 	// reduced (reduce_batch.record_on_failure).
-	env := append([]string{"REDUCE_REPLAY=1"}, o.Env...)
+	env := append(append([]string{"REDUCE_REPLAY=1"}, compileEnv(o.Batch, o.NoCompile)...), o.Env...)
 	if o.Seed != nil {
 		env = append(env, fmt.Sprintf("REDUCE_SEED=%d", *o.Seed))
 	}

@@ -32,6 +32,7 @@ func backendFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "seed", Value: 1, Usage: "seed of the replayed step's random generators (REDUCE_SEED; torch.manual_seed in the torch backend)"},
 		&cli.StringFlag{Name: "gpus", Usage: "give each replay slot its own device: `LIST` such as 0,1"},
 		&cli.BoolFlag{Name: "no-zygote", Usage: "torch and exec backends: one interpreter per candidate instead of forking from a zygote (exec: a Python --replay command runs warm by default)"},
+		&cli.BoolFlag{Name: "no-compile", Usage: "torch backend: replay a step compiled with torch.compile eager (torch._dynamo disabled); without it each replay compiles, with Inductor's caches shared, and the reduction ends with one eager replay of the minimal batch: whether the failure needs the compile"},
 		&cli.StringSliceFlag{Name: "warm-import", Usage: "exec backend: `MODULES` (comma-separated) the fork server of a Python --replay command imports once, besides torch"},
 		&cli.BoolFlag{Name: "async", Usage: "do not set CUDA_LAUNCH_BLOCKING=1 / AMD_SERIALIZE_KERNEL=3 for replays"},
 		&cli.StringFlag{Name: "launcher", Value: string(replay.LauncherLocal), Usage: "run replays with `LAUNCHER`: local, or slurm (each replay a Slurm job through srun; -j is the jobs in flight)"},
@@ -66,7 +67,7 @@ func newBackend(c *cli.Context, path string, b *fixtures.Batch) (replay.Backend,
 		Batch: b, File: path, Kind: kind, Device: c.String("device"), Python: c.String("python"),
 		Entry: c.String("entry"), TrustStep: c.Bool("trust-step"), Replay: c.String("replay"),
 		ReplayFormat: fixtures.Format(c.String("replay-format")), Jobs: c.Int("jobs"), GPUs: gpus, Timeout: c.Duration("timeout"),
-		NoZygote: c.Bool("no-zygote"), WarmImport: c.StringSlice("warm-import"), Blocking: &blocking, Seed: &seed,
+		NoZygote: c.Bool("no-zygote"), NoCompile: c.Bool("no-compile"), WarmImport: c.StringSlice("warm-import"), Blocking: &blocking, Seed: &seed,
 		Notice: func(msg string) {
 			if !c.Bool("quiet") {
 				fmt.Fprintf(c.App.ErrWriter, "reduce: %s\n", msg)

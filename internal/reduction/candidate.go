@@ -41,7 +41,7 @@ type candidate struct {
 // element set, no dim cut or dropped, no value changed, the recorded
 // state kept), else nil: what its answer says of those samples.
 func (c *candidate) wholeSamples() []int64 {
-	if c.edit != nil || c.Narrow != nil || c.Squeeze != nil || c.Values != nil || c.FreshState || len(c.Set) > 0 || (c.Steps != nil && !noEarlierSteps(c.Steps)) {
+	if c.edit != nil || c.Narrow != nil || c.Squeeze != nil || c.Values != nil || c.FreshState || c.Eager || len(c.Set) > 0 || (c.Steps != nil && !noEarlierSteps(c.Steps)) {
 		return nil
 	}
 	return c.Rows
@@ -256,6 +256,9 @@ func (c *candidate) key(samples int64) string {
 	}
 	if c.FreshState {
 		b.WriteString(" fresh_state")
+	}
+	if c.Eager {
+		b.WriteString(" eager")
 	}
 	if c.Steps != nil {
 		// The window's steps: each one's rows, "*" for all, {} for none.

@@ -21,6 +21,7 @@ const (
 	PhaseRelation   Phase = "relation"   // equal values in several samples
 	PhaseNeighbours Phase = "neighbours" // the batch without the culprits
 	PhaseHistory    Phase = "history"    // the culprits replayed without the recorded state
+	PhaseCompile    Phase = "compile"    // the minimal batch of a compiled step replayed eager
 	// PhaseWindow replays the failing step's batch without a recorded
 	// window's earlier steps, then drops whole steps; PhaseWindowSamples
 	// drops the samples of the steps kept.

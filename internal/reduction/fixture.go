@@ -114,7 +114,7 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 	rec := regress.Record{
 		Version: regress.RecordVersion, Op: r.batch.Op, Signature: r.judge.Want, Match: string(r.o.Match),
 		Mode: string(r.mode), ModeReason: r.modeReason, Culprits: culprits, Finding: k, Size: r.size,
-		Diagnosis: r.diagnosis(f) + alsoCulprits(culprits, k), Predates: r.history, Window: f.Window, Replays: replays, Phases: phases, OtherFailures: others,
+		Diagnosis: r.diagnosis(f) + alsoCulprits(culprits, k), Predates: r.history, Compiled: r.compiled, Window: f.Window, Replays: replays, Phases: phases, OtherFailures: others,
 		Seconds: time.Since(r.start).Seconds(), Partial: f.Partial,
 		Source:      regress.RecordSource{File: filepath.Base(r.o.Source), Hash: "sha256:" + r.srcHash, Samples: r.batch.Samples, Ranks: r.o.Ranks},
 		Environment: r.environment(set), Attrs: r.batch.Attrs, Entry: set.Entry, Step: set.Step, Shape: f.Shape,

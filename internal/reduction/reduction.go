@@ -38,6 +38,9 @@ type Options struct {
 	// Trials is how many times each candidate is replayed; it fails if any
 	// trial fails (default 1).
 	Trials int
+	// NoCompile says the backend replays a step compiled with torch.compile
+	// eager (replay.Options.NoCompile): no eager probe then (compileProbe).
+	NoCompile bool
 	// Match says what counts as the same failure (default strict).
 	Match signature.MatchLevel
 	// Strategy is the sample search (default shrink.Auto).
@@ -125,6 +128,9 @@ type Result struct {
 	// finding is then a witness that fails against that state, not a
 	// culprit. "" otherwise.
 	Predates string
+	// Compiled says whether a step compiled with torch.compile needs the
+	// compile to fail (compileProbe); nil for a step recorded eager.
+	Compiled *regress.Compiled
 	// Ranks is Options.Ranks: the rank of a torch.distributed run whose
 	// file was reduced, and the others'.
 	Ranks *regress.Ranks
@@ -240,6 +246,8 @@ type run struct {
 	start   time.Time
 	journal *journal
 
+	compiled *regress.Compiled // Result.Compiled
+
 	mode       Mode
 	modeReason string
 	size       *regress.SizeResult
@@ -255,6 +263,7 @@ type run struct {
 	// from, so that its fixture takes what that replay reported
 	// (reportOf).
 	built map[*fixtures.Batch]string
+	cands map[*fixtures.Batch]*candidate // and the candidate itself (compileProbe)
 	// passed holds the recorded samples seen in a batch of whole samples
 	// that passed: values they hold are known to be no cause (outliers).
 	passed map[int64]bool
@@ -274,6 +283,10 @@ func (r *run) build(c *candidate) (*fixtures.Batch, error) {
 		r.built = map[*fixtures.Batch]string{}
 	}
 	r.built[b] = c.key(r.batch.Samples)
+	if r.cands == nil {
+		r.cands = map[*fixtures.Batch]*candidate{}
+	}
+	r.cands[b] = c
 	return b, nil
 }
 
@@ -396,6 +409,13 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 			found[i].Partial = true
 		}
 	}
+	if !interrupted {
+		if r.compiled, err = r.compileProbe(ctx, found[0]); err != nil && ctx.Err() == nil {
+			r.journal.close(false)
+			return nil, err
+		}
+		interrupted = ctx.Err() != nil
+	}
 	dirs, err := r.writeFixtures(found)
 	r.journal.close(err == nil && !interrupted)
 	if err != nil {
@@ -415,7 +435,7 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 func (r *run) result(found []Finding, dirs []string, partial bool) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := &Result{Want: r.judge.Want, Recorded: r.recorded, Ranks: r.o.Ranks, Message: r.message, Predates: r.history, WantNote: r.wantNote, Mode: r.mode, ModeReason: r.modeReason, Size: r.size,
+	res := &Result{Want: r.judge.Want, Recorded: r.recorded, Ranks: r.o.Ranks, Message: r.message, Predates: r.history, Compiled: r.compiled, WantNote: r.wantNote, Mode: r.mode, ModeReason: r.modeReason, Size: r.size,
 		Findings: found, Fixtures: dirs, Phases: maps.Clone(r.phases), OtherFailures: r.otherFailures(),
 		Launch: replay.Provenance(r.be), Seconds: time.Since(r.start).Seconds(), Partial: partial}
 	for _, pc := range r.phases {

@@ -21,6 +21,7 @@ type Summary struct {
 	// Predates says why the cause lies before the recorded batch; the
 	// culprits are then witnesses.
 	Predates      string               `json:"predates,omitempty"`
+	Compiled      *regress.Compiled    `json:"compiled,omitempty"`
 	SignatureNote string               `json:"signature_note,omitempty"`
 	Mode          Mode                 `json:"mode"`
 	ModeReason    string               `json:"mode_reason"`
@@ -46,7 +47,7 @@ type Summary struct {
 
 // Summary is res for a program.
 func (res *Result) Summary() Summary {
-	s := Summary{Event: "summary", Fixture: res.Fixtures[0], Fixtures: res.Fixtures, Signature: res.Want, Message: res.Message, Predates: res.Predates, SignatureNote: res.WantNote, Mode: res.Mode,
+	s := Summary{Event: "summary", Fixture: res.Fixtures[0], Fixtures: res.Fixtures, Signature: res.Want, Message: res.Message, Predates: res.Predates, Compiled: res.Compiled, SignatureNote: res.WantNote, Mode: res.Mode,
 		ModeReason: res.ModeReason, Ranks: res.Ranks, Culprits: []regress.Culprit{}, Size: res.Size, Replays: res.Replays, Resumed: res.Resumed,
 		Phases: res.Phases, OtherFailures: res.OtherFailures, Launcher: res.Launch, Seconds: res.Seconds, Partial: res.Partial}
 	for i, f := range res.Findings {
@@ -81,6 +82,9 @@ func (res *Result) WriteText(w io.Writer) {
 	}
 	if res.Predates != "" {
 		fmt.Fprintf(w, "cause: %s\n", strings.TrimPrefix(predatesReason(res.Predates), "the cause "))
+	}
+	if res.Compiled != nil {
+		fmt.Fprintf(w, "compile: %s\n", res.Compiled.Words())
 	}
 	for i, f := range res.Findings {
 		if c := f.Window; c != nil {

@@ -32,6 +32,9 @@ var buildGroups = map[string][]string{
 	"bce":         {"cuda_bce", "thcunn_bce", "cpu_bce_range", "cpu_bce_range_torch2"},
 	"multinomial": {"cuda_multinomial", "cpu_multinomial", "cpu_multinomial_torch2"},
 	"inductor":    {"inductor_old", "inductor_new"},
+	// Inductor's C++ bound check: raised on one thread, thrown out of the
+	// kernel's OpenMP region (terminate) on more.
+	"inductor_cpu": {"inductor_cpu_raise", "inductor_cpu_terminate"},
 	"oom": {"oom_old_runtimeerror", "oom_old_cuda_class", "oom_new_cuda_class", "oom_new_torch_class", "thc_oom",
 		"cpu_alloc_oom", "cpu_alloc_oom_embedding_torch2"},
 	"cublas.execution_failed":          {"cublas_sgemm_execution_failed", "cublas_gemmex_execution_failed", "thc_cublas_execution_failed"},

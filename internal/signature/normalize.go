@@ -24,7 +24,8 @@ import (
 //     "/opt/conda/conda-bld/pytorch_1680000000/work/aten/.../Loss.cu" and
 //     "C:\actions-runner\_work\pytorch\pytorch\aten\...\Loss.cu" → "Loss.cu".
 //     A path under a torchinductor_<user> directory, whose file name is a
-//     generated hash, → "torchinductor". Only tokens that look like paths
+//     generated hash, or to a file of Inductor's hash-named code in any
+//     directory (TORCHINDUCTOR_CACHE_DIR), → "torchinductor". Only tokens that look like paths
 //     change (they start with /, \, ., ~ or a drive, have two separators, or
 //     end in a name with a dot), so "N/A" and "inf/nan" stay.
 //  7. CUDA block and thread ids are dropped: "k: block: [3,0,0], thread:
@@ -88,6 +89,13 @@ func stripRankPrefix(s string) string {
 	return s
 }
 
+// inductorFileRe is the name of a file Inductor generates: "c", then its
+// code's hash in base32 (torch/_inductor/codecache.py, code_hash), then
+// ".py", ".cpp", ".main.cpp", ".so"; in a TORCHINDUCTOR_CACHE_DIR of any
+// name (a replay's is not the training run's), its path is no part of the
+// failure either.
+var inductorFileRe = regexp.MustCompile(`^c[a-z0-9]{50,52}(\.main)?\.(py|cpp|so)$`)
+
 // basenameOfPath implements rule 6 of Normalize for one match of pathRe.
 func basenameOfPath(p string) string {
 	seps := strings.Count(p, "/") + strings.Count(p, `\`)
@@ -102,7 +110,7 @@ func basenameOfPath(p string) string {
 	if !looksLikePath {
 		return p
 	}
-	if strings.Contains(p, "torchinductor_") {
+	if strings.Contains(p, "torchinductor_") || inductorFileRe.MatchString(base) {
 		return "torchinductor"
 	}
 	if base == "" {

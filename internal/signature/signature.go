@@ -546,6 +546,15 @@ func deviceSide(family Family) bool {
 //
 // Parse never fails and is deterministic; input beyond 2 MiB is read as its
 // first and last MiB.
+// inductorCPUCheck starts the normalized message of the bound check in
+// Inductor's generated C++ (torch/_inductor/codegen/cpp.py: TORCH_CHECK with
+// "index out of bounds: 0 <= tmpN < size", prefixed by the kernel's file),
+// and inductorCPUThrow its uncaught C++ form's expression.
+const (
+	inductorCPUCheck = "kernel, torchinductor, index out of bounds: "
+	inductorCPUThrow = "std::runtime_error: " + inductorCPUCheck
+)
+
 func Parse(stderr []byte, exit ExitInfo) Signature {
 	if exit.TimedOut {
 		return Signature{Family: FamilyTimeout}
@@ -571,6 +580,14 @@ func Parse(stderr []byte, exit ExitInfo) Signature {
 	case sig == int(syscall.SIGABRT):
 		if specific {
 			return t.sig
+		}
+		if rest, ok := strings.CutPrefix(t.abortExpr, inductorCPUThrow); ok && t.abortClass == "std::runtime_error" {
+			// Inductor's C++ bound check throws inside the kernel's OpenMP
+			// region when it runs on more than one thread, which ends in
+			// terminate; on one thread the same check raises RuntimeError.
+			// One check: judged as its raise (the recording's, when the
+			// process that aborted recorded nothing).
+			return Signature{Family: FamilyHostCheck, Backend: BackendCPU, Expression: "RuntimeError: " + inductorCPUCheck + rest, Exception: "RuntimeError"}
 		}
 		s := Signature{Family: FamilyAbortSignal, Backend: t.backend, Exception: "SIGABRT"}
 		switch {

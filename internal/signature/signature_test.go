@@ -616,6 +616,9 @@ func TestNormalize(t *testing.T) {
 		{`C:\actions-runner\_work\pytorch\pytorch\aten\src\ATen\native\cuda\Loss.cu:250: block: [0,0,0], thread: [5,0,0] Assertion`, "Loss.cu: Assertion"},
 		{"[enforce fail at alloc_cpu.cpp:75] err == 0.", "[enforce fail at alloc_cpu.cpp] err == 0."},
 		{"/tmp/torchinductor_user/ux/cuxq3ndx3b.py:30: triton_poi_fused_embedding_0: x", "torchinductor: triton_poi_fused_embedding_0: x"},
+		// Inductor's C++ bound check, its cache in a TORCHINDUCTOR_CACHE_DIR of another name.
+		{"kernel, /scratch/cache/rd/crdb4wqsltyllc5iv343t5chqvopbxbvtwjcy3lzyht7jq33kuqc.main.cpp:48, index out of bounds", "kernel, torchinductor, index out of bounds"},
+		{"/scratch/cache/rd/not-a-hash.main.cpp:48: x", "not-a-hash.main.cpp: x"},
 		{"error_file: <N/A> inf/nan", "error_file: <N/A> inf/nan"},
 		{"THCudaCheck FAIL file=/pytorch/aten/src/THC/generic/THCTensorMath.cu line=26 error=59 : x", "THCudaCheck FAIL file=THCTensorMath.cu line=N error=59 : x"},
 		// 7: block and thread ids.

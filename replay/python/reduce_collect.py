@@ -567,6 +567,26 @@ def restore_rng(state):
         numpy.random.set_state((v[0], numpy.asarray(v[1].cpu().numpy(), dtype=numpy.uint32), v[2], v[3], v[4]))
 
 
+def _eager_when_asked(call_step):
+    """call_step with its compiled frames run eager when the batch's meta says replay_compile=eager:
+    reduce's probe of whether a failure of a step compiled with torch.compile needs the compile.
+    torch.compiler.set_stance("force_eager") (torch 2.6+), which leaves the frames to compile when
+    the step runs again; else torch._dynamo.config.disable, after which a frame it ran stays eager."""
+
+    @functools.wraps(call_step)
+    def wrapper(fn, batch):
+        if (batch.meta or {}).get("replay_compile") != "eager":
+            return call_step(fn, batch)
+        import torch._dynamo
+
+        stance = getattr(torch.compiler, "set_stance", None)
+        with stance("force_eager") if stance else torch._dynamo.config.patch(disable=True):
+            return call_step(fn, batch)
+
+    return wrapper
+
+
+@_eager_when_asked
 def _call_step(fn, batch):
     """The recorded step's contract: step(batch) with the batch as the loader yielded it, or
     step(batch, state) when a state was recorded (the random generators restored first), unless

@@ -615,8 +615,10 @@ class _Zygote(object):
     null when it was killed by a signal); {"event": "error", "id", "error"} for a request that
     could not be handed over. EOF on stdin: every child is killed, and the zygote exits."""
 
-    def __init__(self, device, entry, slots, slot_env, proto_in, proto_out, device_memory=0, step=None, program=None):
+    def __init__(self, device, entry, slots, slot_env, proto_in, proto_out, device_memory=0, step=None, program=None,
+                 threads=0):
         self.device = device
+        self.threads = threads  # torch's thread count, set again in each child (0: the zygote never set it)
         self.program = program  # the exec backend's Python program (--exec), run in place of a replay
         self.entry = entry
         self.step = step
@@ -746,6 +748,15 @@ class _Zygote(object):
                 except OSError:
                     pass
         self.children, self.idle, self.status = {}, {}, {}
+        if self.threads:
+            # The zygote set torch's thread count, which made its thread pool; a fork leaves the
+            # child a flag that makes the next user of that pool replace it. Replaced here, on the
+            # child's only thread: else a thread torch starts (the autograd engine's, while
+            # Inductor compiles) could find no pool while another replaces it and abort with
+            # "pool INTERNAL ASSERT FAILED at ParallelOpenMP.cpp ... Invalid thread pool!".
+            import torch
+
+            torch.set_num_threads(self.threads)
         if self.slot_env:
             os.environ.update(self.slot_env[slot % len(self.slot_env)])
         init_error = None
@@ -1034,6 +1045,11 @@ def _cmd_zygote(args):
         # modules, most of a second): imported once here, every child has it.
         try:
             import torch._dynamo  # noqa: F401
+
+            if os.environ.get("REDUCE_COMPILED") and not torch._dynamo.config.disable:
+                # A step compiled with torch.compile (the batch's meta "compiled"): Inductor's
+                # modules (0.7 s), imported once here rather than by every child's first compile.
+                import torch._inductor.compile_fx  # noqa: F401
         except Exception:
             pass
     _set_trust(o.trust_step)  # the children inherit it
@@ -1059,7 +1075,8 @@ def _cmd_zygote(args):
         hello["warning"] = ("CUDA was initialized in the zygote (by the --entry module's import?): "
                             "forked children cannot use it; pass --no-zygote")
     say(hello)
-    return _Zygote(o.device, o.entry, o.slots, slot_env, proto_in, proto_out, o.device_memory, o.step, o.program).run()
+    return _Zygote(o.device, o.entry, o.slots, slot_env, proto_in, proto_out, o.device_memory, o.step, o.program,
+                   torch.get_num_threads() if threads else 0).run()
 
 
 def _cmd_entry(args):
