@@ -10,6 +10,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import reduce_batch as rb  # noqa: E402
 import reduce_collect as rc  # noqa: E402
 
 B = collections.namedtuple("B", "data state meta")
@@ -35,3 +36,43 @@ def test_call_step_eager():
     if hasattr(torch.compiler, "set_stance"):
         rc._call_step(step, B({"x": torch.ones(4, 3)}, None, {}))
         assert counters["stats"].get("unique_graphs") == 1, dict(counters["stats"])
+
+
+def _records_compile():
+    """Whether this reduce_batch notes a compiled step and takes keep= (issue 23's recorder change)."""
+    import inspect
+
+    return "keep" in inspect.signature(rb.record_on_failure.__init__).parameters
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile") or not _records_compile(),
+                    reason="torch.compile, and a reduce_batch that notes it")
+def test_recorder_notes_compile(tmp_path):
+    """The recorded meta says "compiled" once torch.compile compiled a frame in the process: "1" for
+    a backend other than Inductor (the "eager" backend here: no C++ compiler needed)."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    rb.save(tmp_path / "eager.bin", {"x": torch.ones(2, 3)})
+    assert "compiled" not in rb.load(tmp_path / "eager.bin").meta
+    torch.compile(torch.nn.Linear(3, 2), backend="eager")(torch.ones(2, 3))
+    rb.save(tmp_path / "compiled.bin", {"x": torch.ones(2, 3)})
+    assert rb.load(tmp_path / "compiled.bin").meta["compiled"] == "1"
+
+
+@pytest.mark.skipif(not _records_compile(), reason="a reduce_batch with keep=")
+def test_record_keep_disk(tmp_path):
+    """keep="disk": the batch is on disk while the step runs (what a process that aborts leaves,
+    with no error), removed when the step passes, and written with the error when it raises."""
+    path = tmp_path / "crash.bin"
+    batch = {"x": torch.arange(6.0).reshape(3, 2)}
+    with rb.record_on_failure(path, batch, keep="disk", sample_ids=["a", "b", "c"]):
+        kept = rb.load(path)
+        assert kept.error is None and kept.sample_ids == ["a", "b", "c"]
+        assert torch.equal(kept.data["x"], batch["x"])
+    assert not path.exists()
+    with pytest.raises(ValueError, match="boom"), rb.record_on_failure(path, batch, keep="disk"):
+        raise ValueError("boom")
+    assert "boom" in str(rb.load(path).error)
+    with pytest.raises(ValueError, match=r"keep: want None or 'disk'"):
+        rb.record_on_failure(path, batch, keep="memory")
