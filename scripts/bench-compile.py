@@ -55,9 +55,9 @@ def main():
         with open(os.path.join(proj, "reduce_batch.py"), "wb") as f:
             f.write(subprocess.run([reduce, "recorder"], check=True, capture_output=True).stdout)
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(proj, "inductor-cache"))
-        for name, meta in (("warm.bin", "inductor"), ("cold.bin", "")):
+        for name, cold in (("warm.bin", []), ("cold.bin", ["--cold"])):
             # One OpenMP thread: Inductor's check raises (on more it aborts the process, unrecorded).
-            r = subprocess.run([sys.executable, "train.py", "--model", "embedding", "--out", name, "--meta-compiled", meta],
+            r = subprocess.run([sys.executable, "train.py", "--model", "embedding", "--out", name] + cold,
                                cwd=proj, env=dict(env, OMP_NUM_THREADS="1"), capture_output=True, text=True)
             if not os.path.exists(os.path.join(proj, name)):
                 sys.exit("train.py recorded nothing:\n" + r.stderr[-4000:])

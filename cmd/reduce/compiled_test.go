@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -45,12 +46,7 @@ func TestCompiledCrash(t *testing.T) {
 	require.Contains(t, string(out), "reduce_batch: saved the failing batch to crash.bin", "%s", out)
 	require.Contains(t, string(out), "index out of bounds", "%s", out)
 
-	cmd := exec.Command(bin, "--batch", "crash.bin", "--json", "-q", "--out", filepath.Join(proj, "regress"))
-	cmd.Dir, cmd.Env = proj, env
-	sum := runSummary(t, cmd)
-	assert.Contains(t, sum.Signature.Expression, "index out of bounds")
-	require.Len(t, sum.Culprits, 1, "%+v", sum.Culprits)
-	assert.Equal(t, []string{"tok-043"}, sum.Culprits[0].IDs)
+	sum := reduceCompiled(t, bin, proj, env)
 	assert.Empty(t, sum.OtherFailures, "a replay failed otherwise")
 	assert.False(t, sum.Partial)
 	require.NotNil(t, sum.Compiled, "the summary says nothing of torch.compile")
@@ -68,6 +64,43 @@ func TestCompiledCrash(t *testing.T) {
 	require.ErrorAs(t, err, &exit, "%s", out)
 	assert.Equal(t, ExitNoRepro, exit.ExitCode(), "%s", out)
 	assert.Contains(t, string(out), "IndexError: index out of range in self")
+}
+
+// TestCompiledAbortKeptOnDisk is the same step on two OpenMP threads, where
+// Inductor's check aborts the training run itself (C++ terminate): nothing
+// can record the failure then, so the script passes keep="disk", which
+// writes the batch before each step and removes it after a step that
+// passes. The abort leaves crash.bin without an error; reduce takes the
+// first replay's failure and reduces it to the same sample.
+func TestCompiledAbortKeptOnDisk(t *testing.T) {
+	py := testenv.PythonCompile(t)
+	bin := reduceBinary(t)
+	proj, cache := userProject(t, bin, "compiled/train.py"), t.TempDir()
+	env := append(os.Environ(), "TORCHINDUCTOR_CACHE_DIR="+cache, "OMP_NUM_THREADS=2")
+
+	train := exec.Command(py, "train.py", "--model", "embedding", "--out", "crash.bin", "--keep-disk")
+	train.Dir, train.Env = proj, env
+	out, err := train.CombinedOutput()
+	require.Error(t, err, "the training run must crash:\n%s", out)
+	if !strings.Contains(string(out), "terminate called") {
+		t.Skipf("the check raised rather than aborting the run here (one OpenMP thread ran it):\n%s", out)
+	}
+	require.FileExists(t, filepath.Join(proj, "crash.bin"), "the batch kept on disk is gone:\n%s", out)
+
+	reduceCompiled(t, bin, proj, env)
+}
+
+// reduceCompiled runs `reduce --batch crash.bin` in proj, which must find
+// Inductor's bound check and the one sample, tok-043.
+func reduceCompiled(t *testing.T, bin, proj string, env []string) reduction.Summary {
+	t.Helper()
+	cmd := exec.Command(bin, "--batch", "crash.bin", "--json", "-q", "--out", filepath.Join(proj, "regress"))
+	cmd.Dir, cmd.Env = proj, env
+	sum := runSummary(t, cmd)
+	assert.Contains(t, sum.Signature.Expression, "index out of bounds")
+	require.Len(t, sum.Culprits, 1, "%+v", sum.Culprits)
+	assert.Equal(t, []string{"tok-043"}, sum.Culprits[0].IDs)
+	return sum
 }
 
 // userProject is a user's repository in a new temporary directory: the

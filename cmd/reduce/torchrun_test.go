@@ -29,13 +29,7 @@ import (
 func TestTorchrunCrash(t *testing.T) {
 	py := testenv.Python(t)
 	bin := reduceBinary(t)
-	proj := t.TempDir()
-	script, err := os.ReadFile(filepath.Join("testdata", "torchrun", "train.py"))
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(proj, "train.py"), script, 0o644))
-	rec, err := exec.Command(bin, "recorder").Output()
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(proj, "reduce_batch.py"), rec, 0o644))
+	proj := userProject(t, bin, "torchrun/train.py")
 
 	out := runRanks(t, py, proj)
 	require.Contains(t, out, "reduce_batch: saved the failing batch to crash.rank1.bin", "%s", out)

@@ -167,6 +167,8 @@ def _provenance(torch, items, failed=False):
         if cuda is not None or failed and torch.cuda.is_initialized():  # a query, launching nothing on a failed GPU
             meta["device"] = torch.cuda.get_device_name(torch.cuda.current_device() if cuda is None else cuda)
     meta.update((k, str(v)) for k in ("cuda", "hip") for v in [getattr(getattr(torch, "version", None), k, None)] if v)
+    if (dyn := sys.modules.get("torch._dynamo.utils")) and dyn.counters["stats"].get("unique_graphs"):  # torch.compile
+        meta["compiled"] = "inductor" if dyn.counters["inductor"] else "1"  # Inductor counts its work, others do not
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         rev = subprocess.check_output(["git", "rev-parse", "HEAD"], stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                                       timeout=2).decode("ascii", "replace").strip()
@@ -872,9 +874,12 @@ class record_on_failure:
     """On an exception in the block, save the batch (a CPU copy, or a callable returning it) to `path` with the error;
     the exception goes on. Other keywords are save()'s; `.saved`: whether it wrote (never in a replay: REDUCE_REPLAY).
     window=K keeps, per path, CPU copies of the last K to 2K batches and, every K steps, of state= and the RNGs: the
-    file holds the steps since the older copy, its state and the failing batch (docs/FORMAT.md, "Version 3")."""
-    def __init__(self, path, batch=None, *, tensors=None, window=None, **kwargs):
+    file holds the steps since the older copy, its state and the failing batch (docs/FORMAT.md, "Version 3").
+    keep="disk" writes the batch before the step, removed after it: left by a process that aborts (C++ terminate)."""
+    def __init__(self, path, batch=None, *, tensors=None, window=None, keep=None, **kwargs):
         _need("error" not in kwargs, TypeError, "record_on_failure: error is the exception raised in the block")
+        _need(keep in (None, "disk"), ValueError, "keep: want None or 'disk' (the batch written before the step)")
+        self.keep = keep == "disk" and not os.environ.get("REDUCE_REPLAY")
         _need(window is None or _is_int(window) and window > 0, ValueError, "window: want a number of steps > 0")
         self.path, self.batch, self.kwargs, self.saved = path, tensors if batch is None else batch, kwargs, False
         self.window = None if window is None or os.environ.get("REDUCE_REPLAY") else \
@@ -888,9 +893,13 @@ class record_on_failure:
             except Exception as e:  # noqa: BLE001  (the training step runs all the same)
                 _warn(f"warning: window for {self.path}: {type(e).__name__}: {e}; recording this step alone")
                 self.window = None
+        if self.keep:  # as a failure would record it, less the error (reduce takes the first replay's)
+            self.batch = self.batch() if callable(self.batch) and not hasattr(self.batch, "__getitem__") else self.batch
+            save(_ranked(self.path)[0], self.batch, **self.kwargs)
         return self
     def __exit__(self, exc_type, exc, tb):
         if exc is None or not isinstance(exc, Exception):
+            _ = self.keep and os.path.lexists(p := _ranked(self.path)[0]) and os.unlink(p)
             return False  # KeyboardInterrupt, SystemExit, GeneratorExit: nothing to record
         if os.environ.get("REDUCE_REPLAY"):  # recording would write over the very batch being reduced
             _warn(f"not recording to {self.path}: this is a replay of reduce's (REDUCE_REPLAY is set)")

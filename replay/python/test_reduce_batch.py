@@ -345,7 +345,7 @@ def test_determinism(tmp_path):
         rb.save(p, {"input": torch.randn(8, 5, generator=g).t(), "target": torch.randint(0, 5, (8,), generator=g)},
                 batch_dims={"input": 1}, op="cross_entropy", attrs={"reduction": "mean", "ignore_index": -100},
                 sample_ids=["s%d" % i for i in range(8)], error=IndexError("Target 7 is out of bounds."),
-                meta=dict(PINNED, git=None))
+                meta=dict(PINNED, git=None, compiled=None))  # compiled: noted after any torch.compile in the process
 
     write(tmp_path / "a.bin")
     write(tmp_path / "b.bin")

@@ -70,10 +70,13 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--model", choices=("bag", "embedding"), default="bag")
     p.add_argument("--out", default="crash.bin")
-    p.add_argument("--meta-compiled", default="inductor", help='meta "compiled" ("": none, as recorders before issue 23)')
+    p.add_argument("--cold", action="store_true",
+                   help='leave out the recorder\'s meta "compiled", as recorders before it noted one (a cold replay)')
+    p.add_argument("--keep-disk", action="store_true", help="record_on_failure(keep=\"disk\"): the batch written "
+                   "before each step, left behind by an abort")
     a = p.parse_args()
     for batch in batches(a.model):
-        # meta: what reduce_batch records by itself once it notes a compiled step (issue 23).
         with reduce_batch.record_on_failure(a.out, batch, step=train_step, sample_ids=batch["id"],
-                                            meta={"compiled": a.meta_compiled or None}):
+                                            meta={"compiled": None} if a.cold else None,
+                                            keep="disk" if a.keep_disk else None):
             train_step(batch)
