@@ -331,6 +331,12 @@ func (o *Options) env() []string {
 	// training loop when imported can never write over the batch being
 	// reduced (reduce_batch.record_on_failure).
 	env := append(append([]string{"REDUCE_REPLAY=1"}, compileEnv(o.Batch, o.NoCompile)...), o.Env...)
+	// One rank's recording of a torch.distributed run: the worker's
+	// start-up check refuses it (exit 2) where torch has no
+	// torch.distributed to replay its step alone (reduce_replay._resolve).
+	if o.Batch != nil && o.Batch.Meta["world_size"] != "" {
+		env = append(env, "REDUCE_WORLD_SIZE="+o.Batch.Meta["world_size"], "REDUCE_RANK="+o.Batch.Meta["rank"])
+	}
 	if o.Seed != nil {
 		env = append(env, fmt.Sprintf("REDUCE_SEED=%d", *o.Seed))
 	}

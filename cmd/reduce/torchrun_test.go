@@ -63,6 +63,19 @@ func TestTorchrunCrash(t *testing.T) {
 	got, err := tests.CombinedOutput()
 	require.NoError(t, err, "%s", got)
 	assert.Regexp(t, `\d+ passed.*1 xfailed`, string(got))
+	// A torch without torch.distributed cannot replay a rank's step alone:
+	// exit 2 before any replay, naming it (here its absence is faked by a
+	// sitecustomize the interpreter runs first).
+	nodist := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(nodist, "sitecustomize.py"),
+		[]byte("import torch.distributed\ntorch.distributed.is_available = lambda: False\n"), 0o644))
+	refused := exec.Command(bin, "replay", "crash.rank1.bin")
+	refused.Dir, refused.Env = proj, append(os.Environ(), "PYTHONPATH="+nodist)
+	got, err = refused.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", got)
+	assert.Equal(t, ExitUsage, exit.ExitCode(), "%s", got)
+	assert.Contains(t, string(got), "rank 1 of 2's of a torch.distributed run, and this torch has no torch.distributed")
 	if _, err := os.Stat(filepath.Join(proj, "crash.rank0.bin")); err == nil {
 		// torchrun may stop rank 0 before it records: listed when it did.
 		assert.Contains(t, string(report), "`crash.rank0.bin`, rank 0")

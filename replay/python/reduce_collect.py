@@ -612,11 +612,12 @@ def _call_step(fn, batch):
     return fn(batch.data) if state is None else fn(batch.data, state)
 
 
-def alone(batch):
+def alone(batch, check_only=False):
     """One rank's recording of a torch.distributed run (its meta's world_size over 1) replays
     alone: a process group of size 1 (gloo, nccl where the batch is on a CUDA device) in an
     in-process store, so that the step's DDP wrapping and collectives run; torchrun's variables
-    say rank 0 of 1. HarnessError when this torch has no torch.distributed."""
+    say rank 0 of 1. HarnessError when this torch has no torch.distributed (check_only: that
+    check alone, the worker's before any replay)."""
     meta = batch.meta or {}
     if not str(meta.get("world_size", "")).isdigit() or int(meta["world_size"]) < 2:
         return
@@ -625,7 +626,7 @@ def alone(batch):
         raise HarnessError("the batch is rank {} of {}'s of a torch.distributed run, and this torch has no "
                            "torch.distributed to replay its step alone in a process group of size 1: replay it "
                            "with a torch built with it (--python)".format(meta.get("rank", "?"), meta["world_size"]))
-    if dist.is_initialized():
+    if check_only or dist.is_initialized():
         return
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
     cuda = any(getattr(t, "is_cuda", False) for t in (batch.tensors or {}).values())

@@ -29,6 +29,7 @@ import math
 import os
 import platform
 import sys
+import types
 
 # The sibling files, never other copies on sys.path (the user's project may vendor older ones):
 # sys.path[0] is this directory when run as a script, unless PYTHONSAFEPATH or -P left it out. The
@@ -67,6 +68,10 @@ def _resolve(o):
     replay will resolve them; HarnessError when one cannot be."""
     if o.entry:
         return rc.resolve_entry(o.entry)
+    world = os.environ.get("REDUCE_WORLD_SIZE", "")
+    if world.isdigit() and int(world) > 1:  # one rank's recording: replayed alone only with torch.distributed
+        rc.alone(types.SimpleNamespace(meta={"world_size": world, "rank": os.environ.get("REDUCE_RANK") or "?"},
+                                       tensors={}), check_only=True)
     fn = rc.resolve_step(o.step, chdir=True) if o.step else None
     if o.step_class:
         # Built only as the kind of class the step rebuilds (reduce_hooks: lightning_step's

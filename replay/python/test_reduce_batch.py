@@ -970,3 +970,15 @@ def test_rank_replays_alone_in_a_process_group_of_one(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", "0", "gloo"]
+
+
+def test_rank_without_torch_distributed_is_refused(monkeypatch):
+    """A torch without torch.distributed cannot replay a rank's step alone: HarnessError, which
+    the worker's start-up check (REDUCE_WORLD_SIZE) turns into exit 2 before any replay."""
+    import types
+
+    import reduce_collect as rc
+    monkeypatch.setattr(torch.distributed, "is_available", lambda: False)
+    with pytest.raises(rc.HarnessError, match=r"rank 3 of 4's .* no torch.distributed to replay its step alone"):
+        rc.alone(types.SimpleNamespace(meta={"rank": "3", "world_size": "4"}, tensors={}), check_only=True)
+    rc.alone(types.SimpleNamespace(meta={"world_size": "1"}, tensors={}))  # one process: nothing to do
