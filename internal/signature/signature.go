@@ -403,6 +403,15 @@ func deviceSide(family Family) bool {
 	return false
 }
 
+// inductorCPUCheck starts the normalized message of the bound check in
+// Inductor's generated C++ (torch/_inductor/codegen/cpp.py: TORCH_CHECK with
+// "index out of bounds: 0 <= tmpN < size", prefixed by the kernel's file),
+// and inductorCPUThrow its uncaught C++ form's expression.
+const (
+	inductorCPUCheck = "kernel, torchinductor, index out of bounds: "
+	inductorCPUThrow = "std::runtime_error: " + inductorCPUCheck
+)
+
 // Parse builds the signature of one replay from its stderr and how it ended.
 //
 // Exit status first:
@@ -546,15 +555,6 @@ func deviceSide(family Family) bool {
 //
 // Parse never fails and is deterministic; input beyond 2 MiB is read as its
 // first and last MiB.
-// inductorCPUCheck starts the normalized message of the bound check in
-// Inductor's generated C++ (torch/_inductor/codegen/cpp.py: TORCH_CHECK with
-// "index out of bounds: 0 <= tmpN < size", prefixed by the kernel's file),
-// and inductorCPUThrow its uncaught C++ form's expression.
-const (
-	inductorCPUCheck = "kernel, torchinductor, index out of bounds: "
-	inductorCPUThrow = "std::runtime_error: " + inductorCPUCheck
-)
-
 func Parse(stderr []byte, exit ExitInfo) Signature {
 	if exit.TimedOut {
 		return Signature{Family: FamilyTimeout}
