@@ -44,6 +44,7 @@ _ERROR_KEYS = frozenset(["text", "exception", "exit_status"])
 _EXCEPTION_NAME_RE = re.compile(
     r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?:Error|Exception|Warning|Exit|Interrupt)):")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
+_GIT = {}  # the git revision of each working directory a file was saved in
 
 class BatchFileError(ValueError):
     """A batch file that breaks docs/FORMAT.md; the message names the file and the field."""
@@ -169,11 +170,14 @@ def _provenance(torch, items, failed=False):
     meta.update((k, str(v)) for k in ("cuda", "hip") for v in [getattr(getattr(torch, "version", None), k, None)] if v)
     if (dyn := sys.modules.get("torch._dynamo.utils")) and dyn.counters["stats"].get("unique_graphs"):  # torch.compile
         meta["compiled"] = "inductor" if dyn.counters["inductor"] else "1"  # Inductor counts its work, others do not
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        rev = subprocess.check_output(["git", "rev-parse", "HEAD"], stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                                      timeout=2).decode("ascii", "replace").strip()
-        if re.match(r"^[0-9a-f]{40,64}$", rev):
-            meta["git"] = rev
+    cwd = os.getcwd()
+    if cwd not in _GIT:  # asked once a directory (keep="disk" saves before every step)
+        _GIT[cwd] = None
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            rev = subprocess.check_output(["git", "rev-parse", "HEAD"], stderr=subprocess.DEVNULL,
+                                          stdin=subprocess.DEVNULL, timeout=2).decode("ascii", "replace").strip()
+            _GIT[cwd] = rev if re.match(r"^[0-9a-f]{40,64}$", rev) else None
+    meta["git"] = _GIT[cwd]
     return meta
 
 def _axes(items, batch_dims, lenient, notes, samples=None):
@@ -232,8 +236,7 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
          meta=None, step=None, state=None, padded=None, lengths=None, provenance=True,
          compression="none", tensors=None, _failed=False, _window=None):
     """Write one batch to `path` atomically: `batch` as the loader yields it (tensors batched along axis 0 unless
-    batch_dims says otherwise, None for a shared one; per-sample and shared Python values; any nesting of dict, list,
-    tuple, named tuple, mapping) with op and attrs or the step, state, error and meta: README, "Recording a batch"."""
+    batch_dims says otherwise), with op and attrs or the step, state, error and meta: README, "Recording a batch"."""
     torch, lenient = _torch(), bool(_failed)  # lenient (recording a crash): what cannot be encoded is noted
     _need(batch is None or tensors is None, TypeError, "save: give the batch once (batch or tensors=)")
     batch = tensors if batch is None else batch
@@ -332,9 +335,9 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
           MAX_MANIFEST)
     head = _HEADER.pack(MAGIC, version, 0, len(mbytes), zlib.crc32(mbytes) & 0xFFFFFFFF, 0) + mbytes
     _atomic_write(os.fspath(path), [head + bytes(_align(len(head)) - len(head))] + blobs)  # the payloads start at P
-    for note in notes:
+    for note in notes if _failed != "kept" else ():  # a batch kept before its step is saved quietly
         _warn(note)
-    if "state" in manifest:
+    if "state" in manifest and _failed != "kept":
         keys, (size, stored) = ", ".join(manifest["state"].get("keys", [])), (_size(n) for n in state_bytes)
         _warn(f"recorded the state{' at the window start' if _window else ''} ({keys}): {size}, {stored} in the file")
     return path
@@ -858,9 +861,8 @@ def read_raw(path, max_size=DEFAULT_MAX_SIZE):
         return m, [r.payload(f, e, p) for e in m["tensors"]]
 
 def load(path, device="cpu", *, types=None, max_size=DEFAULT_MAX_SIZE):
-    """Read a batch file into a Batch, each tensor rebuilt on `device` (torch.as_strided); BatchFileError (a ValueError)
-    names the file and field. It imports nothing the file names: a named tuple is made of its recorded name and fields,
-    a mapping is a dict, unless `types` lists classes you trust ([MyBatch, BatchEncoding] or {"module:qualname": C})."""
+    """A batch file as a Batch, each tensor rebuilt on `device` (BatchFileError names the file and field). It imports
+    nothing the file names: a named tuple or mapping is rebuilt with its class only when `types` lists it (README)."""
     torch, (m, storages) = _torch(), read_raw(path, max_size)
     device, tensors, big = torch.device(device), {}, sys.byteorder != "little"
     for e, buf in zip(m["tensors"], storages):  # buf is empty where storage_elements is 0 (frombuffer refuses it)
@@ -871,10 +873,9 @@ def load(path, device="cpu", *, types=None, max_size=DEFAULT_MAX_SIZE):
     return Batch(os.fspath(path), m, tensors, types)
 
 class record_on_failure:
-    """On an exception in the block, save the batch (a CPU copy, or a callable returning it) to `path` with the error;
-    the exception goes on. Other keywords are save()'s; `.saved`: whether it wrote (never in a replay: REDUCE_REPLAY).
-    window=K keeps, per path, CPU copies of the last K to 2K batches and, every K steps, of state= and the RNGs: the
-    file holds the steps since the older copy, its state and the failing batch (docs/FORMAT.md, "Version 3").
+    """On an exception in the block, save the batch (a CPU copy, or a callable returning it) to `path` with the error,
+    and let it go on; other keywords are save()'s; `.saved`: whether it wrote (never in a replay: REDUCE_REPLAY).
+    window=K: the steps since the older of the last two copies of state= (one every K steps) too (README, "window").
     keep="disk" writes the batch before the step, removed after it: left by a process that aborts (C++ terminate)."""
     def __init__(self, path, batch=None, *, tensors=None, window=None, keep=None, **kwargs):
         _need("error" not in kwargs, TypeError, "record_on_failure: error is the exception raised in the block")
@@ -887,19 +888,21 @@ class record_on_failure:
     def __enter__(self):
         if self.window is not None:
             try:
-                self.batch = self.batch() if callable(self.batch) and not hasattr(self.batch, "__getitem__") else \
-                    self.batch
+                self.batch = _called(self.batch)
                 self.window.enter(self.batch, self.kwargs.get("state"), self.kwargs.get("sample_ids"))
             except Exception as e:  # noqa: BLE001  (the training step runs all the same)
                 _warn(f"warning: window for {self.path}: {type(e).__name__}: {e}; recording this step alone")
                 self.window = None
-        if self.keep:  # as a failure would record it, less the error (reduce takes the first replay's)
-            self.batch = self.batch() if callable(self.batch) and not hasattr(self.batch, "__getitem__") else self.batch
-            save(_ranked(self.path)[0], self.batch, **self.kwargs)
+        try:  # keep="disk": as a failure would record it, less the error (reduce takes the first replay's), quietly
+            if self.keep:
+                self.batch, (self.kept, kwargs) = _called(self.batch), _ranked(self.path, self.kwargs, "kept_at")
+                save(self.kept, self.batch, _failed="kept", **kwargs)
+        except Exception as e:  # noqa: BLE001  (the training step runs all the same)
+            self.keep = _warn(f"warning: keep=\"disk\" for {self.path}: {type(e).__name__}: {e}; not kept this step")
         return self
     def __exit__(self, exc_type, exc, tb):
         if exc is None or not isinstance(exc, Exception):
-            _ = self.keep and os.path.lexists(p := _ranked(self.path)[0]) and os.unlink(p)
+            _ = self.keep and os.path.lexists(self.kept) and os.unlink(self.kept)
             return False  # KeyboardInterrupt, SystemExit, GeneratorExit: nothing to record
         if os.environ.get("REDUCE_REPLAY"):  # recording would write over the very batch being reduced
             _warn(f"not recording to {self.path}: this is a replay of reduce's (REDUCE_REPLAY is set)")
@@ -914,11 +917,9 @@ class record_on_failure:
                 raise
         return False
     def _record(self, exc):
-        self.path, ranked = _ranked(self.path)  # under torch.distributed, each rank's own file, never one over another
-        self.kwargs = dict(self.kwargs, meta=dict(ranked, **dict(self.kwargs.get("meta") or {}))) if ranked else \
-            self.kwargs
+        self.path, self.kwargs = _ranked(self.path, self.kwargs)  # under torch.distributed, each rank's own file
         try:
-            batch = self.batch() if callable(self.batch) and not hasattr(self.batch, "__getitem__") else self.batch
+            batch = _called(self.batch)
         except Exception as e:  # noqa: BLE001  (the crash is recorded all the same)
             _warn(f"the batch callable raised {type(e).__name__}: {e}; recording the failure without a batch")
             batch = {}
@@ -939,22 +940,24 @@ class record_on_failure:
                     raise
                 _warn(f"{type(e).__name__}: {e}; recording the batch with {' and '.join(keep) or 'the error'} only")
 
-def _ranked(path):  # PATH.rank{R}.EXT and the meta that says which, under torch.distributed (or torchrun's env)
-    dist, env = getattr(_torch(), "distributed", None), os.environ
-    on = dist is not None and dist.is_available() and dist.is_initialized()
-    rank, size = (dist.get_rank(), dist.get_world_size()) if on else (
-        int(env["RANK"]), int(env["WORLD_SIZE"])) if env.get("RANK", "").isdigit() and \
-        env.get("WORLD_SIZE", "").isdigit() else (0, 1)
-    if size < 2:
-        return path, {}
-    root, ext = os.path.splitext(os.fspath(path))
-    return f"{root}.rank{rank}{ext}", {"rank": rank, "world_size": size, "failed_at": f"{time.time():.6f}",
-                                       "dist_backend": dist.get_backend() if on else None}
+def _called(batch):  # a batch given as a callable, called
+    return batch() if callable(batch) and not hasattr(batch, "__getitem__") else batch
 
-def record_trainer(trainer, path="crash.bin", state=False, **save_kwargs):
-    """Record a Hugging Face Trainer's failing batch: reduce_hooks.record_trainer (`reduce recorder --hooks`)."""
-    _need(importlib.util.find_spec("reduce_hooks") is not None, ImportError, "record_trainer needs reduce_hooks.py "
-          "beside reduce_batch.py: reduce recorder --hooks > reduce_hooks.py")
+def _ranked(path, kwargs, when="failed_at"):  # under torch.distributed (or torchrun's env) of several ranks:
+    dist, env = getattr(_torch(), "distributed", None), os.environ  # PATH.rank{R}.EXT, its meta: rank, run, time
+    on = dist is not None and dist.is_available() and dist.is_initialized()
+    rank, size = (dist.get_rank(), dist.get_world_size()) if on else (int(env["RANK"]), int(env["WORLD_SIZE"])) if \
+        re.fullmatch("[0-9]+", env.get("RANK", "")) and re.fullmatch("[0-9]+", env.get("WORLD_SIZE", "")) else (0, 1)
+    if size < 2:
+        return path, kwargs
+    root, ext = os.path.splitext(os.fspath(path))
+    meta = {"rank": rank, "world_size": size, when: f"{time.time():.6f}", "run_id": env.get("TORCHELASTIC_RUN_ID"),
+            "dist_backend": dist.get_backend() if on else None}
+    return f"{root}.rank{rank}{ext}", dict(kwargs, meta=dict(meta, **dict(kwargs.get("meta") or {})))
+
+def record_trainer(trainer, path="crash.bin", state=False, **save_kwargs):  # a Hugging Face Trainer's: reduce_hooks'
+    _need(importlib.util.find_spec("reduce_hooks"), ImportError, "record_trainer needs reduce_hooks.py beside "
+          "reduce_batch.py: reduce recorder --hooks > reduce_hooks.py")
     return importlib.import_module("reduce_hooks").record_trainer(trainer, path, state, **save_kwargs)
 
 def _copied(torch, x):
@@ -972,8 +975,7 @@ def _nbytes(torch, x):  # the bytes of the tensors of a _copied batch or state
     values = x.values() if hasattr(x, "keys") else x if isinstance(x, (list, tuple)) else ()
     return x.element_size() * x.nelement() if isinstance(x, torch.Tensor) else sum(_nbytes(torch, v) for v in values)
 
-class _Window:
-    """The steps [(index, batch copy, ids)] of window=K since the older of the last 2 state copies [(index, state)]."""
+class _Window:  # window=K's steps [(index, batch copy, ids)] since the older of 2 state copies [(index, state)]
     _by_path = {}  # noqa: RUF012  (shared on purpose: a path's window outlives each record_on_failure block)
     @classmethod
     def of(cls, path, k, state):  # afresh for another K or other state objects (another model: another run)

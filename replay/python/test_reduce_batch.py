@@ -982,3 +982,25 @@ def test_rank_without_torch_distributed_is_refused(monkeypatch):
     with pytest.raises(rc.HarnessError, match=r"rank 3 of 4's .* no torch.distributed to replay its step alone"):
         rc.alone(types.SimpleNamespace(meta={"rank": "3", "world_size": "4"}, tensors={}), check_only=True)
     rc.alone(types.SimpleNamespace(meta={"world_size": "1"}, tensors={}))  # one process: nothing to do
+
+
+def test_keep_disk_per_rank(tmp_path, monkeypatch):
+    """keep="disk" under several ranks keeps each rank's batch in its own file before the step, with
+    its rank, run id and time (kept_at, no error: reduce reads it as an abort after that time), and
+    removes it after a step that passes; the git revision is asked once a directory, not each step."""
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "run-9")
+    batch = {"x": torch.ones(3, 2)}
+    with rb.record_on_failure(tmp_path / "crash.bin", batch, keep="disk") as rec:
+        kept = rb.read_manifest(tmp_path / "crash.rank1.bin")[0]
+    assert not (tmp_path / "crash.rank1.bin").exists() and not rec.saved
+    assert "error" not in kept and kept["meta"]["run_id"] == "run-9" and kept["meta"]["rank"] == "1"
+    assert float(kept["meta"]["kept_at"]) > 0 and "failed_at" not in kept["meta"]
+    calls = []
+    monkeypatch.setattr(rb.subprocess, "check_output", lambda *a, **k: calls.append(a) or b"0" * 40)
+    monkeypatch.chdir(tmp_path)
+    for _ in range(3):
+        with rb.record_on_failure("crash.bin", batch, keep="disk"):
+            pass
+    assert len(calls) == 1
