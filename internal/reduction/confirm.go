@@ -123,6 +123,11 @@ func (r *run) confirm(ctx context.Context) error {
 		// recording is the likeliest reason it passes.
 		try = "the step is replayed as its code is now: if it was fixed since the recording, there is nothing to reduce; else " + try
 	}
+	if loss := r.batch.Meta["trainer_loss"]; loss != "" {
+		// reduce_hooks.record_trainer: the replay runs the model's own
+		// loss, not the Trainer's.
+		try = "the Trainer computed its loss its own way (" + loss + "), and the replay runs the model's own loss: replay with --entry MODULE:FUNCTION, a step of yours that computes the Trainer's; else " + try
+	}
 	return errorf(ErrNoRepro, "%s does not reproduce: wanted %s, %s (%s)", r.o.Source, r.judge.Want, what, try)
 }
 

@@ -363,10 +363,11 @@ def record_trainer(trainer, path="crash.bin", state=False, **save_kwargs):
     each rank writes its own file (record_on_failure). Returns the trainer."""
     import inspect
 
-    for k in ("step", "error", "batch", "tensors", "window"):
+    for k in ("step", "error", "batch", "tensors", "window", "keep"):
         if k in save_kwargs:
             raise TypeError(f"record_trainer: {k}= is not an argument of it" + (
-                " (a window of earlier steps is Lightning's and record_on_failure's only)" if k == "window" else
+                " (a window of earlier steps, or a batch kept on disk, is record_on_failure's only)" if k in (
+                    "window", "keep") else
                 ": the recorder records it"))
     original = getattr(trainer, "training_step", None)
     if not callable(original):
@@ -464,16 +465,21 @@ def _trainer_info(trainer, num_items, start=False):
     args = getattr(trainer, "args", None)
     info["precision"] = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else "32"
     info["loss_kwargs"] = bool(getattr(trainer, "model_accepts_loss_kwargs", False))
+    if getattr(args, "torch_compile", False):  # TrainingArguments(torch_compile=True): the replay compiles it too
+        info["compile"] = {"backend": str(getattr(args, "torch_compile_backend", None) or "inductor"),
+                           "mode": str(getattr(args, "torch_compile_mode", None) or "")}
     if num_items is not None:
         with contextlib.suppress(Exception):  # a device's tensor after a device-side assert cannot be read
             info["num_items_in_batch"] = int(num_items)
     own = [name for name in ("compute_loss", "training_step") if getattr(type(trainer), name, None) is not getattr(
         sys.modules["transformers"].Trainer, name, None)]
-    if start and (own or getattr(trainer, "label_smoother", None) or getattr(trainer, "compute_loss_func", None)):
+    own += ["label smoothing"] * bool(getattr(trainer, "label_smoother", None)) + ["compute_loss_func"] * bool(
+        getattr(trainer, "compute_loss_func", None))
+    if own:  # in the file too: reduce names it when the replay does not fail as recorded
+        info["own_loss"] = ", ".join(own)
+    if start and own:
         _warn("record_trainer: the Trainer computes its loss its own way ({}): reduce's replay runs the model's "
-              "forward and backward of the loss it returns, and says so if that does not fail".format(
-                  ", ".join(own + ["label smoothing"] * bool(getattr(trainer, "label_smoother", None)) +
-                            ["compute_loss_func"] * bool(getattr(trainer, "compute_loss_func", None)))))
+              "forward and backward of the loss it returns, and says so if that does not fail".format(info["own_loss"]))
     return info
 
 
@@ -494,6 +500,8 @@ def _record_trainer(trainer, path, record_state, save_kwargs, kept, num_items, e
             state["model"] = trainer.model
     meta = dict(kwargs.pop("meta", None) or {})
     meta.setdefault("trainer_model", reduce_batch._type_path(getattr(trainer, "model", None)))
+    if info is not None and info.get("own_loss"):
+        meta.setdefault("trainer_loss", info["own_loss"])  # reduce names it when the replay does not fail so
     rec = reduce_batch.record_on_failure(path, batch, step=trainer_step if info else None, state=state, meta=meta,
                                          **kwargs)
     rec.__exit__(type(exception), exception, exception.__traceback__)
@@ -528,8 +536,7 @@ def trainer_step(batch, state=None):
         raise rc.HarnessError(f"the recorded config of {cls.__qualname__} is not JSON: {e}") from e
     if not isinstance(recorded, dict):
         raise rc.HarnessError(f"the recorded config of {cls.__qualname__} is not a JSON object")
-    # Keys that name code or a download (a Hub attention kernel, remote classes) are never taken from a file.
-    config = config_cls.from_dict({k: v for k, v in recorded.items() if k != "auto_map" and "implementation" not in k})
+    config = config_cls.from_dict(_no_code(recorded))
     if not isinstance(batch, dict) and not (hasattr(batch, "keys") and hasattr(batch, "__getitem__")):
         raise rc.HarnessError(f"the recorded batch is a {type(batch).__name__}: the Trainer calls the model with a "
                               "mapping of its arguments")
@@ -539,6 +546,14 @@ def trainer_step(batch, state=None):
     model = cls(config).to(device)
     _load_weights(model, state.get("model"), "model's", "its config")
     model.train()
+    compiled = info.get("compile") or {}
+    if compiled:  # TrainingArguments(torch_compile=True): compiled as the Trainer compiled it
+        backend = str(compiled.get("backend") or "inductor")
+        import torch._dynamo
+
+        if backend not in torch._dynamo.list_backends(exclude_tags=()):  # a name the file gives runs no code here
+            raise rc.HarnessError(f"the recorded torch.compile backend {backend!r} is not one of this torch's")
+        model = torch.compile(model, backend=backend, mode=compiled.get("mode") or None)
     rc.restore_rng(state)  # building the model drew from the generators: start from the step's again
     inputs = {k: batch[k] for k in list(batch.keys())}
     if info.get("loss_kwargs") and info.get("num_items_in_batch") is not None:
@@ -553,6 +568,13 @@ def trainer_step(batch, state=None):
     loss = outputs["loss"] if isinstance(outputs, dict) else outputs[0]
     loss.backward()
     return loss.detach()
+
+
+def _no_code(config):
+    """A recorded config without the keys that name code or a download (a Hub attention kernel,
+    remote classes), at any depth (a sub-model's config): never taken from a file."""
+    return {k: _no_code(v) if isinstance(v, dict) else v for k, v in config.items()
+            if k != "auto_map" and "implementation" not in k}
 
 
 def _trainer_prepare():

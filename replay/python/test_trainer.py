@@ -176,11 +176,37 @@ def test_the_config_names_no_code(transformers, monkeypatch):
                                      intermediate_size=4, max_position_embeddings=8, num_labels=2)
     d = dict(json.loads(config.to_json_string(use_diff=False)), attn_implementation="someone/kernels",
              auto_map={"AutoModel": "evil.Model"})
+    d["sub"] = {"auto_map": {"AutoModel": "evil.Model"}, "kernel_implementation": "x", "width": 3}
+    taken = []
+    monkeypatch.setattr(transformers.BertConfig, "from_dict", classmethod(
+        lambda c, given, **kw: taken.append(given) or config))
     state = rb.State({"trainer": {"model_class": {"module": cls.__module__, "qualname": cls.__qualname__},
                                   "config": json.dumps(d)}})
     loss = reduce_hooks.trainer_step({"input_ids": torch.ones(2, 3, dtype=torch.long), "labels": torch.tensor([0, 1])},
                                      state)
     assert loss.dim() == 0 and torch.isfinite(loss)
+    assert "auto_map" not in taken[0] and "attn_implementation" not in taken[0]
+    assert taken[0]["sub"] == {"width": 3} and taken[0]["hidden_size"] == 4
+
+
+def test_a_compiled_trainers_model_is_compiled_again(transformers, monkeypatch):
+    """TrainingArguments(torch_compile=True): the replay compiles the rebuilt model with the
+    recorded backend (here "eager": no C++ compiler needed), and only a backend this torch has."""
+    monkeypatch.setattr(rc, "step_check", None)
+    from torch._dynamo.utils import counters
+
+    cls = transformers.BertForSequenceClassification
+    config = transformers.BertConfig(vocab_size=8, hidden_size=4, num_hidden_layers=1, num_attention_heads=1,
+                                     intermediate_size=4, max_position_embeddings=8, num_labels=2)
+    info = {"model_class": {"module": cls.__module__, "qualname": cls.__qualname__},
+            "config": config.to_json_string(use_diff=False), "compile": {"backend": "eager", "mode": ""}}
+    batch = {"input_ids": torch.ones(2, 3, dtype=torch.long), "labels": torch.tensor([0, 1])}
+    counters.clear()
+    loss = reduce_hooks.trainer_step(batch, rb.State({"trainer": info}))
+    assert torch.isfinite(loss) and counters["stats"].get("unique_graphs", 0) > 0
+    info["compile"]["backend"] = "os:system"
+    with pytest.raises(rc.HarnessError, match="backend 'os:system' is not one of this torch's"):
+        reduce_hooks.trainer_step(batch, rb.State({"trainer": info}))
 
 
 class _OldTrainer:
@@ -231,7 +257,7 @@ def test_reduce_batch_names_it_too(tmp_path):
 
 
 def test_record_trainer_refuses_what_it_records(tmp_path):
-    for k in ("step", "error", "window"):
+    for k in ("step", "error", "window", "keep"):
         with pytest.raises(TypeError, match="record_trainer: %s=" % k):
             reduce_hooks.record_trainer(_OldTrainer(), tmp_path / "c.bin", **{k: 1})
     with pytest.raises(TypeError, match="want a transformers Trainer"):
