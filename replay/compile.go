@@ -21,7 +21,8 @@ import (
 //     replay, the fork server's children and the cold workers alike, finds
 //     what the training run and the earlier replays compiled. Without it a
 //     replay's TMPDIR is its run directory and every replay compiled from
-//     scratch.
+//     scratch. Set for every batch (one without the meta may compile
+//     still), as is the next.
 //   - TORCHINDUCTOR_COMPILE_THREADS=1 unless set: what is left to compile
 //     is compiled in the replay's process, without a pool of compile
 //     workers started (and stopped) for every replay.
@@ -42,21 +43,21 @@ const (
 )
 
 // compileEnv is the environment a batch's replays get for torch.compile:
-// nothing for a batch not compiled (or none), the eager switch with
-// noCompile, else the warm caches' (the variables the user set are left
-// as they are).
+// the eager switch with noCompile, else the warm caches' (the variables
+// the user set are left as they are), and the zygote's import of Inductor
+// for a batch whose meta says its step was compiled.
 func compileEnv(b *fixtures.Batch, noCompile bool) []string {
 	if noCompile {
 		return []string{dynamoDisable + "=1"}
 	}
-	backend := ""
-	if b != nil {
-		backend = b.Meta[fixtures.MetaCompiled]
+	// The caches are shared whether or not the meta says the step was
+	// compiled: a batch kept before the first compiled step (keep="disk")
+	// or recorded by an older recorder has no such meta, and a step that
+	// does not compile never reads them.
+	var env []string
+	if b != nil && b.Meta[fixtures.MetaCompiled] != "" {
+		env = append(env, CompiledEnv+"="+b.Meta[fixtures.MetaCompiled])
 	}
-	if backend == "" {
-		return nil
-	}
-	env := []string{CompiledEnv + "=" + backend}
 	if os.Getenv(cacheDirEnv) == "" {
 		env = append(env, cacheDirEnv+"="+compileCacheDir())
 	}

@@ -21,15 +21,9 @@ type Compiled struct {
 const (
 	EagerFails  = "fails"  // the same failure: the compile is not needed
 	EagerPasses = "passes" // the failure needs the compile
-	EagerOther  = "other"  // another failure eager: the recorded one needs the compile
+	EagerOther  = "other"  // another failure eager: this failure's form needs the compile, the batch fails either way
 	EagerAll    = "all"    // --no-compile: every replay ran eager
 )
-
-// Needed says whether the failure needs torch.compile: false when it
-// fails the same way eager (or every replay ran eager).
-func (c *Compiled) Needed() bool {
-	return c.Eager == EagerPasses || c.Eager == EagerOther
-}
 
 // Words say it in one sentence, for the summary and report.md.
 func (c *Compiled) Words() string {
@@ -43,7 +37,7 @@ func (c *Compiled) Words() string {
 	case EagerPasses:
 		return fmt.Sprintf("the failure needs %s: the minimal batch passes eager", with)
 	case EagerOther:
-		return fmt.Sprintf("the failure needs %s: eager, the minimal batch fails otherwise (%s)", with, c.EagerFailure)
+		return fmt.Sprintf("the minimal batch fails eager too, with another error (%s): %s changes how it fails, not whether", c.EagerFailure, with)
 	case EagerAll:
 		return fmt.Sprintf("the step was compiled with %s when it was recorded; every replay ran eager (--no-compile)", with)
 	}

@@ -18,10 +18,6 @@ const compileProbe = "import shutil, sys\nimport torch\nimport torch._inductor.c
 // torch.compile.
 func PythonCompile(t testing.TB) string {
 	t.Helper()
-	r := probe("torch+compile", compileProbe, "torch.compile (Inductor, with a C++ compiler)",
-		"use a torch 2.x (scripts/pypi-torch-venv.sh) and set REDUCE_PYTHON", pythonCandidates())
-	if r.why != "" {
-		Missing(t, RequireCompile, r.why)
-	}
-	return r.python
+	return PythonProbed(t, RequireCompile, compileProbe, "torch.compile (Inductor, with a C++ compiler)",
+		"use a torch 2.x (scripts/pypi-torch-venv.sh) and set REDUCE_PYTHON")
 }
