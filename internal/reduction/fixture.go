@@ -171,12 +171,17 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 	if rep := r.reportOf(f.Batch, signature.Reproduces); builtin && rep != nil && rep.CPU != nil {
 		reg.Record.CPU = &regress.CPUFailure{Exception: rep.CPU.Exception, Message: rep.CPU.Message}
 	}
-	if sig, _, ok := r.answerOf(f.Batch, signature.Reproduces); ok && !builtin && rec.CPU == nil && sig.Exception != rec.Signature.Exception {
+	if sig, _, ok := r.answerOf(f.Batch, signature.Reproduces); ok && !builtin && sig.Exception != rec.Signature.Exception {
 		// A step replayed on a device raises there otherwise than the
 		// recording said (a batch recorded on the CPU, its IndexError a
 		// device-side assert on the GPU): the test runs it on that
-		// device, and expects what the minimal batch's replay raised.
+		// device, and expects what the minimal batch's replay raised. So
+		// does a step's minimal batch on the CPU that reproduced at a
+		// looser --match with another class.
 		reg.Record.Signature = sig
+		if rec.CPU != nil && sig.Exception != "" {
+			rec.CPU.Exception = sig.Exception
+		}
 	}
 	if f.Boundary != nil {
 		if outs, ok := expect(f.Boundary); ok {
