@@ -55,7 +55,8 @@ func TestCompiledCrash(t *testing.T) {
 	assert.Equal(t, 1, sum.Phases[reduction.PhaseCompile].Replays)
 	report, err := os.ReadFile(filepath.Join(sum.Fixture, "report.md"))
 	require.NoError(t, err)
-	assert.Contains(t, string(report), "torch.compile: the minimal batch fails eager too, with another error (host_check(cpu) embedding: IndexError: index out of range in self [IndexError]): torch.compile (inductor) changes how it fails, not whether")
+	assert.Contains(t, string(report), "torch.compile: the minimal batch fails eager too, with another error")
+	assert.Contains(t, string(report), "torch.compile (inductor) changes how it fails, not whether")
 
 	// The fixture's tests replay the compiled step in a child process:
 	// Inductor's check, aborting on several threads, takes no test session

@@ -826,6 +826,7 @@ def _tail(text, lines=40, chars=4000):
 
 _SUMMARY_LINE = "reduce_collect-summary: "
 _TRACEBACK_HEAD = "Traceback (most recent call last):"
+_RANK_MARK = re.compile(r"^\[rank\d+\]: ?")
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::(?: (.*))?)?$")
 # The child: this runtime, imported from its file (a conftest.py too) as reduce_collect, with the
 # folder of the reduce_batch this process imported first on sys.path and the working directory next
@@ -859,8 +860,10 @@ def _child_replay(path, device, entry, device_memory, seed=""):
 def _child_exception(stderr):
     """(dotted class, message) of the exception whose traceback the child printed last, or None.
     The message runs from the exception's line to the end of stderr: a torch message has lines of
-    its own, which check_exception's rule (first line, then more) allows to be followed by more."""
-    lines = stderr.splitlines()
+    its own, which check_exception's rule (first line, then more) allows to be followed by more.
+    Under a process group (a rank's replay, alone) torch prints the traceback with each line led
+    by "[rank0]: ": that mark is dropped."""
+    lines = [_RANK_MARK.sub("", line) for line in stderr.splitlines()]
     starts = [i for i, line in enumerate(lines) if line == _TRACEBACK_HEAD]
     if not starts:
         return None
