@@ -4,8 +4,10 @@ in one run: cmd/reduce/testdata/compiled/train.py's nn.Embedding step, recorded 
 
 - warm: meta "compiled" (what reduce_batch records of a compiled step): the replays share Inductor's
   caches (the training run's TORCHINDUCTOR_CACHE_DIR) and the fork server imported Inductor;
-- cold: no such meta (a recorder before issue 23): a replay's TMPDIR is its run directory, where
-  Inductor puts its cache, so every replay compiles from scratch.
+- cold: what replays did before they kept the caches warm: no such meta (no Inductor imported in
+  the fork server, no eager probe), Inductor's caches off (TORCHINDUCTOR_FORCE_DISABLE_CACHES=1: a
+  replay's TMPDIR was its run directory, where Inductor put its cache, so every replay compiled from
+  scratch) and its compile workers as many as the CPUs (a pool started in every replay).
 
     python scripts/bench-compile.py [--rounds 1] [--reduce bin/reduce]
 
@@ -64,7 +66,8 @@ def main():
         got = {"cold": [], "warm": []}
         for _ in range(a.rounds):
             for kind in ("cold", "warm"):  # interleaved: the machine's load falls on both alike
-                got[kind].append(reduction(reduce, proj, kind + ".bin", env))
+                got[kind].append(reduction(reduce, proj, kind + ".bin", env if kind == "warm" else dict(
+                    env, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1", TORCHINDUCTOR_COMPILE_THREADS=str(os.cpu_count()))))
         print("torch.compile (Inductor, CPU), nn.Embedding step, 16 samples, %d round(s), %d CPUs"
               % (a.rounds, os.cpu_count()))
         print("%-5s %8s %14s %14s %14s %s" % ("kind", "replays", "median/replay", "sum of replays", "reduction", "culprit"))
