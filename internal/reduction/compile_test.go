@@ -1,6 +1,7 @@
 package reduction_test
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -65,6 +66,17 @@ func TestCompileProbe(t *testing.T) {
 			assert.Equal(t, tc.want, res.Compiled)
 			assert.Equal(t, tc.probes, res.Phases[reduction.PhaseCompile].Replays)
 			assert.Empty(t, res.OtherFailures, "the eager probe's failure is no other failure of the run")
+			// Reduced eager, the fixture's tests replay it eager (the
+			// collector reads the batch's meta).
+			for _, name := range []string{"batch.bin", "without_culprits.bin"} {
+				got, err := fixtures.Read(filepath.Join(res.Fixtures[0], name))
+				require.NoError(t, err)
+				want := ""
+				if tc.noCompile {
+					want = fixtures.ReplayCompileEager
+				}
+				assert.Equal(t, want, got.Meta[fixtures.ReplayCompileKey], name)
+			}
 		})
 	}
 }

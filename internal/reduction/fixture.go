@@ -96,6 +96,11 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 		min.Meta["kept_ids"] = strings.Join(f.IDs, ",")
 	}
 	min.Meta["reduce_mode"] = string(r.mode)
+	if r.o.NoCompile {
+		// Reduced eager (--no-compile): the fixture's tests run it eager
+		// too (reduce_collect._call_step).
+		min.Meta[fixtures.ReplayCompileKey] = fixtures.ReplayCompileEager
+	}
 	if f.Partial {
 		min.Meta["partial"] = "true"
 	}
@@ -156,6 +161,9 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 			out.Meta = map[string]string{}
 		}
 		out.Meta["source_file"], out.Meta["source_hash"] = min.Meta["source_file"], min.Meta["source_hash"]
+		if r.o.NoCompile {
+			out.Meta[fixtures.ReplayCompileKey] = fixtures.ReplayCompileEager
+		}
 		out.Meta[regress.MetaExpect] = regress.ExpectPass
 		return &out
 	}
