@@ -114,18 +114,13 @@ func reduceCompiled(t *testing.T, bin, proj string, env []string) reduction.Summ
 }
 
 // userProject is a user's repository in a new temporary directory: the
-// scripts of testdata named (each under its base name) and the recorder,
-// as `reduce recorder > reduce_batch.py` writes it.
+// scripts of testdata named (each under its base name) and the recorder
+// with its hooks (vendored).
 func userProject(t *testing.T, bin string, scripts ...string) string {
 	t.Helper()
 	proj := t.TempDir()
-	for _, f := range scripts {
-		data, err := os.ReadFile(filepath.Join("testdata", f))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(proj, filepath.Base(f)), data, 0o644))
+	for name, data := range vendored(t, bin, scripts...) {
+		require.NoError(t, os.WriteFile(filepath.Join(proj, name), data, 0o644))
 	}
-	rec, err := exec.Command(bin, "recorder").Output()
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(proj, "reduce_batch.py"), rec, 0o644))
 	return proj
 }

@@ -619,7 +619,7 @@ def alone(batch, check_only=False):
     say rank 0 of 1. HarnessError when this torch has no torch.distributed (check_only: that
     check alone, the worker's before any replay)."""
     meta = batch.meta or {}
-    if not str(meta.get("world_size", "")).isdigit() or int(meta["world_size"]) < 2:
+    if not re.fullmatch("[0-9]+", str(meta.get("world_size", ""))) or int(meta["world_size"]) < 2:
         return
     dist = getattr(_torch(), "distributed", None)
     if dist is None or not dist.is_available():

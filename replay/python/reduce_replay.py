@@ -28,6 +28,7 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 import types
 
@@ -69,7 +70,7 @@ def _resolve(o):
     if o.entry:
         return rc.resolve_entry(o.entry)
     world = os.environ.get("REDUCE_WORLD_SIZE", "")
-    if world.isdigit() and int(world) > 1:  # one rank's recording: replayed alone only with torch.distributed
+    if re.fullmatch("[0-9]+", world) and int(world) > 1:  # one rank's recording: replayed alone only with torch.distributed
         rc.alone(types.SimpleNamespace(meta={"world_size": world, "rank": os.environ.get("REDUCE_RANK") or "?"},
                                        tensors={}), check_only=True)
     fn = rc.resolve_step(o.step, chdir=True) if o.step else None

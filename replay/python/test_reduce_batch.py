@@ -982,6 +982,7 @@ def test_rank_without_torch_distributed_is_refused(monkeypatch):
     with pytest.raises(rc.HarnessError, match=r"rank 3 of 4's .* no torch.distributed to replay its step alone"):
         rc.alone(types.SimpleNamespace(meta={"rank": "3", "world_size": "4"}, tensors={}), check_only=True)
     rc.alone(types.SimpleNamespace(meta={"world_size": "1"}, tensors={}))  # one process: nothing to do
+    rc.alone(types.SimpleNamespace(meta={"world_size": "\u00b2"}, tensors={}))  # no ASCII number: no rank of a run
 
 
 def test_keep_disk_per_rank(tmp_path, monkeypatch):
