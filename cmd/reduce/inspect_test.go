@@ -62,3 +62,23 @@ func TestInspectEscapes(t *testing.T) {
 		assert.Equal(t, []fixtures.TypeInfo{{Path: "k" + evil, Kind: fixtures.NodeNamedTuple, Type: "os:system"}}, got.Types)
 	}
 }
+
+// TestInspectShowsSecrets: `reduce inspect` shows the recording as it is:
+// the secrets, host and paths that fixture.json, report.md and the
+// upstream issue redact are still there, in the table and in --json.
+func TestInspectShowsSecrets(t *testing.T) {
+	b, err := fixtures.Read("../../fixtures/examples/four_class_targets.bin")
+	require.NoError(t, err)
+	const secret = "WANDB_API_KEY=0123456789abcdef from /home/alice/x on 10.1.2.3"
+	b.Meta = map[string]string{"host": "trn-node-42.hpc.example.edu", "executable": "/home/alice/venv/bin/python"}
+	b.Error = &fixtures.Failure{Text: "IndexError: Target 4 is out of bounds. " + secret}
+	path := filepath.Join(t.TempDir(), "secret.bin")
+	require.NoError(t, fixtures.Write(path, b))
+	for _, args := range [][]string{{"inspect", path}, {"inspect", "--json", path}} {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, ExitOK, run(append([]string{"reduce"}, args...), &stdout, &stderr), "%s", stderr.String())
+		for _, s := range []string{secret, "trn-node-42.hpc.example.edu", "/home/alice/venv/bin/python"} {
+			assert.Contains(t, stdout.String(), s, "%v", args)
+		}
+	}
+}

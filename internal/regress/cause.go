@@ -345,7 +345,7 @@ func headlineText(s string, red *redactor) string {
 // people is r without its sample ids: what report.md, which names the
 // culprits by their ids, redacts from its title and headline.
 func (r *redactor) people() *redactor {
-	out := &redactor{}
+	out := &redactor{cwd: r.cwd}
 	for _, w := range r.words {
 		if w.to != "<id>" {
 			out.words = append(out.words, w)

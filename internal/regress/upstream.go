@@ -20,7 +20,7 @@ import (
 // owns the failing op, for a minimal case that fails although its inputs
 // meet the op's contract as far as reduce can tell (judge: verdictValid).
 // It is text a person pastes into a public tracker, so everything taken
-// from outside is redacted first (redactor) and then quoted as the rest of
+// from outside is redacted first (redactor, redact.go) and then quoted as the rest of
 // report.md quotes it; the Python snippet builds the minimal batch from
 // literals and names external text only inside pyQuote strings.
 
@@ -41,7 +41,7 @@ func upstreamIssue(rec *Record, reg *Regression) string {
 	return "\n## Upstream issue\n\n" +
 		"As far as reduce can tell the inputs meet the op's contract (no check of an argument raised, no value is outside its valid range, no rule names them), so the failure may be a bug in PyTorch (or in the library that owns the op). If you believe it is, this text is ready to paste:\n\n" +
 		fence + "markdown\n" + strings.TrimRight(issue, "\n") + "\n" + fence + "\n\n" +
-		"Its first line is the issue's title. Home directories, user and host names and sample ids are replaced by `~`, `<user>`, `<host>` and `<id>`; read it through before you post it.\n"
+		"Its first line is the issue's title. Home directories, user and host names, sample ids, addresses, e-mail addresses, tokens and other secrets are replaced by `~`, `<user>`, `<host>`, `<id>`, `<ip>`, `<email>`, `<token>` and `<secret>`; read it through before you post it.\n"
 }
 
 // findingElements are the triggering elements of this fixture's culprit.
@@ -654,132 +654,4 @@ func summarize(t *kernels.Tensor) string {
 		s += fmt.Sprintf(", %d not finite", nonFinite)
 	}
 	return s
-}
-
-// redactor takes out of external text what would say who and where the
-// user is, or which samples they train on: sample ids ("<id>"), user
-// names ("<user>"), host names ("<host>") and home directories ("~"). It
-// knows them from the record and the batch: the ids of the batch and of
-// every culprit; the hosts of the batch's meta ("host", "hostname",
-// "node") and of the Slurm nodes; the users of the meta ("user",
-// "username") and of every home directory in a path the record or the
-// batch holds (/home/<user>, /Users/<user>, C:\Users\<user>). It never
-// looks at the machine it runs on: report.md is a function of the record.
-type redactor struct {
-	words []redaction // longest first
-}
-
-type redaction struct{ from, to string }
-
-// minRedacted is the shortest id, user or host name replaced: shorter
-// ones would hit the words and numbers of every message (an id "7", a user
-// "ml") and say too little to identify anyone. Home directories are
-// replaced whatever their owner's name.
-const minRedacted = 3
-
-var (
-	homeRe     = regexp.MustCompile(`(?:/[\w.-]+)*/(?:home|Users)/([^/\s'"` + "`" + `:;,)\]]+)`)
-	rootHomeRe = regexp.MustCompile(`(?m)(^|[^\w.~/-])/root\b`)
-	winHomeRe  = regexp.MustCompile(`[A-Za-z]:\\+Users\\+([^\\\s'"` + "`" + `:;,)\]]+)`)
-)
-
-func newRedactor(rec *Record, reg *Regression) *redactor {
-	r := &redactor{}
-	seen := map[string]bool{}
-	add := func(word, to string) {
-		for _, w := range []string{word, validText(word)} {
-			if utf8.RuneCountInString(w) >= minRedacted && !seen[w] {
-				seen[w] = true
-				r.words = append(r.words, redaction{w, to})
-			}
-		}
-	}
-	for _, id := range reg.Batch.SampleIDs {
-		add(id, "<id>")
-	}
-	for _, c := range rec.Culprits {
-		for _, id := range c.IDs {
-			add(id, "<id>")
-		}
-	}
-	meta := reg.Batch.Meta
-	var hosts []string
-	for _, k := range []string{"host", "hostname", "node"} {
-		hosts = append(hosts, meta[k])
-	}
-	hosts = append(hosts, strings.Split(rec.Environment.Meta["slurm.nodes"], ",")...)
-	for _, h := range hosts {
-		h = strings.TrimSpace(h)
-		add(h, "<host>")
-		if short, _, dotted := strings.Cut(h, "."); dotted {
-			add(short, "<host>")
-		}
-	}
-	add(meta["user"], "<user>")
-	add(meta["username"], "<user>")
-	texts := []string{rec.Entry, rec.Step, rec.Source.File, rec.Diagnosis, rec.Signature.Expression}
-	texts = append(texts, rec.ReplayArgs...)
-	for _, m := range []map[string]string{meta, rec.Environment.Meta} {
-		for _, v := range m {
-			texts = append(texts, v)
-		}
-	}
-	if reg.Batch.Error != nil {
-		texts = append(texts, reg.Batch.Error.Text)
-	}
-	if rec.CPU != nil {
-		texts = append(texts, rec.CPU.Message)
-	}
-	for _, s := range texts {
-		for _, re := range []*regexp.Regexp{homeRe, winHomeRe} {
-			for _, m := range re.FindAllStringSubmatch(s, -1) {
-				add(m[1], "<user>")
-			}
-		}
-	}
-	slices.SortStableFunc(r.words, func(a, b redaction) int { return len(b.from) - len(a.from) })
-	return r
-}
-
-// text is s redacted: each known word replaced where it stands whole (not
-// inside a longer run of letters and digits), in one pass so that no
-// replacement is replaced again, then home directories by "~".
-func (r *redactor) text(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		hit := false
-		for _, w := range r.words {
-			if strings.HasPrefix(s[i:], w.from) && wholeWord(s, i, i+len(w.from)) {
-				b.WriteString(w.to)
-				i += len(w.from)
-				hit = true
-				break
-			}
-		}
-		if !hit {
-			b.WriteByte(s[i])
-			i++
-		}
-	}
-	s = b.String()
-	s = homeRe.ReplaceAllString(s, "~")
-	s = winHomeRe.ReplaceAllString(s, "~")
-	return rootHomeRe.ReplaceAllString(s, "${1}~")
-}
-
-// wholeWord reports whether s[i:j] does not continue a word on either side:
-// where it starts (ends) with a letter or digit, the rune before (after)
-// it is none. An underscore separates words: a user "alice" is taken out
-// of "alice_runs" too.
-func wholeWord(s string, i, j int) bool {
-	isWord := func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
-	first, _ := utf8.DecodeRuneInString(s[i:j])
-	last, _ := utf8.DecodeLastRuneInString(s[i:j])
-	if before, _ := utf8.DecodeLastRuneInString(s[:i]); i > 0 && isWord(first) && isWord(before) {
-		return false
-	}
-	if after, _ := utf8.DecodeRuneInString(s[j:]); j < len(s) && isWord(last) && isWord(after) {
-		return false
-	}
-	return true
 }

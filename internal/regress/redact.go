@@ -1,0 +1,645 @@
+package regress
+
+import (
+	"net"
+	"regexp"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"reduce/internal/signature"
+)
+
+// Redaction: what users post (the upstream issue) or commit (fixture.json,
+// report.md) holds nothing that says who or where they are, or lets anyone
+// in. One redactor, redactor.text, serves the three writers: known words
+// of the record (sample ids, user and host names), secrets by their form
+// (e-mail addresses, tokens and keys, KEY=value assignments, URL
+// signatures and passwords, private key blocks), IP addresses, host names
+// and every home or scratch path. Each kind has one fixed placeholder, so
+// that a record redacts to the same bytes every time, and no placeholder
+// is redacted again (text is idempotent). `reduce inspect` shows the
+// recording as it is: it never redacts.
+
+// redactor takes out of external text what would say who and where the
+// user is, or which samples they train on: sample ids ("<id>"), user
+// names ("<user>"), host names ("<host>") and home directories ("~"). It
+// knows them from the record and the batch: the ids of the batch and of
+// every culprit; the hosts of the batch's meta ("host", "hostname",
+// "node"), each FQDN's short name too, and of the Slurm nodes; the users
+// of the meta ("user", "username") and of every home or scratch directory
+// in a path the record or the batch holds (/home/<user>, /Users/<user>,
+// /scratch/<user>, C:\Users\<user>). Paths inside the step's working
+// directory (the user's repository) become relative to it. It never looks
+// at the machine it runs on: report.md is a function of the record.
+type redactor struct {
+	words []redaction // longest first
+	cwd   string      // the step's working directory, "" for none
+}
+
+type redaction struct{ from, to string }
+
+// minRedacted is the shortest id, user or host name replaced: shorter
+// ones would hit the words and numbers of every message (an id "7", a user
+// "ml") and say too little to identify anyone. Home directories are
+// replaced whatever their owner's name.
+const minRedacted = 3
+
+// The placeholders. A home directory becomes "~", a path inside the
+// step's working directory relative to it.
+const (
+	phID      = "<id>"
+	phUser    = "<user>"
+	phHost    = "<host>"
+	phEmail   = "<email>"
+	phToken   = "<token>"
+	phSecret  = "<secret>"
+	phIP      = "<ip>"
+	phKey     = "<private key>"
+	phURLAuth = "<user>:<password>"
+)
+
+// placeholderRe is any placeholder, as messagePattern skips them.
+var placeholderRe = regexp.MustCompile(`<(?:id|user|host|email|token|secret|ip|private key|password)>`)
+
+// isPlaceholder reports whether s is one placeholder, which is never
+// redacted again.
+func isPlaceholder(s string) bool {
+	return s == phURLAuth || placeholderRe.FindString(s) == s && s != ""
+}
+
+const pathEnd = `/\s'"` + "`" + `:;,)\]<>`
+
+var (
+	homeRe     = regexp.MustCompile(`(?:/[\w.-]+)*/(?:home|homes|Users)/([^` + pathEnd + `]+)`)
+	rootHomeRe = regexp.MustCompile(`(?m)(?:^|[^\w.~/-])(/root)\b`)
+	winHomeRe  = regexp.MustCompile(`[A-Za-z]:\\+Users\\+([^\\` + pathEnd + `]+)`)
+	// scratchRe is a per-user directory that is no home: its user part
+	// alone is replaced (/scratch/<user>/run).
+	scratchRe = regexp.MustCompile(`(?:/[\w.-]+)*/(?:scratch\d*|users|nobackup)/([^` + pathEnd + `]+)`)
+)
+
+// secretRule finds one kind of secret: re's matches, the span of group
+// (0 for the whole match) replaced by to. check, when set, may refuse a
+// match (it gets s and the match's indices).
+type secretRule struct {
+	re    *regexp.Regexp
+	group int
+	to    string
+	check func(s string, m []int) bool
+}
+
+// tokenChars is what a key or token is made of.
+const tokenChars = `[A-Za-z0-9_-]`
+
+var secretRules = []secretRule{
+	{re: regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?s:.*?)(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)`), to: phKey},
+	// A JWT (a Bearer's, or bare): three base64url parts, the first "{".
+	{re: regexp.MustCompile(`\beyJ` + tokenChars + `{8,}\.` + tokenChars + `{8,}\.` + tokenChars + `*`), to: phToken},
+	{re: regexp.MustCompile(`(?i)\bbearer\s+([A-Za-z0-9._~+/=-]{16,})`), group: 1, to: phToken},
+	{re: regexp.MustCompile(`(?i)\bauthorization["']?\s*[:=]\s*(?:[A-Za-z]+\s+)?([^\s"'<]+)`), group: 1, to: phToken,
+		check: func(s string, m []int) bool { return !authSchemeRe.MatchString(s[m[2]:m[3]]) }},
+	// Known prefixes: Hugging Face, AWS access key ids, GitHub, OpenAI and
+	// Anthropic, Slack, GitLab, Google, npm and PyPI.
+	{re: regexp.MustCompile(`\b(?:hf_[A-Za-z0-9]{16,}|(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA)[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|sk-` + tokenChars + `{16,}|xox[abposr]-[A-Za-z0-9-]{8,}|glpat-` + tokenChars + `{16,}|AIza` + tokenChars + `{30,}|npm_[A-Za-z0-9]{30,}|pypi-` + tokenChars + `{16,})`), to: phToken},
+	// A signature or token in a URL's query.
+	{re: regexp.MustCompile(`(?i)(?:\b|[?&;])(?:x-amz-signature|x-amz-credential|x-amz-security-token|x-goog-signature|x-goog-credential)=([^&\s"'#<>]+)`), group: 1, to: phSecret},
+	{re: regexp.MustCompile(`(?i)[?&;](?:sig|signature|token|access_token|id_token|api_key|apikey|key|password|secret|code)=([^&\s"'#<>]+)`), group: 1, to: phSecret},
+	// NAME=value where the name says it holds a secret (WANDB_API_KEY,
+	// HF_TOKEN, db_password, "api_key": "..."); "name: value" when the
+	// name has a part before it (HF_TOKEN: ...) or is quoted.
+	{re: regexp.MustCompile(`(?i)\b([A-Za-z0-9_.-]*(?:token|secret|passw(?:or)?d|pwd|apikey|credentials?)|[A-Za-z0-9_.-]*[_-]key)(["']?\s*(?:=|:\s)\s*)("[^"\n]*"|'[^'\n]*'|[^\s"'&,;)\]}]+)`), group: 3, to: phSecret,
+		check: func(s string, m []int) bool {
+			name, sep := s[m[2]:m[3]], s[m[4]:m[5]]
+			if strings.HasPrefix(strings.TrimLeft(sep, `"' `), ":") && !strings.ContainsAny(name, "_-.") && !strings.ContainsAny(sep, `"'`) &&
+				!strings.HasPrefix(strings.ToLower(name), "passw") {
+				return false // "token: 'x'", a parser's words
+			}
+			v := strings.Trim(s[m[6]:m[7]], `"'`)
+			return v != "" && !isPlaceholder(v)
+		}},
+	// user:password@ in a URL.
+	{re: regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]*://([^/\s:@"'<>]+:[^/\s@"'<>]+)@`), group: 1, to: phURLAuth},
+	{re: regexp.MustCompile(`[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b`), to: phEmail},
+}
+
+// authSchemeRe is an Authorization header's scheme, which stays.
+var authSchemeRe = regexp.MustCompile(`(?i)^(?:bearer|basic|digest|token)$`)
+
+var (
+	ipv4Re = regexp.MustCompile(`(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)`)
+	// ipv6Re is a candidate, checked by net.ParseIP.
+	ipv6Re = regexp.MustCompile(`[0-9A-Fa-f:]*:[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*`)
+	// versionBefore is what says that four dotted numbers are a version
+	// (cuDNN 8.9.2.26), not an address.
+	versionBefore = regexp.MustCompile(`(?i)(?:version|ver|cudnn|cuda|nccl|driver|torch|python|release|build|firmware|[=<>~!]=)\s*[:=]?\s*$`)
+	// fqdnRe is a host name with a domain: dotted labels ending in a
+	// top-level domain that no file extension or Python name is named
+	// after (".py", ".so", ".pt", ".io", "torch.int" and "self.se" are not
+	// taken).
+	fqdnRe = regexp.MustCompile(`(?i)\b(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+(?:com|org|net|edu|gov|mil|internal|local|localdomain|lan|corp|intra|intranet|cluster|hpc|ai|de|uk|fr|ch|jp|cn|nl|fi|ca|au|us|eu|kr|es|ru|br|il|dk|be|cz|sg|tw|hk|nz|ie|gr|hu|ro|ac)\b`)
+)
+
+// publicHosts are the domains of what torch and its libraries print
+// (documentation, issue trackers): no one's whereabouts.
+var publicHosts = []string{"pytorch.org", "github.com", "githubusercontent.com", "python.org", "pypi.org", "nvidia.com",
+	"huggingface.co", "lightning.ai", "numpy.org", "readthedocs.io", "stackoverflow.com", "example.com", "example.org"}
+
+func newRedactor(rec *Record, reg *Regression) *redactor {
+	r := &redactor{}
+	seen := map[string]bool{}
+	add := func(word, to string) {
+		for _, w := range []string{word, validText(word)} {
+			if utf8.RuneCountInString(w) >= minRedacted && !seen[w] && !placeholderRe.MatchString(w) {
+				seen[w] = true
+				r.words = append(r.words, redaction{w, to})
+			}
+		}
+	}
+	for _, id := range reg.Batch.SampleIDs {
+		add(id, phID)
+	}
+	for _, c := range rec.Culprits {
+		for _, id := range c.IDs {
+			add(id, phID)
+		}
+	}
+	meta := reg.Batch.Meta
+	var hosts []string
+	for _, k := range []string{"host", "hostname", "node"} {
+		hosts = append(hosts, meta[k])
+	}
+	hosts = append(hosts, strings.Split(rec.Environment.Meta["slurm.nodes"], ",")...)
+	for _, h := range hosts {
+		h = strings.TrimSpace(h)
+		add(h, phHost)
+		if short, _, dotted := strings.Cut(h, "."); dotted {
+			add(short, phHost)
+		}
+	}
+	add(meta["user"], phUser)
+	add(meta["username"], phUser)
+	texts := []string{rec.Entry, rec.Step, rec.Source.File, rec.Diagnosis, rec.Signature.Expression}
+	texts = append(texts, rec.ReplayArgs...)
+	for _, m := range []map[string]string{meta, rec.Environment.Meta} {
+		for _, v := range m {
+			texts = append(texts, v)
+		}
+	}
+	if reg.Batch.Error != nil {
+		texts = append(texts, reg.Batch.Error.Text)
+	}
+	if rec.CPU != nil {
+		texts = append(texts, rec.CPU.Message)
+	}
+	if s := reg.Batch.Step; s != nil {
+		texts = append(texts, s.File, s.Cwd)
+		if strings.HasPrefix(s.Cwd, "/") && strings.Count(s.Cwd, "/") >= 2 {
+			r.cwd = strings.TrimRight(s.Cwd, "/")
+		}
+	}
+	for _, s := range texts {
+		for _, re := range []*regexp.Regexp{homeRe, winHomeRe, scratchRe} {
+			for _, m := range re.FindAllStringSubmatch(s, -1) {
+				add(m[1], phUser)
+			}
+		}
+	}
+	slices.SortStableFunc(r.words, func(a, b redaction) int { return len(b.from) - len(a.from) })
+	return r
+}
+
+// span is a part of a text to replace: s[start:end] by to.
+type span struct {
+	start, end int
+	to         string
+}
+
+// text is s redacted: every span the rules find (redactor.spans), the
+// leftmost first and of those the longest, none replaced twice.
+func (r *redactor) text(s string) string { return apply(s, r.spans(s, true)) }
+
+// version is text for a version string (cuDNN's 8.9.2.26): its four
+// dotted numbers are no address.
+func (r *redactor) version(s string) string { return apply(s, r.spans(s, false)) }
+
+// apply replaces spans (in order, none overlapping) in s.
+func apply(s string, spans []span) string {
+	var b strings.Builder
+	at := 0
+	for _, sp := range spans {
+		b.WriteString(s[at:sp.start])
+		b.WriteString(sp.to)
+		at = sp.end
+	}
+	b.WriteString(s[at:])
+	return b.String()
+}
+
+// secrets is s with its secrets alone redacted (tokens, keys, passwords,
+// e-mail addresses): what a command the collector runs keeps, its paths
+// and hosts needed to run it.
+func secrets(s string) string {
+	var spans []span
+	for _, rule := range secretRules {
+		spans = append(spans, rule.find(s)...)
+	}
+	return apply(s, pick(spans))
+}
+
+// pattern is a Python regular expression that s, and any text that
+// redacts as s does, matches: s's parts between spans quoted, each span
+// any run of characters.
+func (r *redactor) pattern(s string) string {
+	var parts []string
+	at := 0
+	for _, sp := range r.spans(s, true) {
+		parts = append(parts, regexp.QuoteMeta(s[at:sp.start]))
+		at = sp.end
+	}
+	parts = append(parts, regexp.QuoteMeta(s[at:]))
+	return strings.Join(parts, ".*?")
+}
+
+// spans are the parts of s to replace, in order, none overlapping.
+func (r *redactor) spans(s string, ips bool) []span {
+	var all []span
+	for _, rule := range secretRules {
+		all = append(all, rule.find(s)...)
+	}
+	if ips {
+		all = append(all, ipSpans(s)...)
+	}
+	all = append(all, hostSpans(s)...)
+	all = append(all, pathSpans(s, r.cwd)...)
+	all = append(all, r.wordSpans(s)...)
+	return pick(all)
+}
+
+// pick orders spans and drops those that overlap an earlier one: the
+// leftmost wins, and of those starting together the longest.
+func pick(all []span) []span {
+	slices.SortStableFunc(all, func(a, b span) int {
+		if a.start != b.start {
+			return a.start - b.start
+		}
+		return (b.end - b.start) - (a.end - a.start)
+	})
+	var out []span
+	end := 0
+	for _, sp := range all {
+		if sp.start >= end && sp.end > sp.start {
+			out = append(out, sp)
+			end = sp.end
+		}
+	}
+	return out
+}
+
+func (rule secretRule) find(s string) []span {
+	var out []span
+	for _, m := range rule.re.FindAllStringSubmatchIndex(s, -1) {
+		if rule.check != nil && !rule.check(s, m) {
+			continue
+		}
+		start, end := m[2*rule.group], m[2*rule.group+1]
+		if start < 0 || isPlaceholder(s[start:end]) {
+			continue
+		}
+		to := rule.to
+		if v := s[start:end]; rule.group > 0 && len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
+			to = v[:1] + to + v[:1] // a quoted value keeps its quotes
+		}
+		out = append(out, span{start, end, to})
+	}
+	return out
+}
+
+// ipSpans are the IPv4 and IPv6 addresses of s, less the ones that say
+// nothing of a machine (0.0.0.0, loopback, netmasks) and four dotted
+// numbers that are a version.
+func ipSpans(s string) []span {
+	var out []span
+	for _, m := range ipv4Re.FindAllStringIndex(s, -1) {
+		before, _ := utf8.DecodeLastRuneInString(s[:m[0]])
+		after := s[m[1]:]
+		switch {
+		case m[0] > 0 && (before == '.' || isWordRune(before)),
+			after != "" && (isWordRune(rune(after[0])) || after[0] == '+' || after[0] == '.' && len(after) > 1 && isDigit(after[1])),
+			versionBefore.MatchString(s[max(0, m[0]-24):m[0]]):
+			continue
+		}
+		ip := s[m[0]:m[1]]
+		if ip == "0.0.0.0" || strings.HasPrefix(ip, "127.") || strings.HasPrefix(ip, "255.") {
+			continue
+		}
+		out = append(out, span{m[0], m[1], phIP})
+	}
+	for _, m := range ipv6Re.FindAllStringIndex(s, -1) {
+		start, end := m[0], m[1]
+		for end > start && (s[end-1] == '.' || s[end-1] == ':' && (end-start < 2 || s[end-2] != ':')) {
+			end-- // a sentence's colon or period after it
+		}
+		before, _ := utf8.DecodeLastRuneInString(s[:start])
+		after, _ := utf8.DecodeRuneInString(s[end:])
+		if start > 0 && (isWordRune(before) || before == '.') || end < len(s) && (isWordRune(after) || after == ':') {
+			continue
+		}
+		cand := s[start:end]
+		ip := net.ParseIP(cand)
+		groups := len(strings.FieldsFunc(cand, func(r rune) bool { return r == ':' }))
+		if ip == nil || ip.To4() != nil && !strings.Contains(cand, "::ffff:") || groups < 3 || ip.IsLoopback() || ip.IsUnspecified() {
+			continue
+		}
+		out = append(out, span{start, end, phIP})
+	}
+	return out
+}
+
+// hostSpans are the host names with a domain in s (fqdnRe), less the
+// public ones (publicHosts) and dotted names of code: one followed by a
+// call, an attribute or a ":name".
+func hostSpans(s string) []span {
+	var out []span
+	for _, m := range fqdnRe.FindAllStringIndex(s, -1) {
+		before, _ := utf8.DecodeLastRuneInString(s[:m[0]])
+		after := s[m[1]:]
+		switch {
+		case m[0] > 0 && (before == '.' || before == '_' || before == '-'),
+			after != "" && (after[0] == '(' || after[0] == '_' || after[0] == '-'),
+			len(after) > 1 && (after[0] == '.' || after[0] == ':') && (unicode.IsLetter(rune(after[1])) || after[1] == '_'):
+			continue
+		}
+		host := strings.ToLower(s[m[0]:m[1]])
+		public := false
+		for _, p := range publicHosts {
+			public = public || host == p || strings.HasSuffix(host, "."+p)
+		}
+		if !public {
+			out = append(out, span{m[0], m[1], phHost})
+		}
+	}
+	return out
+}
+
+// pathSpans are s's paths inside cwd (made relative: the directory and
+// its slash dropped, cwd itself "."), its home directories ("~") and the
+// user part of its scratch directories.
+func pathSpans(s, cwd string) []span {
+	var out []span
+	if cwd != "" {
+		for i := 0; ; {
+			k := strings.Index(s[i:], cwd)
+			if k < 0 {
+				break
+			}
+			start, end := i+k, i+k+len(cwd)
+			before, _ := utf8.DecodeLastRuneInString(s[:start])
+			i = end
+			if start > 0 && (isWordRune(before) || strings.ContainsRune("./~-", before)) {
+				continue
+			}
+			switch {
+			case end < len(s) && s[end] == '/':
+				out = append(out, span{start, end + 1, ""})
+			case end == len(s) || strings.ContainsRune(pathEnd, rune(s[end])) && s[end] != '/':
+				out = append(out, span{start, end, "."})
+			}
+		}
+	}
+	for _, re := range []*regexp.Regexp{homeRe, winHomeRe} {
+		for _, m := range re.FindAllStringIndex(s, -1) {
+			out = append(out, span{m[0], m[1], "~"})
+		}
+	}
+	for _, m := range rootHomeRe.FindAllStringSubmatchIndex(s, -1) {
+		out = append(out, span{m[2], m[3], "~"})
+	}
+	for _, m := range scratchRe.FindAllStringSubmatchIndex(s, -1) {
+		if !isPlaceholder(s[m[2]:m[3]]) {
+			out = append(out, span{m[2], m[3], phUser})
+		}
+	}
+	return out
+}
+
+// wordSpans are the known words where they stand whole (wholeWord).
+func (r *redactor) wordSpans(s string) []span {
+	var out []span
+	if len(r.words) == 0 {
+		return nil
+	}
+	for i := 0; i < len(s); {
+		hit := false
+		for _, w := range r.words {
+			if strings.HasPrefix(s[i:], w.from) && wholeWord(s, i, i+len(w.from)) {
+				out = append(out, span{i, i + len(w.from), w.to})
+				i += len(w.from)
+				hit = true
+				break
+			}
+		}
+		if !hit {
+			i++
+		}
+	}
+	return out
+}
+
+func isWordRune(r rune) bool { return r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) }
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// wholeWord reports whether s[i:j] does not continue a word on either side:
+// where it starts (ends) with a letter or digit, the rune before (after)
+// it is none. An underscore separates words: a user "alice" is taken out
+// of "alice_runs" too.
+func wholeWord(s string, i, j int) bool {
+	isWord := func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
+	first, _ := utf8.DecodeRuneInString(s[i:j])
+	last, _ := utf8.DecodeLastRuneInString(s[i:j])
+	if before, _ := utf8.DecodeLastRuneInString(s[:i]); i > 0 && isWord(first) && isWord(before) {
+		return false
+	}
+	if after, _ := utf8.DecodeRuneInString(s[j:]); j < len(s) && isWord(last) && isWord(after) {
+		return false
+	}
+	return true
+}
+
+// record redacts what fixture.json holds of external text: the failure's
+// words, the diagnosis, the source, the environment. The sample ids and
+// tensor names are the data's own names, which the collector's tests look
+// up, and stay; the command and the entry the collector runs lose their
+// secrets only (secrets): their paths are needed to run them.
+func (r *redactor) record(rec *Record) {
+	sig := func(s *signature.Signature) {
+		s.Kernel, s.Expression, s.File, s.Exception = r.text(s.Kernel), r.text(s.Expression), r.text(s.File), r.text(s.Exception)
+	}
+	sig(&rec.Signature)
+	if rec.Recorded != nil {
+		c := *rec.Recorded
+		sig(&c)
+		rec.Recorded = &c
+	}
+	rec.ModeReason, rec.Diagnosis, rec.Predates = r.text(rec.ModeReason), r.text(rec.Diagnosis), r.text(rec.Predates)
+	if rec.CPU != nil {
+		rec.CPU = &CPUFailure{Exception: r.text(rec.CPU.Exception), Message: r.text(rec.CPU.Message)}
+	}
+	if rec.Raised != nil {
+		c := *rec.Raised
+		c.File, c.Function = r.text(c.File), r.text(c.Function)
+		rec.Raised = &c
+	}
+	if rec.Compiled != nil {
+		c := *rec.Compiled
+		c.EagerFailure = r.text(c.EagerFailure)
+		rec.Compiled = &c
+	}
+	rec.Culprits = slices.Clone(rec.Culprits)
+	for i, c := range rec.Culprits {
+		if c.Relation != nil {
+			rel := *c.Relation
+			rel.Text = r.text(rel.Text)
+			rec.Culprits[i].Relation = &rel
+		}
+	}
+	if rec.Shape != nil {
+		c := *rec.Shape
+		c.Text = r.text(c.Text)
+		rec.Shape = &c
+	}
+	rec.Neighbours = slices.Clone(rec.Neighbours)
+	for i := range rec.Neighbours {
+		rec.Neighbours[i].What = r.text(rec.Neighbours[i].What)
+	}
+	rec.OtherFailures = slices.Clone(rec.OtherFailures)
+	for i := range rec.OtherFailures {
+		o := &rec.OtherFailures[i]
+		sig(&o.Signature)
+		o.Message = r.text(o.Message)
+	}
+	rec.Source.File = r.text(rec.Source.File)
+	if rk := rec.Source.Ranks; rk != nil {
+		c := *rk
+		c.Others = slices.Clone(rk.Others)
+		for i := range c.Others {
+			o := &c.Others[i]
+			o.File, o.Error, o.Unreadable = r.text(o.File), r.text(o.Error), r.text(o.Unreadable)
+		}
+		rec.Source.Ranks = &c
+	}
+	env := &rec.Environment
+	env.Backend, env.Device, env.Launcher = r.text(env.Backend), r.text(env.Device), r.text(env.Launcher)
+	env.Reduce, env.Python, env.Torch = r.version(env.Reduce), r.version(env.Python), r.version(env.Torch)
+	env.Meta = r.meta(env.Meta)
+	rec.Step = r.text(rec.Step)
+	rec.Entry = secrets(rec.Entry)
+	if rec.ReplayArgs != nil {
+		args := make([]string, len(rec.ReplayArgs))
+		for i, a := range rec.ReplayArgs {
+			args[i] = secrets(a)
+		}
+		rec.ReplayArgs = args
+	}
+	rec.Extra = r.extra(rec.Extra)
+}
+
+// meta is m with each value redacted, a version's (versionKey) as one.
+func (r *redactor) meta(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		if versionKey(k) {
+			out[k] = r.version(v)
+		} else {
+			out[k] = r.text(v)
+		}
+	}
+	return out
+}
+
+// versionKey reports whether a meta key names a version.
+func versionKey(k string) bool {
+	k = strings.ToLower(k)
+	for _, v := range []string{"torch", "python", "cuda", "cudnn", "hip", "nccl", "driver", "version", "reduce"} {
+		if strings.Contains(k, v) {
+			return true
+		}
+	}
+	return false
+}
+
+// extra is Record.Extra with its strings redacted, at any depth.
+func (r *redactor) extra(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	var walk func(v any) any
+	walk = func(v any) any {
+		switch x := v.(type) {
+		case string:
+			return r.text(x)
+		case []any:
+			out := make([]any, len(x))
+			for i, e := range x {
+				out[i] = walk(e)
+			}
+			return out
+		case map[string]any:
+			out := make(map[string]any, len(x))
+			for k, e := range x {
+				out[r.text(k)] = walk(e)
+			}
+			return out
+		}
+		return v
+	}
+	return walk(m).(map[string]any)
+}
+
+// maxReportError bounds the recorded error text report.md is written
+// from: it quotes the last lines, and the failure's line is the last
+// exception line. Redaction reads every byte it is given.
+const maxReportError = 64 << 10
+
+// tail is s's last n bytes at most, from a line's start, after "...\n"
+// when cut.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return "...\n" + s
+}
+
+// forReport is what report.md is written from: rec (already redacted, as
+// fixture.json holds it) with the command and the entry redacted whole,
+// and reg with its batch's recorded failure and provenance redacted; the
+// tensors, the ids and the attributes are the data's, as they are.
+func (r *redactor) forReport(rec *Record, reg *Regression) (*Record, *Regression) {
+	rc := *rec
+	rc.Entry = r.text(rec.Entry)
+	if rec.ReplayArgs != nil {
+		rc.ReplayArgs = make([]string, len(rec.ReplayArgs))
+		for i, a := range rec.ReplayArgs {
+			rc.ReplayArgs[i] = r.text(a)
+		}
+	}
+	rg := *reg
+	b := *reg.Batch
+	if b.Error != nil {
+		e := *b.Error
+		e.Text, e.Exception = r.text(tail(e.Text, maxReportError)), r.text(e.Exception)
+		b.Error = &e
+	}
+	b.Meta = r.meta(b.Meta)
+	rg.Batch = &b
+	return &rc, &rg
+}
