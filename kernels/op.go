@@ -28,7 +28,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -106,6 +108,9 @@ type Attr struct {
 	Required bool
 	// Default is PyTorch's default: int64, float64, string, bool or nil.
 	Default any
+	// Choices are the values a string attribute takes; any when empty.
+	// A run with another value fails as torch's would; CheckArgs refuses it.
+	Choices []string
 }
 
 // TorchCall is how PyTorch runs an op (Op.Torch), in the terms of
@@ -258,8 +263,59 @@ func (op *Op) bind(o Options, tensors map[string]*Tensor, attrs map[string]any) 
 	if o.SMs <= 0 {
 		o.SMs = 108
 	}
-	c := &call{op: op, opts: o, cuda: o.Mode == ModeCUDA, t: map[string]*Tensor{}, a: map[string]any{}}
-	// Tensors.
+	c := &call{op: op, opts: o, cuda: o.Mode == ModeCUDA, t: map[string]*Tensor{}}
+	canon, err := op.tensorNames(slices.Collect(maps.Keys(tensors)))
+	if err != nil {
+		return nil, err
+	}
+	for name, t := range tensors {
+		if t == nil {
+			continue // an explicit None for an optional tensor
+		}
+		if err := t.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: %s: tensor %q: %v", ErrTensorArg, op.Name, name, err)
+		}
+		c.t[canon[name]] = t
+	}
+	for _, ta := range op.Tensors {
+		if !ta.Optional && c.t[ta.Name] == nil {
+			return nil, fmt.Errorf("%w: %s: missing tensor %q", ErrTensorArg, op.Name, ta.Name)
+		}
+	}
+	if c.a, err = op.attrs(attrs); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// CheckArgs is the check of a call's tensor names and attributes that
+// every run makes, without the tensors: a recorded batch the op cannot be
+// called with is bad input, found before any replay (ErrTensorArg, ErrAttr).
+func (op *Op) CheckArgs(tensors []string, attrs map[string]any) error {
+	canon, err := op.tensorNames(tensors)
+	if err != nil {
+		return err
+	}
+	for _, ta := range op.Tensors {
+		if !ta.Optional && !slices.Contains(slices.Collect(maps.Values(canon)), ta.Name) {
+			return fmt.Errorf("%w: %s: missing tensor %q (the batch holds %s)", ErrTensorArg, op.Name, ta.Name, strings.Join(tensors, ", "))
+		}
+	}
+	norm, err := op.attrs(attrs)
+	if err != nil {
+		return err
+	}
+	for _, at := range op.Attrs {
+		if v, ok := norm[at.Name].(string); ok && len(at.Choices) > 0 && !slices.Contains(at.Choices, v) {
+			return fmt.Errorf("%w: %s: %s %q: want one of %s", ErrAttr, op.Name, at.Name, v, strings.Join(at.Choices, ", "))
+		}
+	}
+	return nil
+}
+
+// tensorNames maps each name given to the tensor argument it names (an
+// alias to its argument).
+func (op *Op) tensorNames(names []string) (map[string]string, error) {
 	known := map[string]string{}
 	for _, ta := range op.Tensors {
 		known[ta.Name] = ta.Name
@@ -267,29 +323,24 @@ func (op *Op) bind(o Options, tensors map[string]*Tensor, attrs map[string]any) 
 			known[al] = ta.Name
 		}
 	}
-	for name, t := range tensors {
-		canon, ok := known[name]
+	canon, seen := map[string]string{}, map[string]bool{}
+	for _, name := range names {
+		c, ok := known[name]
 		if !ok {
 			return nil, fmt.Errorf("%w: %s takes no tensor %q (takes %s)", ErrTensorArg, op.Name, name, op.tensorList())
 		}
-		if _, dup := c.t[canon]; dup {
-			return nil, fmt.Errorf("%w: %s: tensor %q given twice (under an alias)", ErrTensorArg, op.Name, canon)
+		if seen[c] {
+			return nil, fmt.Errorf("%w: %s: tensor %q given twice (under an alias)", ErrTensorArg, op.Name, c)
 		}
-		if t == nil {
-			continue // an explicit None for an optional tensor
-		}
-		if err := t.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: %s: tensor %q: %v", ErrTensorArg, op.Name, name, err)
-		}
-		c.t[canon] = t
+		canon[name], seen[c] = c, true
 	}
-	for _, ta := range op.Tensors {
-		if !ta.Optional && c.t[ta.Name] == nil {
-			return nil, fmt.Errorf("%w: %s: missing tensor %q", ErrTensorArg, op.Name, ta.Name)
-		}
-	}
-	// Attributes.
-	spec := map[string]Attr{}
+	return canon, nil
+}
+
+// attrs checks and normalises the attributes given, with the defaults of
+// those not given.
+func (op *Op) attrs(attrs map[string]any) (map[string]any, error) {
+	spec, out := map[string]Attr{}, map[string]any{}
 	for _, at := range op.Attrs {
 		spec[at.Name] = at
 	}
@@ -302,18 +353,18 @@ func (op *Op) bind(o Options, tensors map[string]*Tensor, attrs map[string]any) 
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %s: %v", ErrAttr, op.Name, name, err)
 		}
-		c.a[name] = nv
+		out[name] = nv
 	}
 	for _, at := range op.Attrs {
-		if _, ok := c.a[at.Name]; ok {
+		if _, ok := out[at.Name]; ok {
 			continue
 		}
 		if at.Required {
 			return nil, fmt.Errorf("%w: %s: missing attribute %q", ErrAttr, op.Name, at.Name)
 		}
-		c.a[at.Name] = at.Default
+		out[at.Name] = at.Default
 	}
-	return c, nil
+	return out, nil
 }
 
 // Neutral returns the value that a dropped element of the op's integer

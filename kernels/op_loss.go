@@ -24,7 +24,7 @@ func init() {
 		Tensors: []TensorArg{{Name: "input"}, {Name: "target"}, {Name: "weight", Optional: true}},
 		Attrs: []Attr{
 			{Name: "ignore_index", Kind: AttrInt, Default: int64(defaultIgnoreIndex)},
-			{Name: "reduction", Kind: AttrString, Default: "mean"},
+			{Name: "reduction", Kind: AttrString, Default: "mean", Choices: reductions},
 			{Name: "label_smoothing", Kind: AttrFloat, Default: 0.0},
 		},
 		Signature: "torch.nn.functional.cross_entropy(input, target, weight=None, ignore_index=-100, reduction='mean', label_smoothing=0.0)",
@@ -42,7 +42,7 @@ func init() {
 		Tensors: []TensorArg{{Name: "input"}, {Name: "target"}, {Name: "weight", Optional: true}},
 		Attrs: []Attr{
 			{Name: "ignore_index", Kind: AttrInt, Default: int64(defaultIgnoreIndex)},
-			{Name: "reduction", Kind: AttrString, Default: "mean"},
+			{Name: "reduction", Kind: AttrString, Default: "mean", Choices: reductions},
 		},
 		Signature: "torch.nn.functional.nll_loss(input, target, weight=None, ignore_index=-100, reduction='mean')",
 		Torch:     TorchCall{Function: "nn.functional.nll_loss", Positional: []string{"input", "target"}},
@@ -58,7 +58,7 @@ func init() {
 		Name:    "binary_cross_entropy",
 		Tensors: []TensorArg{{Name: "input"}, {Name: "target"}, {Name: "weight", Optional: true}},
 		Attrs: []Attr{
-			{Name: "reduction", Kind: AttrString, Default: "mean"},
+			{Name: "reduction", Kind: AttrString, Default: "mean", Choices: reductions},
 		},
 		Signature: "torch.nn.functional.binary_cross_entropy(input, target, weight=None, reduction='mean')",
 		Torch:     TorchCall{Function: "nn.functional.binary_cross_entropy", Positional: []string{"input", "target"}},
@@ -120,6 +120,9 @@ func memoryBCE(c *call, add allocate) bool {
 	}
 	return true
 }
+
+// reductions are the values reductionEnum takes.
+var reductions = []string{"none", "mean", "elementwise_mean", "sum"}
 
 // reductionEnum is torch.nn._reduction.get_enum.
 func reductionEnum(r string, frame Frame) (int, *Failure) {

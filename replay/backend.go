@@ -474,7 +474,21 @@ func Step(o Options, b *fixtures.Batch) (string, error) {
 	if b.Step != nil && b.Op == "" {
 		recorded = b.Step.Entry()
 	}
-	return step(kind, b.Op, o.Entry, recorded)
+	what, err := step(kind, b.Op, o.Entry, recorded)
+	if err != nil || kind == KindExec || o.Entry != "" || b.Op == "" {
+		return what, err
+	}
+	// The op replays with the batch's tensors and attributes: one it cannot
+	// be called with is a bad file, not a failure of the op.
+	op, _ := kernels.Lookup(b.Op)
+	names := make([]string, 0, len(b.Tensors))
+	for _, e := range b.Tensors {
+		names = append(names, e.Name)
+	}
+	if err := op.CheckArgs(names, b.Attrs); err != nil {
+		return "", fmt.Errorf("the batch cannot be replayed with %s: %v; record it with the op's own tensor names and attributes", what, err)
+	}
+	return what, nil
 }
 
 // ForBatch is o with what it leaves to the recorded batch o.Batch (read

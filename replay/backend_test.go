@@ -585,7 +585,16 @@ func TestForBatch(t *testing.T) {
 	step := &fixtures.Step{Module: "train", Qualname: "step"}
 	cpu := &fixtures.Failure{Text: "IndexError: Target 4 is out of bounds."}
 	cuda := &fixtures.Failure{Text: "RuntimeError: CUDA error: device-side assert triggered"}
-	opBatch := func(f *fixtures.Failure) *fixtures.Batch { return &fixtures.Batch{Op: "cross_entropy", Error: f} }
+	named := func(names ...string) []*fixtures.Entry {
+		var es []*fixtures.Entry
+		for _, n := range names {
+			es = append(es, &fixtures.Entry{Name: n})
+		}
+		return es
+	}
+	opBatch := func(f *fixtures.Failure) *fixtures.Batch {
+		return &fixtures.Batch{Op: "cross_entropy", Error: f, Tensors: named("input", "target")}
+	}
 	stepBatch := func(executable string) *fixtures.Batch {
 		return &fixtures.Batch{Step: step, Error: cpu, Meta: map[string]string{"executable": executable}}
 	}
@@ -624,6 +633,16 @@ func TestForBatch(t *testing.T) {
 		{name: "--entry and --replay", o: Options{Batch: opBatch(cpu), Entry: "m:f", Replay: "step {batch}"},
 			err: "replay: --entry runs on the torch backend and --replay on exec: give one of them"},
 		{name: "no batch", err: "replay: no batch to replay candidates of"},
+		// A batch the op cannot be called with is a bad file, on either
+		// backend, before any replay.
+		{name: "op, a tensor it does not take", o: Options{Batch: &fixtures.Batch{Op: "cross_entropy", Tensors: named("inp", "target")}},
+			err: `crash.bin: the batch cannot be replayed with op cross_entropy: bad tensor argument: cross_entropy takes no tensor "inp"`},
+		{name: "op, a tensor missing", o: Options{Batch: &fixtures.Batch{Op: "cross_entropy", Tensors: named("input")}, Kind: KindTorch},
+			err: `crash.bin: the batch cannot be replayed with op cross_entropy: bad tensor argument: cross_entropy: missing tensor "target" (the batch holds input)`},
+		{name: "op, an attribute value it does not take", o: Options{Batch: &fixtures.Batch{Op: "nll_loss", Tensors: named("input", "target"), Attrs: map[string]any{"reduction": "avg"}}},
+			err: `crash.bin: the batch cannot be replayed with op nll_loss: bad attribute: nll_loss: reduction "avg": want one of none, mean, elementwise_mean, sum`},
+		{name: "op, an attribute of another type", o: Options{Batch: &fixtures.Batch{Op: "cross_entropy", Tensors: named("input", "target"), Attrs: map[string]any{"ignore_index": "x"}}, Kind: KindTorch},
+			err: `crash.bin: the batch cannot be replayed with op cross_entropy: bad attribute: cross_entropy: ignore_index: want an integer`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var notes []string

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+
 	"github.com/urfave/cli/v2"
 
 	"reduce/fixtures"
@@ -42,7 +44,7 @@ func inspectCommand() *cli.Command {
 // readBatch reads the batch file named on the command line, or the rank
 // file reduce reads for it (fixtures.ChooseRank, whose note goes to
 // stderr), and returns what it read; every failure to read it is bad input
-// (exit 2).
+// (exit 2), but this machine's own (fixtures.ErrMachine).
 func readBatch(c *cli.Context, path string) (*fixtures.RankChoice, *fixtures.Batch, error) {
 	limit, err := maxSize(c)
 	if err != nil {
@@ -56,6 +58,9 @@ func readBatch(c *cli.Context, path string) (*fixtures.RankChoice, *fixtures.Bat
 		fmt.Fprintf(c.App.ErrWriter, "reduce: %s\n", choice.Note)
 	}
 	b, err := fixtures.Read(choice.Path, fixtures.WithMaxSize(limit))
+	if errors.Is(err, fixtures.ErrMachine) {
+		return nil, nil, err // a full TMPDIR is no fault of the file (exit 1)
+	}
 	if err != nil {
 		return nil, nil, usageErr(err)
 	}

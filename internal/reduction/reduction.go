@@ -245,6 +245,10 @@ type run struct {
 	history string
 	start   time.Time
 	journal *journal
+	// source is the recorded file as it was read, infraRun how many
+	// replays in a row broke in the harness (guard.go).
+	source   identity
+	infraRun int
 
 	compiled *regress.Compiled // Result.Compiled
 
@@ -338,14 +342,23 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 	case b.Samples == 0:
 		return nil, errorf(ErrUsage, "%s: the batch has no samples to reduce", o.Source)
 	}
+	source, err := identify(o.Source)
+	if err != nil {
+		return nil, errorf(ErrUsage, "read batch %s: %v", o.Source, err)
+	}
 	srcHash, err := hashFile(o.Source)
 	if err != nil {
 		return nil, errorf(ErrUsage, "read batch %s: %v", o.Source, err)
 	}
+	release, err := lockOut(o.Out)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if err := regress.CheckCollector(o.Out); err != nil {
 		return nil, collectorError(err) // before any replay: the fixture could not be written
 	}
-	r := &run{o: o, batch: b.WithoutWindow(), full: b, be: be, srcHash: srcHash, start: time.Now(), judge: signature.Judge{Level: o.Match, Volatile: volatileValues(b)},
+	r := &run{o: o, batch: b.WithoutWindow(), full: b, be: be, srcHash: srcHash, source: source, start: time.Now(), judge: signature.Judge{Level: o.Match, Volatile: volatileValues(b)},
 		phases: map[Phase]PhaseCount{}, others: map[string]*regress.OtherFailure{}, otherRows: map[string]int{}}
 	if b.Error != nil {
 		s := signature.Recorded(b.Error.Text)
@@ -562,6 +575,9 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, er
 			return answered{}, ctx.Err()
 		}
 		if err != nil {
+			return answered{}, err
+		}
+		if err := r.guard(&verdict); err != nil {
 			return answered{}, err
 		}
 		a.sig, a.verdict = verdict.Signature, &verdict
