@@ -178,6 +178,13 @@ type Options struct {
 	// on CPU, torch.cuda.set_per_process_memory_fraction on cuda). Not
 	// for exec, whose command is the user's.
 	DeviceMemory int64
+	// MaxSize (--max-size) bounds what the go worker builds of a batch:
+	// every tensor as the elements its view holds (fixtures.Batch.ViewSize:
+	// an expanded view of a small storage counts its elements, not its
+	// storage). A recorded batch past it is refused by New, and a candidate
+	// past it by the worker, before its op runs. 0 means
+	// fixtures.DefaultMaxSize.
+	MaxSize int64
 
 	// Launcher is where replays run (--launcher): LauncherLocal ("" too),
 	// or LauncherSlurm: each replay a Slurm job of its own through srun
@@ -381,8 +388,23 @@ func New(o Options) (Backend, error) {
 	if o.Batch == nil {
 		return nil, errors.New("replay: no batch to replay candidates of")
 	}
+	if o.MaxSize < 0 {
+		return nil, fmt.Errorf("replay: --max-size %d: want a size in bytes", o.MaxSize)
+	}
+	if kind == KindGo {
+		// The go worker builds every view's elements: a batch it cannot
+		// hold is bad input, said before any replay rather than as the
+		// worker's death.
+		if err := o.Batch.CheckViewSize(o.MaxSize); err != nil {
+			return nil, fmt.Errorf("replay: %s: the go backend builds each tensor's elements: %w", cmp.Or(o.File, "the batch"), err)
+		}
+	}
 	if o.slurm, err = newLauncher(&o); err != nil {
 		return nil, err
+	}
+	if o.slurm == nil {
+		// What runs of reduce killed by SIGKILL left: their owners are gone.
+		fixtures.RemoveStale(cmp.Or(o.TempRoot, os.TempDir()))
 	}
 	if o.slurm != nil {
 		o.NoZygote = true
@@ -593,11 +615,20 @@ func exitInfo(r Result) signature.ExitInfo {
 	return signature.ExitInfo{Code: r.ExitCode, Signal: int(r.Signal), TimedOut: r.TimedOut, Harness: r.Harness, Canceled: r.Canceled}
 }
 
+// workerExit is exitInfo of a run of a worker of kind, with its own fault
+// (workerFault) when it died of one; worker is false for the user's
+// command.
+func workerExit(kind Kind, worker bool, r Result) signature.ExitInfo {
+	e := exitInfo(r)
+	e.Fault = workerFault(kind, worker, r)
+	return e
+}
+
 // verdictOf turns a Runner's Result into a Verdict, or the error that must
 // stop the reduction: the process could not be started (not for a
 // cancellation: ctx's error comes with an infra verdict).
 func verdictOf(ctx context.Context, name Kind, device string, res Result, start time.Time) (Verdict, error) {
-	v := Verdict{Result: res, Backend: name, Device: device, Exit: exitInfo(res), Launcher: LauncherLocal}
+	v := Verdict{Result: res, Backend: name, Device: device, Exit: workerExit(name, name != KindExec, res), Launcher: LauncherLocal}
 	v.Signature = signature.Parse(res.Stderr, v.Exit)
 	if name != KindExec {
 		v.Report = ParseReport(res.Stdout)

@@ -59,6 +59,9 @@ func newGoBackend(o Options) (Backend, error) {
 	if o.DeviceMemory > 0 {
 		g.args = append(g.args, "--device-memory", strconv.FormatInt(o.DeviceMemory, 10))
 	}
+	if o.MaxSize > 0 {
+		g.args = append(g.args, "--max-size", strconv.FormatInt(o.MaxSize, 10))
+	}
 	if dev == DeviceCUDA {
 		g.env = append(g.env, DeviceEnv(DeviceCUDA, o.blocking())...)
 	}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"reduce/fixtures"
 )
 
 // HarnessExitCode is the exit status a reduce worker (the go worker, the
@@ -37,7 +39,7 @@ const (
 	DefaultTimeout      = 60 * time.Second
 	DefaultGrace        = 2 * time.Second
 	DefaultCaptureLimit = 1 << 20
-	DefaultWaitDelay    = 1 * time.Second
+	DefaultWaitDelay    = 250 * time.Millisecond
 )
 
 // RunDirEnv names the variable that gives a child its per-run directory
@@ -175,10 +177,11 @@ type Runner struct {
 	// counted).
 	CaptureLimit int
 	// WaitDelay bounds how long Run keeps reading the child's output after
-	// the child exited and its process group was killed; it matters only
-	// when a process outside the group (one that called setsid) still holds
-	// the pipes. 0 or negative means DefaultWaitDelay (1 s): the child's
-	// last output may still be in the pipe, so there is always some wait.
+	// the child exited and its process group and strays were killed; it
+	// matters only when a process out of reach (one re-parented to init,
+	// see sweep) still holds the pipes. 0 or negative means
+	// DefaultWaitDelay (250 ms); what is already in the pipe is read even
+	// then.
 	WaitDelay time.Duration
 	// TempRoot is where per-run directories and TempFile's files are made;
 	// "" means os.TempDir().
@@ -259,10 +262,11 @@ func (r *Runner) TempFile(pattern string, data []byte) (path string, cleanup fun
 // makeRunDir creates the per-run directory and writes c.Files and
 // c.Streams into it.
 func (r *Runner) makeRunDir(c *Command) (string, error) {
-	dir, err := os.MkdirTemp(r.tempRoot(), "reduce-run-*")
+	dir, err := fixtures.MkdirOwned(r.tempRoot(), "reduce-run-")
 	if err != nil {
 		return "", fmt.Errorf("replay: per-run directory: %w", err)
 	}
+	liveDir(dir, true)
 	plain := func(name string) bool {
 		return name != "" && name != "." && name != ".." && !strings.ContainsRune(name, '/')
 	}
@@ -313,6 +317,7 @@ func (c *Command) hasFiles() bool { return len(c.Files) > 0 || len(c.Streams) > 
 // unwritable (a directory chmod 0 cannot be emptied until it is chmod'ed
 // back).
 func removeAll(dir string) error {
+	liveDir(dir, false)
 	err := os.RemoveAll(dir)
 	if err == nil {
 		return nil
@@ -343,8 +348,9 @@ func removeAll(dir string) error {
 // reaped (so that its pid, the group's id, cannot have been reused), the
 // group gets SIGKILL again: no child it forked outlives it or keeps its
 // output pipes open. A descendant that left the group (setsid, setpgid) is
-// out of reach: Run stops reading the pipes it holds after
-// Runner.WaitDelay and leaves it running.
+// re-parented to reduce, a child subreaper, and killed then too (sweep);
+// one out of even that reach (where there is no subreaper) holds the pipes
+// for at most Runner.WaitDelay, and is left running.
 //
 // Run only starts the process (startProcess); watching it is the
 // supervisor's (supervise), the same one that watches a torch zygote's

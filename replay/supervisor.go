@@ -91,7 +91,14 @@ func startProcess(cmd *exec.Cmd) (*execProc, error) {
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
+		var err error
+		startRegistered(func() int {
+			if err = cmd.Start(); err != nil {
+				return 0
+			}
+			return cmd.Process.Pid
+		})
+		if err != nil {
 			started <- err
 			return
 		}
@@ -124,6 +131,7 @@ func (p *execProc) extend(time.Duration) time.Duration { return 0 }
 func (p *execProc) reap() (exitStatus, error) {
 	signalGroup(p.pid(), syscall.SIGKILL)
 	err := p.cmd.Wait()
+	reaped(p.pid())
 	st := exitStatus{code: -1}
 	ps := p.cmd.ProcessState
 	if ps == nil {
@@ -342,8 +350,11 @@ wait:
 	res.Duration = time.Since(s.start)
 
 	st, err := s.reap()
-	// The group is dead: EOF comes as soon as the killed processes are
-	// gone; only one that left the group can hold the pipes longer.
+	// The group is dead, and so are the strays that left it (sweep): EOF
+	// comes as soon as the killed processes are gone; only one out of
+	// reach (re-parented to init, or a replay's without its environment)
+	// can hold the pipes longer, for at most the Runner's WaitDelay.
+	sweep(s.dir)
 	s.out.collect(&res, r.waitDelay())
 	res.Err = err
 	if s.dir != "" {

@@ -254,7 +254,7 @@ func (t *torchBackend) setUp(pool *Pool) error {
 		t.slotEnv = append(t.slotEnv, env)
 	}
 	var err error
-	if t.dir, err = os.MkdirTemp(t.runner.tempRoot(), "reduce-torch-*"); err != nil {
+	if t.dir, err = fixtures.MkdirOwned(t.runner.tempRoot(), "reduce-torch-"); err != nil {
 		return fmt.Errorf("replay: fork server: %w", err)
 	}
 	t.module = filepath.Join(t.dir, WorkerModuleName)

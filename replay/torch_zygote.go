@@ -631,7 +631,7 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data zygoteInpu
 	if errors.Is(res.Err, errZygoteDied) && !res.TimedOut && !res.Canceled {
 		return died(res)
 	}
-	v.Result, v.Exit = res, exitInfo(res)
+	v.Result, v.Exit = res, workerExit(KindTorch, t.program == nil, res)
 	v.Signature = signature.Parse(res.Stderr, v.Exit)
 	if v.Backend == KindTorch {
 		v.Report = ParseReport(res.Stdout)

@@ -25,7 +25,7 @@ import (
 )
 
 // Worker is the go backend's worker, `reduce __worker --device cpu|cuda
-// [--abort] [--device-memory BYTES] [FILE]`: it reads one batch file (the
+// [--abort] [--device-memory BYTES] [--max-size BYTES] [FILE]`: it reads one batch file (the
 // native format), FILE with fixtures.Read (which maps a large one rather
 // than copy it) or else stdin, runs the batch's built-in op in the mode the
 // device names, and returns the process's exit status. args are the arguments
@@ -59,8 +59,11 @@ import (
 //     DefaultCPUAllocator's RuntimeError in CPU mode, the caching
 //     allocator's torch.cuda.OutOfMemoryError in CUDA mode; exit 1.
 //   - The candidate cannot be run (not a valid batch file, no op, an
-//     unknown op, tensors or attributes the op does not take):
+//     unknown op, tensors or attributes the op does not take, tensors whose
+//     views hold more than --max-size bytes of elements):
 //     a message on stderr and HarnessExitCode.
+//   - A pass ends stdout with ReturnedLine: an exit 0 without it is the
+//     worker's own fault.
 func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(string) string) int {
 	if len(args) > 0 && args[0] == WorkerCommand {
 		args = args[1:]
@@ -77,6 +80,7 @@ func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(s
 	device := fs.String("device", "cpu", "cpu (CPU semantics) or cuda (CUDA emulation)")
 	abort := fs.Bool("abort", false, "after a device-side failure, die by SIGABRT as a broken CUDA context does at exit")
 	deviceMemory := fs.Int64("device-memory", 0, "bytes the op may allocate, emulating a device of that size (0: no limit)")
+	maxSize := fs.Int64("max-size", 0, "bytes the candidate's tensors may take built as their views' elements (0: fixtures.DefaultMaxSize)")
 	view := fs.Bool("view", false, "read {\"source\": FILE, \"view\": VIEW} on stdin and replay the view of FILE (fixtures.View)")
 	if err := fs.Parse(args); err != nil {
 		return harness("%v", err)
@@ -102,6 +106,11 @@ func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(s
 	}
 	if err != nil {
 		return harness("%v", err)
+	}
+	if err := b.CheckViewSize(*maxSize); err != nil {
+		// Built, its views would kill the worker (the Go runtime's out of
+		// memory): refused before the op runs.
+		return harness("the candidate: %v", err)
 	}
 	if b.Op == "" {
 		return harness("the batch records no op (it was recorded for a step of its own): replay it with --backend torch --entry module:function or --backend exec --replay CMD")
@@ -138,6 +147,7 @@ func Worker(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(s
 			rep = Report{CPU: &CPUFailure{Exception: cpu.Exception, Message: cpu.Message}}
 		}
 		_ = writeReport(stdout, rep)
+		fmt.Fprintln(stdout, ReturnedLine)
 		return 0
 	}
 	if cpu := onCPU(); cpu != nil {

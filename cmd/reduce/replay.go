@@ -84,6 +84,9 @@ func newBackend(c *cli.Context, path string, b *fixtures.Batch) (replay.Backend,
 			return nil, usagef("--device-memory %q: %v", s, err)
 		}
 	}
+	if o.MaxSize, err = maxSize(c); err != nil {
+		return nil, err
+	}
 	be, err := replay.New(o)
 	if err != nil {
 		return nil, usageErr(err)

@@ -329,16 +329,20 @@ func canonicalKernel(k string) string {
 //   - Canceled is set when the runner interrupted the process for a reason
 //     of its own (its context was done): the outcome says nothing about the
 //     candidate.
+//   - Fault, when set, says how the worker itself died or ended early (the
+//     go worker's runtime out of memory, a worker that exited 0 before the
+//     step returned): a harness fault, never the candidate's failure.
 //
 // From the Runner's Result: ExitInfo{Code: r.ExitCode, Signal:
 // int(r.Signal), TimedOut: r.TimedOut, Harness: r.Harness, Canceled:
 // r.Canceled}.
 type ExitInfo struct {
-	Code     int  `json:"code"`
-	Signal   int  `json:"signal,omitempty"`
-	TimedOut bool `json:"timed_out,omitempty"`
-	Harness  bool `json:"harness,omitempty"`
-	Canceled bool `json:"canceled,omitempty"`
+	Code     int    `json:"code"`
+	Signal   int    `json:"signal,omitempty"`
+	TimedOut bool   `json:"timed_out,omitempty"`
+	Harness  bool   `json:"harness,omitempty"`
+	Canceled bool   `json:"canceled,omitempty"`
+	Fault    string `json:"fault,omitempty"`
 }
 
 // signal returns the signal that ended the process, or 0.
@@ -416,8 +420,8 @@ const (
 //
 // Exit status first:
 //
-//   - TimedOut → timeout; Harness or Canceled → infra (whatever the text
-//     says).
+//   - TimedOut → timeout; Harness, Fault or Canceled → infra (whatever the
+//     text says; a Fault is the Expression).
 //   - Code 0 and no signal → pass. The exit status is the authority on
 //     whether the run failed; the text only says how. A run that exits 0 is
 //     a pass even when it printed garbage, warnings or a traceback it
@@ -558,6 +562,9 @@ const (
 func Parse(stderr []byte, exit ExitInfo) Signature {
 	if exit.TimedOut {
 		return Signature{Family: FamilyTimeout}
+	}
+	if exit.Fault != "" {
+		return Signature{Family: FamilyInfra, Expression: exit.Fault}
 	}
 	if exit.Harness {
 		return Signature{Family: FamilyInfra, Expression: "harness failure"}

@@ -254,7 +254,11 @@ def replay(path, device="cpu", entry=None, device_memory=0, step=None):
     candidate is the exception the op raises; reduce_collect.HarnessError when it cannot run."""
     import torch
 
-    batch, fn = rc.load_candidate(path, device, entry, step, load=load_view if isinstance(path, dict) else None)
+    try:
+        batch, fn = rc.load_candidate(path, device, entry, step, load=load_view if isinstance(path, dict) else None)
+    except MemoryError as e:
+        # The worker's own allocation, before the step runs: a fault of the harness, not the step's.
+        raise rc.HarnessError("cannot load the candidate: out of memory (%s)" % (e or "MemoryError"))
     seed = os.environ.get("REDUCE_SEED", "").strip()
     if seed:
         # reduce --seed: the step's random generators start the same in every replay.
@@ -311,6 +315,16 @@ def _report(report):
     except ValueError:  # a sum past float64's range
         return
     sys.stdout.write(line)
+    sys.stdout.flush()
+
+
+RETURNED_LINE = "reduce-returned"  # replay.ReturnedLine
+
+
+def _returned():
+    """The line that says the step returned (replay.ReturnedLine), flushed: without it an exit 0 is
+    the worker's fault (the step called os._exit(0) or sys.exit(0) halfway), never a pass."""
+    sys.stdout.write("\n" + RETURNED_LINE + "\n")
     sys.stdout.flush()
 
 
@@ -420,6 +434,7 @@ def _replay_command(o):
             except ValueError as e:
                 raise rc.HarnessError("the plan on stdin: %s" % e)
         replay(what, o.device, o.entry, o.device_memory, o.step)
+        _returned()
     except rc.HarnessError as e:
         sys.stderr.write("reduce_batch: harness: %s\n" % e)
         return HARNESS_EXIT
@@ -462,6 +477,7 @@ def _run_candidate(path, device, entry, device_memory=0, step=None):
 
     try:
         replay(path, device, entry, device_memory, step)
+        _returned()
         code = 0
     except rc.HarnessError as e:
         sys.stderr.write("reduce_batch: harness: %s\n" % e)
@@ -594,6 +610,24 @@ def _run_program(prog, run_dir):
 
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _children_of(ppid):
+    """The pids whose parent is ppid, from /proc."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1 and fields[1] == str(ppid).encode():
+            out.append(int(name))
+    return out
 
 
 class _Child(object):
@@ -663,6 +697,9 @@ class _Zygote(object):
         os.set_blocking(self.wake_w, False)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         signal.set_wakeup_fd(self.wake_w)
+        if self.libc is not None:
+            # What a dead child left outside its group (setsid) comes here, not to init: sweep.
+            self.libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         for slot in range(self.slots):
             self.fork(slot)
         buf = bytearray()
@@ -739,6 +776,8 @@ class _Zygote(object):
             pass
         if self.libc is not None:
             self.libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+            # Its own strays stay its own while it runs: the zygote's sweep never takes another's.
+            self.libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         if os.getppid() != self.pid:
             return 0  # the zygote died before the death signal was armed
         signal.set_wakeup_fd(-1)
@@ -927,6 +966,7 @@ class _Zygote(object):
             c = self.children.pop(pid, None)
             if c is None:
                 continue
+            self.sweep()
             if c.req_w is not None:
                 os.close(c.req_w)
                 c.req_w = None
@@ -942,6 +982,28 @@ class _Zygote(object):
             elif self.idle.get(c.slot) is c:
                 del self.idle[c.slot]  # died waiting: a new one is forked on demand
                 self.send({"event": "idle_exit", "slot": c.slot, "pid": pid})
+
+    def sweep(self):
+        """Kill and reap what dead children left: the zygote is a subreaper, so a process a replay
+        left outside its group (setsid) is re-parented here when its child dies, and is no child of
+        self.children. Before the child's exit is reported, so that no stray holds its output."""
+        import signal
+
+        for _ in range(16):
+            strays = [pid for pid in _children_of(self.pid) if pid not in self.children]
+            if not strays:
+                return
+            for pid in strays:
+                for kill in (os.killpg, os.kill):
+                    try:
+                        kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+            for pid in strays:
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
+                    pass
 
     def shutdown(self):
         import signal

@@ -376,3 +376,48 @@ def test_seed_makes_the_step_repeatable(tmp_path, monkeypatch):
     monkeypatch.setenv("REDUCE_SEED", "x")
     with pytest.raises(rc.HarnessError, match="REDUCE_SEED"):
         rr.replay(path, entry=entry)
+
+
+def test_returned_line(capsys, tmp_path):
+    """A replay whose step returned ends its stdout with the returned line (replay.ReturnedLine); one
+    that raised, or whose step ended the process halfway (os._exit(0)), does not."""
+    b = rb.load(example("four_class_targets"))
+    ok = str(tmp_path / "ok.bin")
+    rb.save(ok, {"input": b.tensors["input"][:2], "target": b.tensors["target"][:2]}, op="cross_entropy",
+            provenance=False)
+    capsys.readouterr()
+    assert rr.main(["replay", ok]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == rr.RETURNED_LINE
+    with pytest.raises(IndexError):
+        rr.main(["replay", example("four_class_targets")])
+    assert rr.RETURNED_LINE not in capsys.readouterr().out
+    cases = {}
+    for fault in ("pass", "exit0", "exception"):
+        cases[fault] = str(tmp_path / ("%s.bin" % fault))
+        rb.save(cases[fault], {"input": b.tensors["input"][:2], "target": b.tensors["target"][:2]},
+                meta={"fault": fault}, provenance=False)
+    z = Zygote(tmp_path, "--entry", "faults:run")
+    try:
+        for fault, status, returned in (("pass", 0, True), ("exit0", 0, False), ("exception", 1, False)):
+            ev, out, err = z.replay(cases[fault])
+            assert ev["status"] == status, err
+            assert (rr.RETURNED_LINE in out.splitlines()) == returned, out
+    finally:
+        assert z.close() == 0
+
+
+def test_zygote_kills_strays(tmp_path):
+    """The zygote is a subreaper: a step's grandchild in a session of its own (setsid), holding the
+    child's output, is killed before the child's exit is reported."""
+    b = rb.load(example("four_class_targets"))
+    path = str(tmp_path / "escape.bin")
+    rb.save(path, {"input": b.tensors["input"][:2], "target": b.tensors["target"][:2]}, meta={"fault": "escape"},
+            provenance=False)
+    z = Zygote(tmp_path, "--entry", "faults:run")
+    try:
+        ev, out, err = z.replay(path)
+        assert ev["status"] == 0, err
+        pid = int(out.split("escaped ", 1)[1].split()[0])
+        assert not alive(pid), "the grandchild %d survives its replay" % pid
+    finally:
+        assert z.close() == 0

@@ -45,4 +45,14 @@ def run(batch):
         os.write(fd, b"scratch")
         os.close(fd)
         return path
+    if fault == "exit0":  # ends the process with status 0 halfway: not a pass
+        sys.stdout.flush()
+        os._exit(0)
+    if fault == "escape":  # a grandchild in a session of its own, holding stdout and stderr
+        import subprocess
+
+        gc = subprocess.Popen(["sleep", "100"], start_new_session=True)
+        sys.stdout.write("escaped %d\n" % gc.pid)
+        sys.stdout.flush()
+        return None
     raise RuntimeError("unknown fault %r" % fault)
