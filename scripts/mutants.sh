@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# mutants.sh: one-line mutants of reduce, each run against the tests that
+# must kill it, in a copy of the working tree (never the tree itself).
+#
+#   scripts/mutants.sh            run every mutant, print the table
+#   scripts/mutants.sh ID...      run only these
+#   scripts/mutants.sh -l         list the mutants
+#   scripts/mutants.sh -m ID      print the mutated file's diff and stop
+#   scripts/mutants.sh -a ...     run each package's whole tests, not -run
+#   scripts/mutants.sh -x F ...   leave file F out of the copy (repeatable):
+#                                 -x fixtures/view_mutant_test.go shows
+#                                 whether a mutant survived without it
+#   scripts/mutants.sh -H -w F ...  copy the tree at HEAD, and only the
+#                                 files F (repeatable) as they are now:
+#                                 while others' edits do not build
+#
+# A mutant replaces one literal text (found exactly once in its file; {NL}
+# and {TAB} stand for a newline and a tab) by another, then runs `go test -count=1 -run RUN PKG` with a timeout
+# (MUTANT_TIMEOUT, 300 s). Killed: the tests fail (timeout: they hang);
+# survived: they pass; broken: the mutant does not compile. The copy's
+# file is restored from a backup after each mutant, and the tests are
+# first run unmutated (a failing baseline says nothing). Exit 0 when every
+# mutant is killed, 1 when one survives or breaks, 2 on bad usage, 4 when
+# interrupted.
+#
+# The env column "torch" runs the tests under REDUCE_PYTHON=/usr/bin/python3
+# REDUCE_REQUIRE_TORCH=1 (tests that need torch fail, never skip).
+# MUTANT_VERBOSE=1 prints the first failures under a mutant's line;
+# MUTANT_LOGS=DIR keeps each mutant's test output as DIR/ID.log.
+set -euo pipefail
+
+# id @@ file @@ old text @@ new text @@ package @@ -run regex @@ env
+# Left out as equivalent: dropping `&& t.abortClass == "std::runtime_error"`
+# in signature.Parse (the expression it guards starts with that class).
+MUTANTS=$(cat <<'EOF'
+view-overlap @@ fixtures/view.go @@ l.Has(kernels.LayoutExpanded) || l.Has(kernels.LayoutOverlapping) { @@ l.Has(kernels.LayoutExpanded) { @@ ./fixtures @@ TestViewSetRefusesSharedStorage @@ torch
+relation-batchdim @@ internal/reduction/relation.go @@ rows[sp.units[u].index[bd]] = true @@ rows[sp.units[u].index[0]] = true; _ = bd @@ ./internal/reduction @@ TestRelation @@ torch
+relation-gaps @@ internal/reduction/relation.go @@ if !isFloat && hiI >= loI { @@ if false && !isFloat && hiI >= loI { @@ ./internal/reduction @@ TestRelation @@ torch
+shape-next @@ internal/reduction/shape.go @@ case res.Incomplete || (res.Value < g.size-1 && res.Next != shrink.Fail): @@ case res.Incomplete: @@ ./internal/reduction @@ TestShape|TestGrowBatchOfOne @@ torch
+shape-lo @@ internal/reduction/shape.go @@ shrink.LargestPassing(ctx, 1, g.size-1, @@ shrink.LargestPassing(ctx, 2, g.size-1, @@ ./internal/reduction @@ TestShape|TestGrowBatchOfOne @@ torch
+signature-stem @@ internal/signature/signature.go @@ s.Expression != want.Expression || fileStem(s.File) != fileStem(want.File) { @@ s.Expression != want.Expression { @@ ./internal/signature @@ TestMatch @@ torch
+ranks-said-first @@ fixtures/ranks.go @@ case a.FailedAt > 0 && b.FailedAt == 0: @@ case a.FailedAt > 0 && b.FailedAt < 0: @@ ./fixtures @@ Rank @@ torch
+ranks-tie-rank @@ fixtures/ranks.go @@ return a.Rank < b.Rank @@ return a.Rank > b.Rank @@ ./fixtures @@ Rank @@ torch
+ranks-unreadable @@ fixtures/ranks.go @@ if f.Err != nil { @@ if f.Err != nil && f.Rank < 0 { @@ ./fixtures @@ Rank @@ torch
+ranks-meta-rank @@ fixtures/ranks.go @@ err == nil && r != rf.Rank { @@ err == nil && r != rf.Rank && r < 0 { @@ ./fixtures @@ Rank @@ torch
+ranks-kept @@ fixtures/ranks.go @@ rf.FailedAt, rf.Kept = t, true @@ rf.FailedAt, rf.Kept = t, false @@ ./fixtures @@ Rank @@ torch
+ranks-no-run-id @@ fixtures/ranks.go @@ f.Err == nil && id != "" && f.RunID != "" && f.RunID != id @@ f.Err == nil && id != "" && f.RunID != id @@ ./fixtures @@ Rank @@ torch
+window-held @@ fixtures/window.go @@ if s.Samples > 0 {{NL}{TAB}{TAB}{TAB}n++ @@ if s.Samples >= 0 {{NL}{TAB}{TAB}{TAB}n++ @@ ./fixtures @@ TestWindow|TestWithoutEmptySteps @@ torch
+window-empty @@ fixtures/window.go @@ return in && b.Window.Steps[k].Samples == 0 @@ return in && b.Window.Steps[k].Samples < 0 @@ ./fixtures @@ TestWindow|TestWithoutEmptySteps @@ torch
+window-order @@ fixtures/window.go @@ (k > 0 && s.Index <= w.Steps[k-1].Index) @@ (k > 0 && s.Index < w.Steps[k-1].Index) @@ ./fixtures @@ TestWindow|TestWithoutEmptySteps @@ torch
+window-ids @@ fixtures/window.go @@ ns.SampleIDs = append(ns.SampleIDs, s.SampleIDs[i]) @@ ns.SampleIDs = append(ns.SampleIDs, s.SampleIDs[0]) @@ ./fixtures @@ TestWindow|TestWithoutEmptySteps @@ torch
+compile-env-eager @@ replay/compile.go @@ return []string{dynamoDisable + "=1"} @@ return []string{dynamoDisable + "=0"} @@ ./replay @@ TestCompileEnvOfReplays @@ torch
+compile-env-cache @@ replay/compile.go @@ if os.Getenv(cacheDirEnv) == "" { @@ if os.Getenv(cacheDirEnv) == "" || true { @@ ./replay @@ TestCompileEnvOfReplays @@ torch
+compile-env-threads @@ replay/compile.go @@ if os.Getenv(compileThreadsE) == "" { @@ if os.Getenv(compileThreadsE) != "x" { @@ ./replay @@ TestCompileEnvOfReplays @@ torch
+compile-env-tmp @@ replay/compile.go @@ []string{"TMPDIR", "TEMP", "TMP"} @@ []string{"TMP", "TEMP", "TMPDIR"} @@ ./replay @@ TestCompileEnvOfReplays @@ torch
+compile-env-user @@ replay/compile.go @@ regexp.MustCompile(`[\\/:*?"<>|]`) @@ regexp.MustCompile(`[/:*?"<>|]`) @@ ./replay @@ TestCompileEnvOfReplays @@ torch
+probe-passes @@ internal/reduction/compile.go @@ out.Eager = regress.EagerPasses @@ out.Eager = regress.EagerFails @@ ./internal/reduction @@ TestCompileProbe @@ torch
+probe-no-compile @@ internal/reduction/compile.go @@ Eager: regress.EagerAll}, nil @@ Eager: regress.EagerPasses}, nil @@ ./internal/reduction @@ TestCompileProbe @@ torch
+sig-inductor-file @@ internal/signature/normalize.go @@ if strings.Contains(p, "torchinductor_") || inductorFileRe.MatchString(base) { @@ if strings.Contains(p, "torchinductor_") { @@ ./internal/signature @@ . @@ torch
+sig-terminate-raise @@ internal/signature/signature.go @@ Expression: "RuntimeError: " + inductorCPUCheck + rest @@ Expression: inductorCPUCheck + rest @@ ./internal/signature @@ . @@ torch
+sig-inductor-index @@ internal/signature/parse.go @@ k = inductorIdxRe.ReplaceAllString(k, "") @@ k = strings.TrimSpace(k) @@ ./internal/signature @@ . @@ torch
+words-backend-1 @@ internal/regress/compiled.go @@ if c.Backend == "1" || c.Backend == "" { @@ if c.Backend == "" { @@ ./internal/regress @@ TestReportRanksAndCompiled @@ torch
+ranks-later @@ internal/regress/record.go @@ if f.FailedAt > 0 && c.Chosen.FailedAt > 0 && f.Err == nil { @@ if f.FailedAt > 0 && f.Err == nil { @@ ./internal/regress @@ TestReportRanksAndCompiled @@ torch
+ranks-size @@ internal/regress/record.go @@ size = len(c.All) @@ size = 1 @@ ./internal/regress @@ TestReportRanksAndCompiled @@ torch
+ranks-unread-report @@ internal/regress/report.go @@ case o.Unreadable != "": @@ case o.Unreadable == "x": @@ ./internal/regress @@ TestReportRanksAndCompiled @@ torch
+size-lo @@ internal/reduction/size.go @@ shrink.LargestPassing(ctx, 1, n-1, pred, @@ shrink.LargestPassing(ctx, 2, n-1, pred, @@ ./internal/reduction @@ TestSize @@ torch
+EOF
+)
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+timeout_s=${MUTANT_TIMEOUT:-300}
+
+field() { # field N LINE: the Nth @@-separated field, trimmed
+	awk -v n="$1" 'BEGIN { FS = "@@" } { v = $n; sub(/^ +/, "", v); sub(/ +$/, "", v); print v }' <<<"$2"
+}
+
+lines() { grep -v '^[[:space:]]*$' <<<"$MUTANTS"; }
+
+list=0 show="" all=0 drop=() head=0 keep=()
+while getopts "lm:ax:Hw:h" o; do
+	case $o in
+	l) list=1 ;;
+	m) show=$OPTARG ;;
+	a) all=1 ;;
+	x) drop+=("$OPTARG") ;;
+	H) head=1 ;;
+	w) keep+=("$OPTARG") ;;
+	*) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+	esac
+done
+shift $((OPTIND - 1))
+
+if [ "$list" = 1 ]; then
+	while IFS= read -r l; do
+		printf '%-22s %s\n    - %s\n    + %s\n' "$(field 1 "$l")" "$(field 2 "$l")" "$(field 3 "$l")" "$(field 4 "$l")"
+	done < <(lines)
+	exit 0
+fi
+
+want=("$@")
+[ -n "$show" ] && want=("$show")
+selected=()
+while IFS= read -r l; do
+	id=$(field 1 "$l")
+	if [ ${#want[@]} -eq 0 ] || printf '%s\n' "${want[@]}" | grep -qxF "$id"; then
+		selected+=("$l")
+	fi
+done < <(lines)
+for w in "${want[@]}"; do
+	lines | awk 'BEGIN { FS = "@@" } { v = $1; gsub(/ /, "", v); print v }' | grep -qxF "$w" || { echo "mutants.sh: no mutant $w (see -l)" >&2; exit 2; }
+done
+
+# The copy: tracked and untracked files that git does not ignore, as they
+# are in the working tree now. The tree itself is only read.
+work=$(mktemp -d "${TMPDIR:-/tmp}/reduce-mutants.XXXXXX")
+child="" mutated=""
+cleanup() {
+	[ -n "$child" ] && kill "$child" 2>/dev/null && wait "$child" 2>/dev/null
+	[ -n "$mutated" ] && cp -p "$work/.backup" "$work/$mutated"
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 4' INT TERM
+if [ "$head" = 1 ]; then
+	(cd "$root" && git archive HEAD) | tar -xf - -C "$work"
+	for f in "${keep[@]}"; do
+		mkdir -p "$work/$(dirname "$f")"
+		cp -p "$root/$f" "$work/$f"
+	done
+else
+	(cd "$root" && git ls-files -z -co --exclude-standard | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+		tar -cf - --null -T -) | tar -xf - -C "$work"
+fi
+cd "$work"
+for f in "${drop[@]}"; do
+	[ -e "$f" ] || { echo "mutants.sh: -x $f: no such file in the tree" >&2; exit 2; }
+	rm -f "$f"
+done
+
+# mutate FILE OLD NEW: replace the one occurrence of OLD in FILE by NEW.
+mutate() {
+	python3 - "$1" "$2" "$3" <<'PY'
+import sys
+path, old, new = sys.argv[1:]
+text = open(path, encoding="utf-8").read()
+old, new = (x.replace("{NL}", "\n").replace("{TAB}", "\t") for x in (old, new))
+n = text.count(old)
+if n != 1:
+    sys.exit(f"mutants.sh: {path}: the text to mutate occurs {n} times, want 1: {old}")
+open(path, "w", encoding="utf-8").write(text.replace(old, new))
+PY
+}
+
+# gotest ENV RUN PKG: the tests, in the background so that a signal stops
+# them too; the log in $work/.log.
+gotest() {
+	env $1 timeout "$timeout_s" go test -count=1 -run "$2" "$3" >"$work/.log" 2>&1 &
+	child=$!
+	local rc=0
+	wait "$child" || rc=$?
+	child=""
+	return $rc
+}
+
+if [ -n "$show" ]; then
+	l=${selected[0]}
+	f=$(field 2 "$l")
+	cp "$f" "$work/.orig"
+	mutate "$f" "$(field 3 "$l")" "$(field 4 "$l")"
+	diff -u "$work/.orig" "$f" --label "a/$f" --label "b/$f" || true
+	exit 0
+fi
+
+declare -A baseline
+status=0
+printf '%-22s %-34s %-9s %s\n' MUTANT FILE RESULT TESTS
+for l in "${selected[@]}"; do
+	id=$(field 1 "$l") f=$(field 2 "$l") old=$(field 3 "$l") new=$(field 4 "$l")
+	pkg=$(field 5 "$l") run=$(field 6 "$l") env=$(field 7 "$l")
+	[ "$all" = 1 ] && run=.
+	[ "$env" = torch ] && env="REDUCE_PYTHON=/usr/bin/python3 REDUCE_REQUIRE_TORCH=1"
+	key="$pkg $run $env"
+	if [ -z "${baseline[$key]:-}" ]; then
+		baseline[$key]=fail
+		gotest "$env" "$run" "$pkg" && baseline[$key]=ok
+	fi
+	if [ "${baseline[$key]}" != ok ]; then
+		printf '%-22s %-34s %-9s %s\n' "$id" "$f" baseline "go test -run '$run' $pkg fails unmutated"
+		tail -5 "$work/.log" | sed 's/^/    /' || true
+		status=1
+		continue
+	fi
+	cp -p "$f" "$work/.backup"
+	mutated=$f
+	mutate "$f" "$old" "$new"
+	rc=0
+	if ! gotest "" '^$' "$pkg"; then
+		result=broken
+	elif gotest "$env" "$run" "$pkg"; then
+		result=survived
+	else
+		rc=$?
+		result=killed
+		[ "$rc" = 124 ] && result=timeout
+	fi
+	cp -p "$work/.backup" "$f"
+	mutated=""
+	[ -n "${MUTANT_LOGS:-}" ] && mkdir -p "$MUTANT_LOGS" && cp "$work/.log" "$MUTANT_LOGS/$id.log"
+	cmp -s "$f" "$work/.backup" || { echo "mutants.sh: $f not restored" >&2; exit 1; }
+	case $result in killed | timeout) ;; *) status=1 ;; esac
+	printf '%-22s %-34s %-9s %s\n' "$id" "$f" "$result" "${env:+$env }go test -run '$run' $pkg"
+	if [ -n "${MUTANT_VERBOSE:-}" ]; then
+		grep -m6 -E -- '--- FAIL|Error:|\.go:[0-9]+:[0-9]+:|^panic' "$work/.log" | sed 's/^/    /' || true
+	fi
+done
+exit $status
