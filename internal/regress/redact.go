@@ -4,10 +4,12 @@ import (
 	"net"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
+	"reduce/fixtures"
 	"reduce/internal/signature"
 )
 
@@ -599,6 +601,83 @@ func (r *redactor) extra(m map[string]any) map[string]any {
 		return v
 	}
 	return walk(m).(map[string]any)
+}
+
+// keptMeta are the meta keys whose values reduce and the collector read
+// back from a fixture's batch files (the expectation, the replay's
+// switches, a rank's place, the reduction's provenance, the kept ids,
+// which are the data's): their own tokens, written as they are.
+var keptMeta = map[string]bool{
+	MetaExpect: true, fixtures.ReplayCompileKey: true, fixtures.ReplayStateKey: true, fixtures.MetaCompiled: true,
+	"rank": true, "world_size": true, "reduce_mode": true, "partial": true, "source_hash": true, "kept_samples": true,
+	"kept_ids": true,
+}
+
+// regression is reg with its batches as the fixture's batch files hold
+// them (batch); reg is not modified.
+func (r *redactor) regression(reg *Regression) *Regression {
+	c := *reg
+	c.Batch, c.Boundary = r.batch(reg.Batch), r.batch(reg.Boundary)
+	if reg.Neighbours != nil {
+		c.Neighbours = make(map[string]*fixtures.Batch, len(reg.Neighbours))
+		for k, b := range reg.Neighbours {
+			c.Neighbours[k] = r.batch(b)
+		}
+	}
+	return &c
+}
+
+// maxBatchError bounds the recorded failure's text a fixture's batch file
+// keeps, as redaction reads every byte it is given: signature.Parse's
+// bound (its maxParse), of which it keeps the head and the tail as Parse
+// reads them, so that the failure parses as the whole text did.
+const maxBatchError = 2 << 20
+
+// cutMiddle is s, or when longer than n its first and last n/2 bytes with
+// a line between them that says how many were cut.
+func cutMiddle(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n/2] + "\n[... " + strconv.Itoa(len(s)-n) + " bytes cut ...]\n" + s[len(s)-n/2:]
+}
+
+// batch is b as a fixture's batch file holds it, users committing it:
+// the recorded failure's text (cutMiddle to maxBatchError) and class
+// redacted, and each meta value but
+// keptMeta's (a version's as one); the interpreter ("executable") without
+// a path relative to the step's directory, so that a replay finds it where
+// it was recorded or falls back to its own. The tensors, the ids, the
+// attributes, the structure's values and the step are the data's, as they
+// are: the collector moves the step's recorded paths into the repository
+// under test (reduce_collect._step_paths), and reduce replays it there.
+// nil stays nil; b is not modified.
+func (r *redactor) batch(b *fixtures.Batch) *fixtures.Batch {
+	if b == nil {
+		return nil
+	}
+	c := *b
+	if b.Error != nil {
+		e := *b.Error
+		e.Text, e.Exception = r.text(cutMiddle(e.Text, maxBatchError)), r.text(e.Exception)
+		c.Error = &e
+	}
+	if b.Meta != nil {
+		c.Meta = make(map[string]string, len(b.Meta))
+		for k, v := range b.Meta {
+			switch {
+			case keptMeta[k]:
+				c.Meta[k] = v
+			case k == "executable":
+				c.Meta[k] = (&redactor{words: r.words}).text(v)
+			case versionKey(k):
+				c.Meta[k] = r.version(v)
+			default:
+				c.Meta[k] = r.text(v)
+			}
+		}
+	}
+	return &c
 }
 
 // maxReportError bounds the recorded error text report.md is written

@@ -1,17 +1,21 @@
 package regress
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"reduce/fixtures"
+	"reduce/internal/signature"
+	"reduce/internal/testenv"
 	"reduce/kernels"
 )
 
@@ -204,4 +208,189 @@ func TestRedactMessagePattern(t *testing.T) {
 	rec := readRegression(t, dir).Record
 	assert.Equal(t, plain.Record.CPU.Message, rec.CPU.Message)
 	assert.Empty(t, rec.MessagePattern)
+}
+
+// TestRedactBatchFiles: the fixture's batch files, which users commit
+// too, hold none of the corpus's secrets put in the recorded failure and
+// in the meta of every batch (0 leaked, read as bytes and through
+// fixtures.Read); they differ from the batches given in the failure and
+// the meta alone, keep what reduce and the collector read back (the kept
+// meta, a version, the interpreter never relative), name the same fixture
+// whenever they are written, and the collector still runs the fixture, a
+// recorded step's too.
+func TestRedactBatchFiles(t *testing.T) {
+	leaked := 0
+	for _, c := range secretCorpus {
+		reg := secretRegression(t, c.text)
+		reg.Batch.Meta["note"] = "uploaded " + c.text
+		reg.Batch.Meta["kept_samples"], reg.Batch.Meta["kept_ids"] = "3,7", "img-1,img-2"
+		reg.Batch.Meta["recorded_at"], reg.Batch.Meta[MetaExpect+"_not"] = "2025-01-01T00:00:00Z", c.text
+		without := *reg.Batch
+		without.Error, without.Meta = nil, map[string]string{MetaExpect: ExpectPass, "host": reg.Batch.Meta["host"], "executable": c.text}
+		reg.Neighbours = map[string]*fixtures.Batch{WithoutFile: &without}
+		reg.Record.Neighbours = []Neighbour{{File: WithoutFile, What: "the batch without its culprits"}}
+		raw := map[string]*fixtures.Batch{BatchFile: reg.Batch, WithoutFile: &without}
+
+		out := t.TempDir()
+		want, err := Dir(out, reg)
+		require.NoError(t, err, c.kind)
+		dir, err := Write(out, reg)
+		require.NoError(t, err, c.kind)
+		assert.Equal(t, want, dir, "%s: Dir names the directory Write writes", c.kind)
+		again, err := Write(out, reg)
+		require.NoError(t, err, "%s: the fixture written again is the same (its identity is that of the redacted files)", c.kind)
+		assert.Equal(t, dir, again)
+		other, err := Write(t.TempDir(), reg)
+		require.NoError(t, err)
+		assert.Equal(t, filepath.Base(dir), filepath.Base(other), "%s: the same name wherever it is written", c.kind)
+
+		files := readDir(t, dir)
+		otherFiles := readDir(t, other)
+		for name, data := range files {
+			for _, frag := range c.leak {
+				if strings.Contains(string(data), frag) {
+					leaked++
+					t.Errorf("%s: %q leaks into %s", c.kind, frag, name)
+				}
+			}
+			if strings.HasSuffix(name, ".bin") {
+				assert.Equal(t, data, otherFiles[name], "%s: %s, the same bytes whenever written", c.kind, name)
+			}
+		}
+		for name, in := range raw {
+			got, err := fixtures.Read(filepath.Join(dir, name))
+			require.NoError(t, err, "%s: %s", c.kind, name)
+			var texts []string
+			if got.Error != nil {
+				texts = append(texts, got.Error.Text, got.Error.Exception)
+				assert.Equal(t, in.Error.ExitStatus, got.Error.ExitStatus)
+				rec, was := signature.Recorded(got.Error.Text), signature.Recorded(in.Error.Text)
+				assert.Equal(t, was.Family, rec.Family, "%s: the recorded failure's family", c.kind)
+				assert.Equal(t, was.Backend, rec.Backend, "%s: its backend (the go backend's device)", c.kind)
+			}
+			for k, v := range got.Meta {
+				texts = append(texts, k+"="+v)
+			}
+			for _, s := range texts {
+				for _, frag := range c.leak {
+					if strings.Contains(s, frag) {
+						leaked++
+						t.Errorf("%s: %q leaks into %s as read: %q", c.kind, frag, name, s)
+					}
+				}
+			}
+			for _, k := range []string{"kept_samples", "kept_ids", MetaExpect, "torch", "cuda", "python", "git", "recorded_at"} {
+				assert.Equal(t, in.Meta[k], got.Meta[k], "%s: %s: meta %s as it was", c.kind, name, k)
+			}
+			if exe := got.Meta["executable"]; strings.HasPrefix(in.Meta["executable"], "/") {
+				assert.True(t, strings.HasPrefix(exe, "/") || strings.HasPrefix(exe, "~/"), "%s: the interpreter %q is no relative path", c.kind, exe)
+			}
+			// Only the failure and the meta differ.
+			got.Error, got.Meta = in.Error, in.Meta
+			var a, b bytes.Buffer
+			_, err = fixtures.EncodeAs(&a, in, fixtures.FormatBin)
+			require.NoError(t, err)
+			_, err = fixtures.EncodeAs(&b, got, fixtures.FormatBin)
+			require.NoError(t, err)
+			assert.Equal(t, a.Bytes(), b.Bytes(), "%s: %s: the tensors, ids, op and attributes as they are", c.kind, name)
+		}
+	}
+	assert.Zero(t, leaked, "secrets leaked into the batch files out of %d cases", len(secretCorpus))
+
+	// What reduce reads back stays, even where it is a user's or a host's
+	// name; the same words elsewhere go.
+	red := newRedactor(&Record{}, &Regression{Batch: &fixtures.Batch{Meta: map[string]string{"user": "samples", "host": "eager"}}}).people()
+	kept := map[string]string{"reduce_mode": "samples", fixtures.ReplayCompileKey: "eager", "partial": "true", "source_hash": "sha256:ab"}
+	meta := map[string]string{"note": "samples on eager"}
+	for k, v := range kept {
+		meta[k] = v
+	}
+	b := red.batch(&fixtures.Batch{Meta: meta})
+	for k, v := range kept {
+		assert.Equal(t, v, b.Meta[k], k)
+	}
+	assert.Equal(t, "<user> on <host>", b.Meta["note"])
+	assert.Nil(t, red.batch(nil))
+
+	// The collector runs a fixture whose batches recorded secrets: an op's
+	// and a recorded step's (whose paths stay: the collector imports it
+	// from them), the interpreter of the step's directory kept absolute.
+	py := testenv.Python(t, "torch", "pytest")
+	root := t.TempDir()
+	require.NoError(t, WriteCollector(root, collectorSource(t)))
+	const secret = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345 from alice@corp-mail.acme.net on 10.12.34.56"
+	withSecrets := func(r *Regression) {
+		r.Batch.Error = &fixtures.Failure{Exception: "IndexError", Text: "Traceback (most recent call last):\n  File \"/home/alice/proj/train.py\", line 3\n" +
+			"IndexError: Target 4 is out of bounds.\n(while " + secret + ")\n"}
+		for _, b := range []*fixtures.Batch{r.Batch, r.Boundary} {
+			b.Meta["host"], b.Meta["note"] = "trn-node-42.hpc.example.edu", secret
+		}
+	}
+	reg := exampleRegression(t, nil)
+	withSecrets(reg)
+	_, err := Write(filepath.Join(root, "op"), reg)
+	require.NoError(t, err)
+	stepFile := filepath.Join(root, "my_step.py")
+	require.NoError(t, os.WriteFile(stepFile, []byte("import torch.nn.functional as F\n\n\n"+
+		"def step(batch):\n    return F.cross_entropy(batch['input'], batch['target'])\n"), 0o644))
+	reg = exampleRegression(t, nil)
+	withSecrets(reg)
+	step := &fixtures.Step{Cwd: root, File: stepFile, Module: "__main__", Qualname: "step"}
+	exe := filepath.Join(root, ".venv", "bin", "python")
+	for _, b := range []*fixtures.Batch{reg.Batch, reg.Boundary} {
+		b.Op, b.Step, b.Meta["executable"] = "", step, exe
+	}
+	reg.Record.Op, reg.Record.Step = "", step.Entry()
+	stepDir, err := Write(filepath.Join(root, "step"), reg)
+	require.NoError(t, err)
+	got, err := fixtures.Read(filepath.Join(stepDir, BatchFile))
+	require.NoError(t, err)
+	assert.Equal(t, step, got.Step, "the recorded step as it was")
+	assert.Equal(t, exe, got.Meta["executable"], "the interpreter absolute, not relative to the step's directory")
+	assert.NotContains(t, got.Error.Text, "alice")
+	res, out := collectorResults(t, []string{"REDUCE_BATCH_PATH=" + vendoredModule(t)}, root)
+	for k, v := range map[string]string{
+		"op/minimal_batch": "XFAIL", "op/passing_batch[boundary.bin]": "PASSED",
+		"step/minimal_batch": "XFAIL", "step/passing_batch[boundary.bin]": "PASSED",
+	} {
+		assert.Equal(t, v, res[k], "%s (%s)\n%s", k, py, out)
+	}
+	assert.NotContains(t, out, "ERROR", "no collection error")
+}
+
+// TestRedactBatchErrorBound: a recorded failure's text longer than
+// maxBatchError reaches the fixture's batch file cut in the middle (a cut
+// inside a character included), its head and tail redacted, and parses
+// as the whole text did.
+func TestRedactBatchErrorBound(t *testing.T) {
+	head := "Traceback (most recent call last):\n  File \"/home/alice/proj/train.py\", line 3, in step\n"
+	line := "warning: step 12 loss is large (é)\n"
+	tail := "with hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345\nIndexError: Target 4 is out of bounds.\n"
+	var text string
+	for pad := ""; ; pad += "#" {
+		text = pad + head + strings.Repeat(line, 3*maxBatchError/2/len(line)) + tail
+		if !utf8.RuneStart(text[maxBatchError/2]) {
+			break // the head ends inside "é"
+		}
+	}
+	cut := cutMiddle(text, maxBatchError)
+	assert.Less(t, len(cut), maxBatchError+64)
+	assert.Contains(t, cut, "bytes cut ...]")
+	assert.Equal(t, signature.Recorded(text), signature.Recorded(cut), "the cut text parses as the whole")
+	assert.Equal(t, text[:100], cutMiddle(text, len(text))[:100])
+
+	reg := exampleRegression(t, nil)
+	reg.Batch.Error = &fixtures.Failure{Exception: "IndexError", Text: text}
+	dir, err := Write(t.TempDir(), reg)
+	require.NoError(t, err)
+	got, err := fixtures.Read(filepath.Join(dir, BatchFile))
+	require.NoError(t, err)
+	assert.Less(t, len(got.Error.Text), maxBatchError+64)
+	for _, s := range []string{"alice", "AbCdEfGh"} {
+		assert.NotContains(t, got.Error.Text, s)
+	}
+	want, have := signature.Recorded(text), signature.Recorded(got.Error.Text)
+	assert.Equal(t, want.Family, have.Family)
+	assert.Equal(t, want.Expression, have.Expression)
+	assert.Equal(t, want.Exception, have.Exception)
 }
