@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -556,6 +557,11 @@ func (o Options) ForBatch() (Options, error) {
 		o.notice("replaying " + what)
 	}
 	if exe := b.Meta["executable"]; o.Python == "" && kind == KindTorch && exe != "" {
+		if rest, ok := strings.CutPrefix(exe, "~/"); ok { // a committed fixture's, its home redacted
+			if home, err := os.UserHomeDir(); err == nil {
+				exe = filepath.Join(home, rest)
+			}
+		}
 		if _, err := os.Stat(exe); err == nil {
 			o.Python = exe // the user's own torch
 		}

@@ -583,6 +583,11 @@ func TestForBatch(t *testing.T) {
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	step := &fixtures.Step{Module: "train", Qualname: "step"}
+	home := t.TempDir() // the test binary, as an interpreter in a home that a fixture's meta names as ~
+	t.Setenv("HOME", home)
+	homeRel := filepath.Join("venv", "bin", "python")
+	require.NoError(t, os.MkdirAll(filepath.Join(home, "venv", "bin"), 0o755))
+	require.NoError(t, os.Symlink(exe, filepath.Join(home, homeRel)))
 	cpu := &fixtures.Failure{Text: "IndexError: Target 4 is out of bounds."}
 	cuda := &fixtures.Failure{Text: "RuntimeError: CUDA error: device-side assert triggered"}
 	named := func(names ...string) []*fixtures.Entry {
@@ -618,6 +623,8 @@ func TestForBatch(t *testing.T) {
 			notes: []string{"the recorded step runs on the torch backend: using it", "replaying the recorded step train:step"}},
 		{name: "step, --backend torch", o: Options{Batch: stepBatch(exe), Kind: KindTorch}, kind: KindTorch, python: exe, step: step,
 			notes: []string{"replaying the recorded step train:step"}},
+		{name: "step, its interpreter under a redacted home", o: Options{Batch: stepBatch("~/" + homeRel)}, kind: KindTorch, python: filepath.Join(home, homeRel), step: step,
+			notes: []string{"the recorded step runs on the torch backend: using it", "replaying the recorded step train:step"}},
 		{name: "step, its interpreter gone", o: Options{Batch: stepBatch(filepath.Join(t.TempDir(), "python3"))}, kind: KindTorch, step: step,
 			notes: []string{"the recorded step runs on the torch backend: using it", "replaying the recorded step train:step"}},
 		{name: "step, --python", o: Options{Batch: stepBatch(exe), Python: "python3"}, kind: KindTorch, python: "python3", step: step,
