@@ -206,3 +206,15 @@ func TestPythonVersions(t *testing.T) {
 	first, _, _ := strings.Cut(string(CollectorModule), "\n")
 	assert.True(t, strings.HasPrefix(first, "# reduce collector "+Version+":"), "the collector's first line: %q", first)
 }
+
+// TestRecorderLines: reduce_batch.py, the file users vendor, stays at most
+// 1,000 lines (docs/ARCHITECTURE.md, "reduce_batch.py").
+func TestRecorderLines(t *testing.T) {
+	const limit = 1000
+	text := string(PythonModule)
+	n := strings.Count(text, "\n")
+	if text != "" && !strings.HasSuffix(text, "\n") {
+		n++ // a last line without its newline
+	}
+	assert.LessOrEqual(t, n, limit, "%s has %d lines, at most %d are allowed: compact it", PythonModuleName, n, limit)
+}

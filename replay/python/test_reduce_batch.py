@@ -505,7 +505,7 @@ def test_bad_payload_checksum(good, tmp_path):
     data[len(data) - len(area) + e["payload"]["offset"] + 5] ^= 0x80  # inside the target payload
     p = tmp_path / "c.bin"
     p.write_bytes(bytes(data))
-    raises(p, "tensor 'target'", "checksum")
+    raises(p, 'tensor "target"', "checksum")
 
 
 def test_trailing_bytes(good, tmp_path):
@@ -535,33 +535,33 @@ def set_payload(name, key, value):
 
 @pytest.mark.parametrize("mutate,fragments", [
     (lambda m: m.update(samples=4), ["sample_ids", "3 ids for 4 samples"]),
-    (lambda m: (m.update(samples=4), m.pop("sample_ids")), ["tensor 'input'", "batch_dim", "4 samples"]),
+    (lambda m: (m.update(samples=4), m.pop("sample_ids")), ['tensor "input"', "batch_dim", "4 samples"]),
     (lambda m: m.update(sample_ids=["a"]), ["sample_ids"]),
     (lambda m: m.update(samples=-1), ["samples"]),
     (lambda m: m.update(samples=3.0), ["samples"]),
     (lambda m: m.pop("tensors"), ["tensors"]),
     (lambda m: m.update(meta={"a": 1}), ["meta"]),
-    (set_tensor("input", "colour", 1), ["tensor 'input'", "unknown keys colour"]),
-    (set_tensor("input", "name", "target"), ["tensor 'target'", "duplicate"]),
+    (set_tensor("input", "colour", 1), ['tensor "input"', 'unknown key "colour"']),
+    (set_tensor("input", "name", "target"), ["tensors[1]", "already names"]),
     (set_tensor("input", "name", ""), ["tensors[0]", "name"]),
-    (set_tensor("input", "dtype", "float8"), ["tensor 'input'", "dtype"]),
-    (set_tensor("input", "dtype", KeyError), ["tensor 'input'", "dtype"]),
-    (set_tensor("input", "shape", [3, -4]), ["tensor 'input'", "shape"]),
-    (set_tensor("input", "shape", [3, 4, 1]), ["tensor 'input'", "strides"]),
-    (set_tensor("input", "strides", [4, 2]), ["tensor 'input'", "outside"]),
-    (set_tensor("input", "strides", [4, -1]), ["tensor 'input'", "strides"]),
-    (set_tensor("input", "offset", 1), ["tensor 'input'", "outside"]),
-    (set_tensor("input", "shape", [3, 2 ** 62]), ["tensor 'input'"]),
-    (set_tensor("input", "batch_dim", 2), ["tensor 'input'", "batch_dim"]),
-    (set_tensor("input", "batch_dim", 1), ["tensor 'input'", "batch_dim"]),
-    (set_tensor("input", "storage_elements", 11), ["tensor 'input'"]),
-    (set_payload("target", "color", 1), ["tensor 'target'", "payload", "unknown keys"]),
-    (set_payload("target", "compression", "lz4"), ["tensor 'target'", "compression"]),
-    (set_payload("target", "offset", 0), ["tensor 'target'", "overlaps"]),
-    (set_payload("target", "offset", 65), ["tensor 'target'", "multiple of 64"]),
-    (set_payload("flag", "offset", 1 << 20), ["tensor 'flag'", "outside the file"]),
-    (set_payload("target", "length", 23), ["tensor 'target'", "payload"]),
-    (set_payload("target", "crc32", 1 << 32), ["tensor 'target'", "crc32"]),
+    (set_tensor("input", "dtype", "float8"), ['tensor "input"', "dtype"]),
+    (set_tensor("input", "dtype", KeyError), ['tensor "input"', "dtype"]),
+    (set_tensor("input", "shape", [3, -4]), ['tensor "input"', "shape"]),
+    (set_tensor("input", "shape", [3, 4, 1]), ['tensor "input"', "strides"]),
+    (set_tensor("input", "strides", [4, 2]), ['tensor "input"', "outside"]),
+    (set_tensor("input", "strides", [4, -1]), ['tensor "input"', "strides"]),
+    (set_tensor("input", "offset", 1), ['tensor "input"', "outside"]),
+    (set_tensor("input", "shape", [3, 2 ** 62]), ['tensor "input"']),
+    (set_tensor("input", "batch_dim", 2), ['tensor "input"', "batch_dim"]),
+    (set_tensor("input", "batch_dim", 1), ['tensor "input"', "batch_dim"]),
+    (set_tensor("input", "storage_elements", 11), ['tensor "input"']),
+    (set_payload("target", "color", 1), ['tensor "target"', "payload", "unknown key"]),
+    (set_payload("target", "compression", "lz4"), ['tensor "target"', "compression"]),
+    (set_payload("target", "offset", 0), ['tensor "target"', "overlaps"]),
+    (set_payload("target", "offset", 65), ['tensor "target"', "multiple of 64"]),
+    (set_payload("flag", "offset", 1 << 20), ['tensor "flag"', "gap"]),
+    (set_payload("target", "length", 23), ['tensor "target"', "payload"]),
+    (set_payload("target", "crc32", 1 << 32), ['tensor "target"', "crc32"]),
 ])
 def test_bad_manifest(good, tmp_path, mutate, fragments):
     p = rewrite(good, tmp_path / "bad.bin", mutate)
@@ -587,7 +587,7 @@ def test_bad_bool(good, tmp_path):
 
     p = rewrite(good, tmp_path / "bool.bin", set_payload("flag", "crc32", zlib.crc32(b"\x02\x00\x01")),
                 payloads)
-    raises(p, "tensor 'flag'", "bool")
+    raises(p, 'tensor "flag"', "bool")
 
 
 def test_size_limit(good):
@@ -599,7 +599,7 @@ def test_size_limit(good):
 def test_zstd_without_module(good, tmp_path, monkeypatch):
     p = rewrite(good, tmp_path / "z.bin", set_payload("target", "compression", "zstd"))
     monkeypatch.setitem(sys.modules, "zstandard", None)
-    msg = raises(p, "tensor 'target'", "zstandard")
+    msg = raises(p, 'tensor "target"', "zstandard")
     assert "reduce convert" in msg
 
 
@@ -618,13 +618,13 @@ def test_zstd(tmp_path, zstandard):
                 lambda m: m["tensors"][0]["payload"].update(compression="zstd", length=len(frame),
                                                             crc32=zlib.crc32(frame)),
                 lambda a: bytearray(frame))
-    raises(q, "tensor 'x'", "decompressed size")
+    raises(q, 'tensor "x"', "decompressed size")
     frame = zstandard.ZstdCompressor().compress(raw) + b"junk"
     q = rewrite(p, tmp_path / "y.bin",
                 lambda m: m["tensors"][0]["payload"].update(compression="zstd", length=len(frame),
                                                             crc32=zlib.crc32(frame)),
                 lambda a: bytearray(frame))
-    raises(q, "tensor 'x'", "after the zstd frame")
+    raises(q, 'tensor "x"', "after the zstd frame")
 
 
 GO_ZSTD = os.path.join(HERE, "testdata", "go_zstd")
@@ -907,7 +907,7 @@ def test_reader_checks_the_window(tmp_path):
     def tensors(m):
         m["tensors"].insert(0, m["tensors"].pop())  # a window tensor first: the payload order is the file's
 
-    for edit, words in [(order, "index"), (samples, "batch_dim: size 3 along axis 0, but the batch has 2"),
+    for edit, words in [(order, "index"), (samples, "want one value per sample (2)"),
                         (no_step, "want {failed, start, steps} with a step, and the batch's step and structure"),
                         (tensors, "the batch's and the state's tensors come before the window's")]:
         with pytest.raises(rb.BatchFileError, match=re.escape(words)):
