@@ -70,7 +70,7 @@ test-go:
 
 # The Go tests that run reduce's Python, again under the PyPI torch: the torch
 # backend's worker and fork server, the batch files written and read by
-# reduce_batch.py, the fixtures' collector (which users run under their own,
+# reduce_batch.py (and the hostile batches its recorder writes), the fixtures' collector (which users run under their own,
 # mostly 2.x, torch), and ruff (from PyPI: only this environment has it) on
 # every file reduce writes into a user's repository (REDUCE_REQUIRE_RUFF). Not the race detector: the Go code is the
 # one test-go ran with it, what changes is the Python side. Not the kernels'
@@ -83,7 +83,7 @@ test-go:
 # One go test, so that the packages run side by side.
 test-go-torch2:
 	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_RUFF=1 $(GO) test -count=1 \
-		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|Collector|Ruff' \
+		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|Collector|Ruff|RecorderHostile' \
 		./replay/ ./fixtures/ ./internal/regress/
 	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_LIGHTNING=1 REDUCE_REQUIRE_TRANSFORMERS=1 REDUCE_REQUIRE_COMPILE=1 $(GO) test -count=1 \
 		-run 'TestProject|TestLightning|TestTrainer|TestTorchrun|TestCompiled|TestRegressionLife|TestUpstream|TestExamplesReduce' ./cmd/reduce/ ./internal/regress/
