@@ -80,10 +80,12 @@ test-go:
 # (smoothed_bce_target); and the training project's and Lightning's crashes,
 # recorded and reduced end to end under this torch too (Lightning is only in
 # this environment).
+# The go worker's own death under a 1 GiB address-space limit runs here too
+# (GoWorkerDeath): under the race detector its runtime cannot start.
 # One go test, so that the packages run side by side.
 test-go-torch2:
 	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_RUFF=1 $(GO) test -count=1 \
-		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|Collector|Ruff|RecorderHostile' \
+		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|Collector|Ruff|RecorderHostile|GoWorkerDeath' \
 		./replay/ ./fixtures/ ./internal/regress/
 	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_LIGHTNING=1 REDUCE_REQUIRE_TRANSFORMERS=1 REDUCE_REQUIRE_COMPILE=1 $(GO) test -count=1 \
 		-run 'TestProject|TestLightning|TestTrainer|TestTorchrun|TestCompiled|TestRegressionLife|TestUpstream|TestExamplesReduce' ./cmd/reduce/ ./internal/regress/
