@@ -105,7 +105,7 @@ redact-homes @@ internal/regress/redact.go @@ (?:home|homes|Users) @@ (?:home|Us
 redact-fqdn-short @@ internal/regress/redact.go @@ if short, _, dotted := strings.Cut(h, "."); dotted { @@ if short, _, dotted := strings.Cut(h, "."); dotted && false { @@ ./internal/regress @@ TestRedact @@
 redact-longest @@ internal/regress/redact.go @@ return (b.end - b.start) - (a.end - a.start) @@ return (a.end - a.start) - (b.end - b.start) @@ ./internal/regress @@ TestRedact @@
 write-redact-batch @@ internal/regress/write.go @@ reg = red.regression(reg) @@ _ = red.regression @@ ./internal/regress @@ TestRedact @@
-npz-dotdot @@ fixtures/npy_npz.go @@ if p == "" || p == "." || p == ".." {{NL}{TAB}{TAB}{TAB}return false @@ if p == "" || p == "." {{NL}{TAB}{TAB}{TAB}return false @@ ./fixtures @@ TestNPZEntryNames @@ torch
+npz-dotdot @@ fixtures/npy_npz.go @@ if p == "" || p == "." || p == ".." || len(p)+len(".npy") > npzMaxElem { @@ if p == "" || p == "." || len(p)+len(".npy") > npzMaxElem { @@ ./fixtures @@ TestNPZEntryNames @@ torch
 npz-case @@ fixtures/npy_npz.go @@ if npzSafeName(e.Name) && !taken[strings.ToLower(e.Name)] { @@ if npzSafeName(e.Name) && !taken[e.Name] { @@ ./fixtures @@ TestNPZEntryNames @@ torch
 npz-clash @@ fixtures/npy_npz.go @@ for n := 2; taken[strings.ToLower(name)]; n++ { @@ for n := 2; false; n++ { @@ ./fixtures @@ TestNPZEntryNames @@ torch
 read-top-case @@ fixtures/read.go @@ if !topKeys[k] { @@ if !topKeys[strings.ToLower(k)] { @@ ./fixtures @@ TestReaderStrictManifest @@

@@ -31,26 +31,34 @@ const maxInfraRun = 5
 // lockOut creates --out where needed and takes its lock, so that a second
 // run on it stops at once (exit 2, naming the pid that holds it) rather
 // than rewrite the first's journal. release gives the lock back and
-// removes the file. Every --out problem is bad usage, ErrUsage.
-func lockOut(out string) (release func(), err error) {
+// removes the file. Every --out problem is bad usage, ErrUsage. A
+// filesystem without locks (NFS mounted nolock, some Lustre) runs unlocked,
+// with a note that says so.
+func lockOut(out string) (release func(), note string, err error) {
 	fix := "give a directory reduce can create and write"
 	if err := os.MkdirAll(out, 0o755); err != nil {
-		return nil, errorf(ErrUsage, "--out %s: %v: %s", out, unwrapPath(err), fix)
+		return nil, "", errorf(ErrUsage, "--out %s: %v: %s", out, unwrapPath(err), fix)
 	}
 	path := filepath.Join(out, lockName)
 	for range 10 {
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 		if err != nil {
-			return nil, errorf(ErrUsage, "--out %s: %v: %s", out, unwrapPath(err), fix)
+			return nil, "", errorf(ErrUsage, "--out %s: %v: %s", out, unwrapPath(err), fix)
 		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err != nil && !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			os.Remove(f.Name())
+			return func() {}, fmt.Sprintf("--out %s: no lock (%v): another reduce on it would not be stopped", out, err), nil
+		}
+		if err != nil {
 			pid, _ := io.ReadAll(io.LimitReader(f, 32))
 			f.Close()
 			holder := "another reduce"
 			if p := strings.TrimSpace(string(pid)); p != "" {
 				holder = "reduce (pid " + p + ")"
 			}
-			return nil, errorf(ErrUsage, "--out %s is in use by %s: wait for it to end, or give another --out", out, holder)
+			return nil, "", errorf(ErrUsage, "--out %s is in use by %s: wait for it to end, or give another --out", out, holder)
 		}
 		// A lock taken on a file the holder removed as it ended is no lock:
 		// take the one at the path again.
@@ -60,7 +68,7 @@ func lockOut(out string) (release func(), err error) {
 			}
 			if err != nil {
 				f.Close()
-				return nil, errorf(ErrUsage, "--out %s: %v: %s", out, unwrapPath(err), fix)
+				return nil, "", errorf(ErrUsage, "--out %s: %v: %s", out, unwrapPath(err), fix)
 			}
 			var once sync.Once
 			return func() {
@@ -68,11 +76,20 @@ func lockOut(out string) (release func(), err error) {
 					os.Remove(path)
 					f.Close()
 				})
-			}, nil
+			}, "", nil
 		}
 		f.Close()
 	}
-	return nil, fmt.Errorf("--out %s: could not take %s", out, path)
+	return nil, "", errorf(ErrUsage, "--out %s: could not take %s, which other runs keep replacing: give another --out", out, path)
+}
+
+// guardError is an error of guard's: Run returns it as it is.
+type guardError struct{ msg string }
+
+func (e *guardError) Error() string { return e.msg }
+
+func guardErrorf(format string, args ...any) error {
+	return &guardError{msg: fmt.Sprintf(format, args...)}
 }
 
 // same reports that the open file f is the file at path.
@@ -99,20 +116,26 @@ func unwrapPath(err error) error {
 // workers map, and every answer after that is about another batch. A file
 // renamed over it changes nothing the replays read (they hold the first).
 type identity struct {
+	mu   sync.Mutex
 	info os.FileInfo
+	hash string // the content's, hashFile
 }
 
-func identify(path string) (identity, error) {
+func identify(path string) (*identity, error) {
 	fi, err := os.Stat(path)
-	return identity{info: fi}, err
+	return &identity{info: fi}, err
 }
 
 // changed is an error when the file at path is the one read but no longer
-// holds what it held.
-func (id identity) changed(path string) error {
-	if id.info == nil {
+// holds what it held. A change of its metadata alone (chmod, a hard link:
+// the ctime, with the size and mtime kept) is told from a write by the
+// content's hash, taken again then.
+func (id *identity) changed(path string) error {
+	if id == nil || id.info == nil {
 		return nil
 	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
 	fi, err := os.Stat(path)
 	if err != nil || !os.SameFile(fi, id.info) {
 		return nil
@@ -120,7 +143,13 @@ func (id identity) changed(path string) error {
 	if fi.Size() == id.info.Size() && fi.ModTime().Equal(id.info.ModTime()) && ctime(fi).Equal(ctime(id.info)) {
 		return nil
 	}
-	return fmt.Errorf("%s was written over while it was being reduced (%d bytes, modified %s; it had %d bytes, modified %s): the replays read the file, so their answers no longer say anything of the recorded batch; nothing was written: record the batch to a new file (or restore it) and run again",
+	if fi.Size() == id.info.Size() && id.hash != "" {
+		if h, err := hashFile(path); err == nil && h == id.hash {
+			id.info = fi // the same bytes: no need to hash them again
+			return nil
+		}
+	}
+	return guardErrorf("%s was written over while it was being reduced (%d bytes, modified %s; it had %d bytes, modified %s): the replays read the file, so their answers no longer say anything of the recorded batch; no fixture was written: record the batch to a new file (or restore it, and continue with --resume) and run again",
 		path, fi.Size(), fi.ModTime().Format(time.RFC3339Nano), id.info.Size(), id.info.ModTime().Format(time.RFC3339Nano))
 }
 
@@ -146,9 +175,11 @@ func (r *run) guard(v *replay.Verdict) error {
 		return nil
 	}
 	r.infraRun++
-	if r.infraRun < maxInfraRun {
+	// With -j N, N replays may break at one moment (a full TMPDIR for a
+	// second): what stops the run is more in a row than that.
+	if r.infraRun < maxInfraRun+r.o.Jobs-1 {
 		return nil
 	}
-	return fmt.Errorf("%d replays in a row broke in the harness, the last with: %s; nothing was written: fix what it says (or see reduce replay %s) and run again",
+	return guardErrorf("%d replays in a row broke in the harness, the last with: %s; no fixture was written: fix what it says (or see reduce replay %s) and run again",
 		r.infraRun, cmp.Or(lastLines(v.Result.Stderr, 3), "(no output)"), r.o.Source)
 }

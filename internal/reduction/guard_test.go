@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -143,4 +145,43 @@ func TestInfraRunStops(t *testing.T) {
 	assert.Contains(t, err.Error(), "5 replays in a row broke in the harness")
 	assert.Equal(t, 2+5, be.total)
 	assert.Empty(t, fixtureDirs(t, out))
+}
+
+// A change of the recorded file's metadata alone (chmod: its ctime, with
+// its size, mtime and bytes kept) is no write: the run goes on.
+func TestSourceChmodGoesOn(t *testing.T) {
+	b, path := crossEntropy(t, 16, map[int]int64{11: 4})
+	calls := 0
+	be := newStep(func(c *fixtures.Batch) signature.Signature {
+		if calls++; calls == 4 {
+			require.NoError(t, os.Chmod(path, 0o444))
+		}
+		return kernelStep(c)
+	})
+	res, err := reduce(t, b, path, be, reduction.Options{})
+	require.NoError(t, err)
+	assert.Equal(t, []int{11}, res.Findings[0].Indices)
+}
+
+// With -j N, N replays may break in the harness at one moment: the run
+// stops at maxInfraRun+N-1 in a row, not before.
+func TestInfraRunScalesWithJobs(t *testing.T) {
+	b, path := crossEntropy(t, 16, map[int]int64{11: 4})
+	calls := 0
+	var mu sync.Mutex
+	be := newStep(func(c *fixtures.Batch) signature.Signature {
+		mu.Lock()
+		defer mu.Unlock()
+		if calls++; calls <= 2 {
+			return kernelStep(c)
+		}
+		return signature.Signature{Family: signature.FamilyInfra, Expression: "harness failure"}
+	})
+	_, err := reduce(t, b, path, be, reduction.Options{Jobs: 3})
+	require.Error(t, err)
+	m := regexp.MustCompile(`(\d+) replays in a row broke in the harness`).FindStringSubmatch(err.Error())
+	require.NotNil(t, m, err.Error())
+	n, _ := strconv.Atoi(m[1])
+	assert.GreaterOrEqual(t, n, 7, "5 in a row, plus the 2 more that 3 jobs may break at one moment")
+	assert.GreaterOrEqual(t, be.total, 2+7)
 }

@@ -121,7 +121,7 @@ func openJournal(path string, head journalHeader, resume bool) (j *journal, repl
 	}
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, false, fmt.Errorf("journal: %w", err)
+		return nil, false, errorf(ErrUsage, "--out %s: %v: give a directory reduce can create and write", filepath.Dir(path), unwrapPath(err))
 	}
 	line, err := json.Marshal(head)
 	if err == nil {

@@ -247,7 +247,7 @@ type run struct {
 	journal *journal
 	// source is the recorded file as it was read, infraRun how many
 	// replays in a row broke in the harness (guard.go).
-	source   identity
+	source   *identity
 	infraRun int
 
 	compiled *regress.Compiled // Result.Compiled
@@ -333,6 +333,15 @@ func (r *run) answerOf(b *fixtures.Batch, want signature.Outcome) (signature.Sig
 // Options.Resume; on any other error nothing was written, and the journal
 // is kept only when the search itself failed after the confirmation.
 func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (*Result, error) {
+	res, err := run0(ctx, b, be, o)
+	var ge *guardError
+	if errors.As(err, &ge) {
+		return nil, ge // said as it is, not as the search that met it
+	}
+	return res, err
+}
+
+func run0(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (*Result, error) {
 	o = o.withDefaults()
 	switch {
 	case o.Source == "" || o.Out == "":
@@ -350,11 +359,12 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 	if err != nil {
 		return nil, errorf(ErrUsage, "read batch %s: %v", o.Source, err)
 	}
-	release, err := lockOut(o.Out)
+	release, lockNote, err := lockOut(o.Out)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
+	source.hash = srcHash
 	if err := regress.CheckCollector(o.Out); err != nil {
 		return nil, collectorError(err) // before any replay: the fixture could not be written
 	}
@@ -373,6 +383,9 @@ func Run(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) (
 	}
 	if replaced {
 		r.logf("started afresh over the journal of an earlier, unfinished reduction (%s); --resume would have continued it", jpath)
+	}
+	if lockNote != "" {
+		r.logf("%s", lockNote)
 	}
 	r.emit(&Start{Event: "start", Batch: o.Source, Samples: b.Samples, Op: b.Op, Backend: string(be.Kind()),
 		Match: string(o.Match), Recorded: r.recorded, Resumed: o.Resume})

@@ -46,6 +46,10 @@ import (
 func Normalize(line string) string {
 	s := ansiRe.ReplaceAllString(line, "")
 	s = stripRankPrefix(strings.Join(strings.Fields(s), " "))
+	s = cutMarkRe.ReplaceAllString(s, "")
+	if len(s) > MaxLine {
+		s = strings.ToValidUTF8(s[:MaxLine], "")
+	}
 	s = timeRe.ReplaceAllString(s, "TIME")
 	s = hexRe.ReplaceAllString(s, "0x?")
 	s = fileLineRe.ReplaceAllString(s, "$1")
@@ -60,8 +64,16 @@ func Normalize(line string) string {
 	return stripRankPrefix(strings.Join(strings.Fields(s), " "))
 }
 
+// MaxLine bounds what of a line Normalize keeps: a longer one is compared
+// by its first MaxLine bytes (white space collapsed), so that a huge
+// message the recorder cut (reduce_batch.py's "[cut: N more characters]")
+// and the same message in a replay's bounded capture are one.
+const MaxLine = 4096
+
 var (
-	ansiRe = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
+	// cutMarkRe is the mark reduce_batch.py ends an error text it cut with.
+	cutMarkRe = regexp.MustCompile(` ?\[cut: \d+ more characters\]$`)
+	ansiRe    = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
 	// rankPrefixRe matches one rank prefix at the start of a line; the
 	// bracketed forms take one following space with them.
 	rankPrefixRe  = regexp.MustCompile(`^(?:\[[A-Za-z_]*\d+\]: ?|\[\d+,\d+\]<std(?:out|err)>: ?|\d{1,5}: )`)

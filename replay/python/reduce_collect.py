@@ -1388,6 +1388,7 @@ def _mismatch(e, name, message=None, pattern=None):
     if message is not None and text != message and not text.startswith(message + "\n"):
         return f"message {text!r}, want {message!r}"
     full = "{} {}\n{}".format(getattr(e, "name", ""), e, getattr(e, "child_stderr", "") or "")
+    full = full if len(full) <= 1 << 17 else full[:1 << 16] + "\n" + full[-(1 << 16):]  # a huge text: its ends
     if message is None and pattern and not re.search(pattern, full, re.DOTALL):
         return f"its text does not match {pattern!r}"
     return None

@@ -166,6 +166,15 @@ def test_mismatch(e, name, message, pattern, want):
     assert (rc._mismatch(e, name, message, pattern) is None) is want
 
 
+def test_mismatch_searches_the_ends_of_a_huge_text():
+    """A pattern is searched in a huge text's first and last 64 KiB (the message, the traceback's end), so that
+    a fixture's test cannot spend its time in one search."""
+    pad = "x" * (1 << 20)
+    assert rc._mismatch(ValueError("label out of range " + pad), "ValueError", None, "label.*?range") is None
+    assert rc._mismatch(ValueError(pad + " label out of range " + pad), "ValueError", None, "label.*?range") \
+        .startswith("its text does not match")
+
+
 def test_mismatch_says_why():
     class OutOfMemoryError(Exception):  # the short name, but not torch's class
         pass
