@@ -246,10 +246,12 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
     with _noted(lenient, notes, "padded: {e}: the batch is reduced without re-padding", (TypeError, ValueError)):
         pads = _pads(items, axes, samples, padded, lengths) if padded else {}
     _need(op is None or isinstance(op, str), TypeError, "op: want a string, got %s", type(op).__name__)
-    attrs = {_clean_str(str(k)): _attr_value(v, f"attrs[{k!r}]") for k, v in dict(attrs).items()} if attrs else None
+    for k, v in (dict(attrs or {}), attrs := {})[0].items():  # lenient: an attribute JSON cannot hold is noted
+        with _noted(lenient, notes, "{e}: not recorded", (TypeError, ValueError)):
+            attrs[_clean_str(str(k))] = _attr_value(v, f"attrs[{k!r}]")
     manifest = {"samples": samples, "sample_ids": ids or None, "op": _clean_str(op) if op else None, "attrs": attrs,
                 "error": None if error is None else _error_entry(error), "structure": None if flat else tree}
-    manifest = {k: v for k, v in manifest.items() if v is not None}  # what is not given is left out
+    manifest = {k: v for k, v in manifest.items() if v not in (None, {})}  # what is not given is left out
     if step is not None:
         with _noted(lenient, notes, "step: not recorded: {e}", ValueError):
             manifest["step"] = _step_entry(step)
@@ -370,9 +372,8 @@ class _Flattener:
     def node(self, x, path=""):  # bounded: a part too deep, holding itself or raising is skipped (named)
         if len(self.open) >= MAX_DEPTH or id(x) in self.open:
             return self.skip(path, x, f"nested over {MAX_DEPTH} deep" if id(x) not in self.open else "holds itself")
-        self.open.add(id(x))
         try:
-            return self._node(x, path)
+            return self.open.add(id(x)) or self._node(x, path)
         except Exception as e:  # noqa: BLE001  (a broken __len__, keys(), __getitem__ ...: this part alone)
             return self.skip(path, x, f"{type(e).__name__}: {e}"[:200])
         finally:
@@ -404,8 +405,7 @@ class _Flattener:
             node = {"kind": "tuple" if isinstance(x, tuple) else "list"}
             return dict(node, items=self.items(range(len(x)), list(x), path)) if x else node
         if isinstance(x, dict) or (hasattr(x, "keys") and hasattr(x, "__getitem__")):
-            keys = list(x.keys())
-            values = [x[k] for k in keys]
+            keys, values = list(x.keys()), [x[k] for k in list(x.keys())]
             for i, k in enumerate(keys):  # a key neither str nor int: written as its str(), skipped where that is taken
                 if not (isinstance(k, str) or _is_int(k)):
                     keys[i] = None if str(k) in keys else str(k)
@@ -436,8 +436,7 @@ def _count_samples(torch, batch, batch_dims, sample_ids):
     for x in queue:  # breadth first, each container once
         if isinstance(x, (list, tuple)) and x and all(isinstance(v, _SCALARS) for v in x):
             return len(x)
-        if id(x) not in seen and len(seen) < 1 << 16:
-            seen.add(id(x))
+        if id(x) not in seen and len(seen) < 1 << 16 and not seen.add(id(x)):
             queue.extend(x if isinstance(x, (list, tuple)) else x.values() if isinstance(x, dict) else ())
     return 0
 def _trusted(types):
@@ -924,29 +923,30 @@ class record_on_failure:
         try:
             batch = _called(self.batch)
         except Exception as e:  # noqa: BLE001  (the crash is recorded all the same)
-            _warn(f"the batch callable raised {type(e).__name__}: {e}; recording the failure without a batch")
-            batch = {}
-        keep, first, w = {k: v for k, v in self.kwargs.items() if k in ("step", "sample_ids")}, self.kwargs, self.window
+            batch = _warn(f"the batch callable raised {type(e).__name__}: {e}; recording the error alone") or {}
+        keep = {k: v for k, v in self.kwargs.items() if k in ("step", "sample_ids", "op", "attrs", "meta")}
+        first, w = self.kwargs, self.window
         if w is not None and w.steps:  # with the steps since the older state copy, and that copy as the state
             start, state = w.copies[0]  # the older copy: the first step's holds one
             given = self.kwargs.get("state")  # its keys the copy has not (a Lightning module's record) kept
             first = dict(self.kwargs, state=None if given is None else dict(
                          {k: v for k, v in given.items() if k not in (state or {})}, **(state or {})),
                          _window=(w.count - 1, start, [s for s in w.steps[:-1] if s[0] >= start]))
-        last = [({}, lambda: _tensors_alone(_torch(), batch), "the tensors and the error"), ({}, dict, "the error")]
-        for i, (kwargs, b, _) in enumerate([(first, batch, 0), (self.kwargs, batch, 0), (keep, batch, 0)] + last):
+        tries = [(first, batch, "")] * (first is not self.kwargs) + [(self.kwargs, batch, ""), (keep, batch, ""), (
+            {k: keep[k] for k in ("op", "meta") if k in keep}, lambda: _tensors_alone(_torch(), batch),
+            "the tensors and the error"), ({}, dict, "the error")]  # the last resorts keep the op and a rank's meta
+        for i, (kwargs, b, what) in enumerate(tries):
             try:  # an argument save() refuses: with the step if it can be; the last resorts: the tensors, the error
-                save(self.path, b() if i > 2 else batch, error=exc, _failed=True, **kwargs)
+                save(self.path, b() if what else b, error=exc, _failed=True, **kwargs)
                 n = len(kwargs.get("_window", (0, 0, ()))[2])  # what the message says of the steps it holds
                 return f" and the {n} step{'s' * (n > 1)} before it" if n else ""
             except Exception as e:
-                if i == 4:
+                if i == len(tries) - 1:
                     raise
-                then = last[i - 2][2] if i > 1 else f"the batch with {' and '.join(keep) or 'the error'}"
+                then = tries[i + 1][2] or f"the batch with {' and '.join(tries[i + 1][0]) or 'the error'}"
                 _warn(f"{type(e).__name__}: {str(e)[:500]}; recording {then} alone")
 def _tensors_alone(torch, batch):  # the recorder's last resort: the tensors a batch holds, by path
-    (fl := _Flattener(torch, "", None)).node(batch)
-    return dict(fl.tensors)
+    return (fl := _Flattener(torch, "", None)).node(batch) and dict(fl.tensors)
 def _called(batch): return batch() if callable(batch) and not hasattr(batch, "__getitem__") else batch
 def _ranked(path, kwargs, when="failed_at"):  # under torch.distributed (or torchrun's env) of several ranks:
     dist, env = getattr(_torch(), "distributed", None), os.environ  # PATH.rank{R}.EXT, its meta: rank, run, time

@@ -136,3 +136,25 @@ def test_unwritable_destination_still_raises_the_original(tmp_path):
         with rb.record_on_failure(tmp_path / "missing" / "c.bin", {"x": torch.ones(2)}):
             raise exc
     assert info.value is exc
+
+
+def test_an_attribute_json_cannot_hold_keeps_the_rest(tmp_path, capfd):
+    """The op, the other attributes and the meta (a rank's too) are recorded; the one attribute is named."""
+    b = record(tmp_path / "c.bin", {"x": torch.ones(2)}, op="clamp", attrs={"max": float("inf"), "min": 0},
+               meta={"run": "7"})
+    assert b.op == "clamp" and b.attrs == {"min": 0} and b.meta["run"] == "7"
+    assert "attrs['max']: inf cannot be written as JSON: not recorded" in capfd.readouterr().err
+
+
+def test_the_last_resorts_keep_the_op_and_the_meta(tmp_path, monkeypatch):
+    real = rb.save
+
+    def picky(path, batch=None, **kwargs):
+        if kwargs.get("attrs") is not None or isinstance(batch, dict) and "meta" in batch:
+            raise ValueError("refused")
+        return real(path, batch, **kwargs)
+
+    monkeypatch.setattr(rb, "save", picky)
+    b = record(tmp_path / "c.bin", {"x": torch.ones(2), "meta": {"y": 1}}, op="cross_entropy", attrs={"a": 1},
+               meta={"rank": "3"})
+    assert list(b.data) == ["x"] and b.op == "cross_entropy" and b.meta["rank"] == "3" and not b.attrs
