@@ -674,7 +674,7 @@ class _Reader:
                   "values: want strings, numbers, booleans or null")
         level, d = [node.get("value")], 0
         while level and kind == "value":  # a value without objects, its arrays nested at most MAX_DEPTH deep
-            self.need(d <= MAX_DEPTH and not any(isinstance(x, dict) for x in level), f"{where}: value",
+            self.need(dict not in (t := set(map(type, level))) and (d < MAX_DEPTH or list not in t), where + ": value",
                       "want a JSON value without objects, its arrays nested at most %d deep", MAX_DEPTH)
             level, d = [c for x in level if isinstance(x, list) for c in x], d + 1
         self.need(kind not in _CONTAINERS or depth < MAX_DEPTH, where, "more than %d containers deep", MAX_DEPTH)
