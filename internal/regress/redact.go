@@ -1,6 +1,8 @@
 package regress
 
 import (
+	"bytes"
+	"encoding/json"
 	"net"
 	"regexp"
 	"slices"
@@ -18,8 +20,9 @@ import (
 // in. One redactor, redactor.text, serves the three writers: known words
 // of the record (sample ids, user and host names), secrets by their form
 // (e-mail addresses, tokens and keys, KEY=value assignments, URL
-// signatures and passwords, private key blocks), IP addresses, host names
-// and every home or scratch path. Each kind has one fixed placeholder, so
+// signatures and passwords, private key blocks; a meta value whose key
+// names a secret, whole), IP addresses, host names and every home or
+// scratch path. Each kind has one fixed placeholder, so
 // that a record redacts to the same bytes every time, and no placeholder
 // is redacted again (text is idempotent). `reduce inspect` shows the
 // recording as it is: it never redacts.
@@ -111,7 +114,7 @@ var secretRules = []secretRule{
 	// NAME=value where the name says it holds a secret (WANDB_API_KEY,
 	// HF_TOKEN, db_password, "api_key": "..."); "name: value" when the
 	// name has a part before it (HF_TOKEN: ...) or is quoted.
-	{re: regexp.MustCompile(`(?i)\b([A-Za-z0-9_.-]*(?:token|secret|passw(?:or)?d|pwd|apikey|credentials?)|[A-Za-z0-9_.-]*[_-]key)(["']?\s*(?:=|:\s)\s*)("[^"\n]*"|'[^'\n]*'|[^\s"'&,;)\]}]+)`), group: 3, to: phSecret,
+	{re: regexp.MustCompile(`(?i)\b(` + secretName + `)(["']?\s*(?:=|:\s)\s*)("[^"\n]*"|'[^'\n]*'|[^\s"'&,;)\]}]+)`), group: 3, to: phSecret,
 		check: func(s string, m []int) bool {
 			name, sep := s[m[2]:m[3]], s[m[4]:m[5]]
 			if strings.HasPrefix(strings.TrimLeft(sep, `"' `), ":") && !strings.ContainsAny(name, "_-.") && !strings.ContainsAny(sep, `"'`) &&
@@ -124,6 +127,53 @@ var secretRules = []secretRule{
 	// user:password@ in a URL.
 	{re: regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]*://([^/\s:@"'<>]+:[^/\s@"'<>]+)@`), group: 1, to: phURLAuth},
 	{re: regexp.MustCompile(`[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b`), to: phEmail},
+}
+
+// secretName is a name that says it holds a secret: the KEY=value rule's
+// names.
+const secretName = `[A-Za-z0-9_.-]*(?:token|secret|passw(?:or)?d|pwd|apikey|credentials?)|[A-Za-z0-9_.-]*[_-]key`
+
+var secretNameRe = regexp.MustCompile(`(?i)^(?:` + secretName + `)$`)
+
+// secretWords are the words that make a key a secret's wherever they
+// stand in it (auth_header, HF_TOKEN_FILE, wandbApiKey); "max_tokens",
+// "tokenizer" and "author" are none.
+var secretWords = map[string]bool{"key": true, "apikey": true, "token": true, "secret": true, "password": true, "passwd": true,
+	"pwd": true, "credential": true, "credentials": true, "auth": true, "oauth": true, "authorization": true}
+
+// secretKey reports whether a meta or extra key names a secret (secretName,
+// or a word of secretWords: its words split at what is no letter or digit
+// and where a lower-case letter meets an upper-case one): its whole value
+// is one, which no rule of the text would find alone.
+func secretKey(k string) bool {
+	if secretNameRe.MatchString(k) {
+		return true
+	}
+	for _, f := range strings.FieldsFunc(k, func(c rune) bool { return !unicode.IsLetter(c) && !unicode.IsDigit(c) }) {
+		start, prev := 0, rune(0)
+		for i, c := range f {
+			if unicode.IsUpper(c) && unicode.IsLower(prev) {
+				if secretWords[strings.ToLower(f[start:i])] {
+					return true
+				}
+				start = i
+			}
+			prev = c
+		}
+		if secretWords[strings.ToLower(f[start:])] {
+			return true
+		}
+	}
+	return false
+}
+
+// secretValue is v as a secret-named key holds it: "" and a placeholder
+// as they are, any other value the placeholder.
+func secretValue(v string) string {
+	if v == "" || isPlaceholder(v) {
+		return v
+	}
+	return phSecret
 }
 
 // authSchemeRe is an Authorization header's scheme, which stays.
@@ -175,9 +225,14 @@ func newRedactor(rec *Record, reg *Regression) *redactor {
 	hosts = append(hosts, strings.Split(rec.Environment.Meta["slurm.nodes"], ",")...)
 	for _, h := range hosts {
 		h = strings.TrimSpace(h)
-		add(h, phHost)
-		if short, _, dotted := strings.Cut(h, "."); dotted {
-			add(short, phHost)
+		short, _, dotted := strings.Cut(h, ".")
+		for _, name := range []string{h, short} {
+			if name == h || dotted {
+				add(name, phHost)
+				// As a signature's expression holds it: its numbers masked
+				// ("gpu-node-17" → "gpu-node-N").
+				add(digitsRe.ReplaceAllString(name, "N"), phHost)
+			}
 		}
 	}
 	add(meta["user"], phUser)
@@ -473,8 +528,9 @@ func wholeWord(s string, i, j int) bool {
 // record redacts what fixture.json holds of external text: the failure's
 // words, the diagnosis, the source, the environment. The sample ids and
 // tensor names are the data's own names, which the collector's tests look
-// up, and stay; the command and the entry the collector runs lose their
-// secrets only (secrets): their paths are needed to run them.
+// up: the ids lose their secrets only (secretIDs, as the batch files'
+// do), the names stay; the command and the entry the collector runs lose
+// their secrets only (secrets): their paths are needed to run them.
 func (r *redactor) record(rec *Record) {
 	sig := func(s *signature.Signature) {
 		s.Kernel, s.Expression, s.File, s.Exception = r.text(s.Kernel), r.text(s.Expression), r.text(s.File), r.text(s.Exception)
@@ -501,11 +557,20 @@ func (r *redactor) record(rec *Record) {
 	}
 	rec.Culprits = slices.Clone(rec.Culprits)
 	for i, c := range rec.Culprits {
+		rec.Culprits[i].IDs = secretIDs(c.IDs)
 		if c.Relation != nil {
 			rel := *c.Relation
 			rel.Text = r.text(rel.Text)
 			rec.Culprits[i].Relation = &rel
 		}
+	}
+	if rec.Window != nil {
+		w := *rec.Window
+		w.Steps = slices.Clone(w.Steps)
+		for i := range w.Steps {
+			w.Steps[i].IDs = secretIDs(w.Steps[i].IDs)
+		}
+		rec.Window = &w
 	}
 	if rec.Shape != nil {
 		c := *rec.Shape
@@ -548,21 +613,33 @@ func (r *redactor) record(rec *Record) {
 	rec.Extra = r.extra(rec.Extra)
 }
 
-// meta is m with each value redacted, a version's (versionKey) as one.
+// meta is m with each value redacted: a secret's (secretKey) whole, a
+// version's (versionKey) as one.
 func (r *redactor) meta(m map[string]string) map[string]string {
 	if m == nil {
 		return nil
 	}
 	out := make(map[string]string, len(m))
 	for k, v := range m {
-		if versionKey(k) {
+		switch {
+		case hostKey[k] && v != "":
+			out[k] = phHost // whatever its length: a name too short to find in a text is still this one
+		case secretKey(k):
+			out[k] = secretValue(v)
+		case versionKey(k):
 			out[k] = r.version(v)
-		} else {
+		default:
 			out[k] = r.text(v)
 		}
 	}
 	return out
 }
+
+// hostKey are the meta keys that name the recording's host.
+var hostKey = map[string]bool{"host": true, "hostname": true, "node": true}
+
+// digitsRe is a run of digits.
+var digitsRe = regexp.MustCompile(`[0-9]+`)
 
 // versionKey reports whether a meta key names a version.
 func versionKey(k string) bool {
@@ -575,7 +652,9 @@ func versionKey(k string) bool {
 	return false
 }
 
-// extra is Record.Extra with its strings redacted, at any depth.
+// extra is Record.Extra with its strings redacted, at any depth, and the
+// value of a key that names a secret (secretKey), whatever it holds, the
+// placeholder.
 func (r *redactor) extra(m map[string]any) map[string]any {
 	if m == nil {
 		return nil
@@ -594,7 +673,11 @@ func (r *redactor) extra(m map[string]any) map[string]any {
 		case map[string]any:
 			out := make(map[string]any, len(x))
 			for k, e := range x {
-				out[r.text(k)] = walk(e)
+				if secretKey(k) && e != nil && e != "" {
+					out[r.text(k)] = phSecret
+				} else {
+					out[r.text(k)] = walk(e)
+				}
 			}
 			return out
 		}
@@ -606,7 +689,8 @@ func (r *redactor) extra(m map[string]any) map[string]any {
 // keptMeta are the meta keys whose values reduce and the collector read
 // back from a fixture's batch files (the expectation, the replay's
 // switches, a rank's place, the reduction's provenance, the kept ids,
-// which are the data's): their own tokens, written as they are.
+// which are the data's): their own tokens, written as they are, the ids
+// less their secrets (secretIDs).
 var keptMeta = map[string]bool{
 	MetaExpect: true, fixtures.ReplayCompileKey: true, fixtures.ReplayStateKey: true, fixtures.MetaCompiled: true,
 	"rank": true, "world_size": true, "reduce_mode": true, "partial": true, "source_hash": true, "kept_samples": true,
@@ -627,6 +711,60 @@ func (r *redactor) regression(reg *Regression) *Regression {
 	return &c
 }
 
+// secretIDs is ids, each with its secrets taken out (secrets): a
+// sample's id is the data's own name, which the collector's tests look
+// up, and keeps all else. nil stays nil.
+func secretIDs(ids []string) []string {
+	if ids == nil {
+		return nil
+	}
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = secrets(id)
+	}
+	return out
+}
+
+// secretSamples is the structure n with the secrets taken out of each
+// per-sample string (a samples leaf's), as of the ids: n itself where
+// there are none, n never modified.
+func secretSamples(n *fixtures.Node) *fixtures.Node {
+	if n == nil {
+		return nil
+	}
+	var c *fixtures.Node
+	edit := func() *fixtures.Node {
+		if c == nil {
+			cc := *n
+			cc.Items, cc.Values = slices.Clone(n.Items), slices.Clone(n.Values)
+			c = &cc
+		}
+		return c
+	}
+	for i, it := range n.Items {
+		if s := secretSamples(it); s != it {
+			edit().Items[i] = s
+		}
+	}
+	for i, v := range n.Values {
+		var s string
+		if n.Kind != fixtures.NodeSamples || json.Unmarshal(v, &s) != nil {
+			continue // no per-sample string
+		}
+		if red := secrets(s); red != s {
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(false)
+			_ = enc.Encode(red) // a string always encodes
+			edit().Values[i] = bytes.TrimRight(buf.Bytes(), "\n")
+		}
+	}
+	if c == nil {
+		return n
+	}
+	return c
+}
+
 // maxBatchError bounds the recorded failure's text a fixture's batch file
 // keeps, as redaction reads every byte it is given: signature.Parse's
 // bound (its maxParse), of which it keeps the head and the tail as Parse
@@ -644,19 +782,32 @@ func cutMiddle(s string, n int) string {
 
 // batch is b as a fixture's batch file holds it, users committing it:
 // the recorded failure's text (cutMiddle to maxBatchError) and class
-// redacted, and each meta value but
-// keptMeta's (a version's as one); the interpreter ("executable") without
-// a path relative to the step's directory, so that a replay finds it where
-// it was recorded or falls back to its own. The tensors, the ids, the
-// attributes, the structure's values and the step are the data's, as they
-// are: the collector moves the step's recorded paths into the repository
-// under test (reduce_collect._step_paths), and reduce replays it there.
-// nil stays nil; b is not modified.
+// redacted, and each meta value but keptMeta's (a secret's whole, a
+// version's as one); the interpreter ("executable") without a path
+// relative to the step's directory, so that a replay finds it where it
+// was recorded or falls back to its own. The ids (the batch's, its window
+// steps', kept_ids) and the structure's per-sample strings lose their
+// secrets only (secretIDs, secretSamples), as the record's ids do. The
+// tensors, the attributes, the shared values and the step are the data's,
+// as they are: the collector moves the step's recorded paths into the
+// repository under test (reduce_collect._step_paths), and reduce replays
+// it there. nil stays nil; b is not modified.
 func (r *redactor) batch(b *fixtures.Batch) *fixtures.Batch {
 	if b == nil {
 		return nil
 	}
 	c := *b
+	c.SampleIDs, c.Structure = secretIDs(b.SampleIDs), secretSamples(b.Structure)
+	if b.Window != nil && b.Window.Steps != nil {
+		w := *b.Window
+		w.Steps = make([]*fixtures.WindowStep, len(b.Window.Steps))
+		for i, st := range b.Window.Steps {
+			s := *st
+			s.SampleIDs, s.Structure = secretIDs(st.SampleIDs), secretSamples(st.Structure)
+			w.Steps[i] = &s
+		}
+		c.Window = &w
+	}
 	if b.Error != nil {
 		e := *b.Error
 		e.Text, e.Exception = r.text(cutMiddle(e.Text, maxBatchError)), r.text(e.Exception)
@@ -666,8 +817,14 @@ func (r *redactor) batch(b *fixtures.Batch) *fixtures.Batch {
 		c.Meta = make(map[string]string, len(b.Meta))
 		for k, v := range b.Meta {
 			switch {
+			case k == "kept_ids":
+				c.Meta[k] = strings.Join(secretIDs(strings.Split(v, ",")), ",")
 			case keptMeta[k]:
 				c.Meta[k] = v
+			case hostKey[k] && v != "":
+				c.Meta[k] = phHost
+			case secretKey(k):
+				c.Meta[k] = secretValue(v)
 			case k == "executable":
 				c.Meta[k] = (&redactor{words: r.words}).text(v)
 			case versionKey(k):

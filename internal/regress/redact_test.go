@@ -2,6 +2,7 @@ package regress
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -393,4 +394,176 @@ func TestRedactBatchErrorBound(t *testing.T) {
 	assert.Equal(t, want.Family, have.Family)
 	assert.Equal(t, want.Expression, have.Expression)
 	assert.Equal(t, want.Exception, have.Exception)
+}
+
+// TestRedactSecretMeta: a meta or extra value whose key names a secret
+// (wandb_api_key, db_password, HF_TOKEN, authHeader), which no rule of
+// the text finds alone, reaches none of the fixture's files: each is the
+// placeholder, in the batch files, the environment's meta and the extra
+// at any depth; keys that only look alike (max_tokens, tokenizer, author)
+// keep their values.
+func TestRedactSecretMeta(t *testing.T) {
+	secrets := map[string]string{"wandb_api_key": "3f9a81c4d2e7", "db_password": "hunter2", "HF_TOKEN": "abc123Qz",
+		"authHeader": "Basic dXNlcjpwYXNz", "DBPASSWORD": "zq-pass-77"}
+	plain := map[string]string{"max_tokens": "512", "tokenizer": "bert-base-cased", "author": "the team", "monkey_patch": "on"}
+	reg := exampleRegression(t, nil)
+	reg.Record.Environment.Meta = map[string]string{}
+	reg.Record.Extra = map[string]any{"run": map[string]any{"HF_TOKEN": "abc123Qz", "steps": []any{map[string]any{"db_password": "hunter2"}}},
+		"wandb_api_key": "3f9a81c4d2e7", "api_token": 123456789}
+	for _, m := range []map[string]string{reg.Batch.Meta, reg.Boundary.Meta, reg.Record.Environment.Meta} {
+		for k, v := range secrets {
+			m[k] = v
+		}
+		for k, v := range plain {
+			m[k] = v
+		}
+	}
+	dir, err := Write(t.TempDir(), reg)
+	require.NoError(t, err)
+	for name, data := range readDir(t, dir) {
+		for k, v := range secrets {
+			assert.NotContains(t, string(data), v, "%s: the value of %s", name, k)
+		}
+		assert.NotContains(t, string(data), "123456789", name)
+	}
+	for _, name := range []string{BatchFile, BoundaryFile} {
+		b, err := fixtures.Read(filepath.Join(dir, name))
+		require.NoError(t, err)
+		for k := range secrets {
+			assert.Equal(t, "<secret>", b.Meta[k], "%s: meta %s", name, k)
+		}
+		for k, v := range plain {
+			assert.Equal(t, v, b.Meta[k], "%s: meta %s", name, k)
+		}
+	}
+	rec := readRegression(t, dir).Record
+	for k := range secrets {
+		assert.Equal(t, "<secret>", rec.Environment.Meta[k], "environment meta %s", k)
+	}
+	for k, v := range plain {
+		assert.Equal(t, v, rec.Environment.Meta[k], "environment meta %s", k)
+	}
+	assert.Equal(t, "<secret>", rec.Extra["wandb_api_key"])
+	assert.Equal(t, "<secret>", rec.Extra["api_token"])
+	run := rec.Extra["run"].(map[string]any)
+	assert.Equal(t, "<secret>", run["HF_TOKEN"])
+	assert.Equal(t, "<secret>", run["steps"].([]any)[0].(map[string]any)["db_password"])
+
+	for k, want := range map[string]bool{
+		"wandb_api_key": true, "HF_TOKEN": true, "db_password": true, "DB_PASSWD": true, "x-auth-header": true, "wandbApiKey": true,
+		"APIKEY": true, "hftoken": true, "aws_secret_access_key": true, "GOOGLE_CREDENTIALS": true, "private_key": true,
+		"Authorization": true, "max_tokens": false, "tokenizer": false, "author": false, "host": false, "kept_ids": false,
+		"monkey": false, "keyboard": false,
+	} {
+		assert.Equal(t, want, secretKey(k), k)
+	}
+	assert.Equal(t, "", secretValue(""), "an empty value says no secret")
+}
+
+// TestRedactSampleIDSecrets: the secrets of a sample id (a presigned
+// URL's signature) and of a per-sample string value are taken out of
+// every file of the fixture, the rest of them kept (no host or path rule:
+// ids are the data's), the same in the batch files as in fixture.json,
+// so that each culprit's id is one of the batch's; the fixture's name and
+// bytes stay the same whenever written; a window's ids and strings too.
+func TestRedactSampleIDSecrets(t *testing.T) {
+	const id = "https://b.s3.amazonaws.com/x.jpg?X-Amz-Signature=abcdef0123456789abcdef"
+	const redID = "https://b.s3.amazonaws.com/x.jpg?X-Amz-Signature=<secret>"
+	const url = "https://data.acme-labs.io/u/bob/a.png?token=s3cr3tTok99&w=2"
+	const redURL = "https://data.acme-labs.io/u/bob/a.png?token=<secret>&w=2"
+	leaks := []string{"abcdef0123456789", "s3cr3tTok99"}
+	withURLs := func(b *fixtures.Batch) {
+		raw := func(s string) json.RawMessage { v, _ := json.Marshal(s); return v }
+		n := &fixtures.Node{Kind: fixtures.NodeDict}
+		for _, e := range b.Tensors {
+			n.Keys, n.Items = append(n.Keys, raw(e.Name)), append(n.Items, &fixtures.Node{Kind: fixtures.NodeTensor, Name: e.Name})
+		}
+		n.Keys, n.Items = append(n.Keys, raw("url")), append(n.Items, &fixtures.Node{Kind: fixtures.NodeSamples, Values: []json.RawMessage{raw(url)}})
+		b.Structure = n
+		b.Meta["kept_ids"] = id
+	}
+	var first map[string][]byte
+	var firstName string
+	for range 2 {
+		reg := exampleRegression(t, []string{id})
+		withURLs(reg.Batch)
+		withURLs(reg.Boundary)
+		dir, err := Write(t.TempDir(), reg)
+		require.NoError(t, err)
+		files := readDir(t, dir)
+		for name, data := range files {
+			for _, frag := range leaks {
+				assert.NotContains(t, string(data), frag, name)
+			}
+		}
+		rec := readRegression(t, dir).Record
+		require.Len(t, rec.Culprits, 1)
+		assert.Equal(t, []string{redID}, rec.Culprits[0].IDs, "the id keeps all but its secret")
+		for _, name := range []string{BatchFile, BoundaryFile} {
+			b, err := fixtures.Read(filepath.Join(dir, name))
+			require.NoError(t, err)
+			assert.Equal(t, []string{redID}, b.SampleIDs, "%s: the culprit's id is the batch's", name)
+			assert.Equal(t, redID, b.Meta["kept_ids"], name)
+			leaf := b.Structure.SampleLeaf("url")
+			require.NotNil(t, leaf, name)
+			var got string
+			require.NoError(t, json.Unmarshal(leaf.Values[0], &got))
+			assert.Equal(t, redURL, got, name)
+		}
+		assert.Contains(t, string(files[ReportFile]), "X-Amz-Signature=", "report.md names the culprit by its redacted id")
+		if first != nil {
+			assert.Equal(t, firstName, filepath.Base(dir), "the same identity")
+			for name, data := range files {
+				if name != ReportFile {
+					assert.Equal(t, string(first[name]), string(data), name)
+				}
+			}
+		}
+		first, firstName = files, filepath.Base(dir)
+	}
+
+	// A window's steps: their ids and strings, the batch given untouched.
+	raw, _ := json.Marshal(url)
+	b := &fixtures.Batch{SampleIDs: []string{"img-1", id}, Window: &fixtures.Window{Failed: 3, Steps: []*fixtures.WindowStep{{Index: 2,
+		SampleIDs: []string{id}, Samples: 1, Structure: &fixtures.Node{Kind: fixtures.NodeList, Items: []*fixtures.Node{
+			{Kind: fixtures.NodeSamples, Values: []json.RawMessage{raw}}, {Kind: fixtures.NodeValue, Value: raw}}}}}}}
+	got := newRedactor(&Record{}, &Regression{Batch: b}).people().batch(b)
+	assert.Equal(t, []string{"img-1", redID}, got.SampleIDs)
+	step := got.Window.Steps[0]
+	assert.Equal(t, []string{redID}, step.SampleIDs)
+	var s string
+	require.NoError(t, json.Unmarshal(step.Structure.Items[0].Values[0], &s))
+	assert.Equal(t, redURL, s)
+	assert.Equal(t, string(raw), string(step.Structure.Items[1].Value), "a shared value is the data's, as it is")
+	assert.Equal(t, id, b.Window.Steps[0].SampleIDs[0], "the batch given is not modified")
+	assert.Equal(t, string(raw), string(b.Window.Steps[0].Structure.Items[0].Values[0]))
+	rec := Record{Window: &WindowCause{Steps: []WindowSamples{{Index: 2, Rows: []int{0}, IDs: []string{id}}}}}
+	newRedactor(&rec, &Regression{Batch: b}).people().record(&rec)
+	assert.Equal(t, []string{redID}, rec.Window.Steps[0].IDs)
+}
+
+// The recorded host leaves no trace: a meta host of any length is the
+// placeholder in the batch files, and a host whose numbers the signature
+// masked ("gpu-node-17" as "gpu-node-N") is found in the expression too.
+func TestRedactHostForms(t *testing.T) {
+	for _, host := range []string{"gpu-node-17.corp.internal", "vm"} {
+		reg := exampleRegression(t, nil)
+		reg.Batch.Meta["host"], reg.Boundary.Meta["host"] = host, host
+		short, _, _ := strings.Cut(host, ".")
+		reg.Record.Signature.Expression = "RuntimeError: NCCL error on " + strings.ReplaceAll(host, "17", "N") + ": unhandled system error"
+		dir, err := Write(t.TempDir(), reg)
+		require.NoError(t, err)
+		for _, name := range []string{BatchFile, BoundaryFile} {
+			b, err := fixtures.Read(filepath.Join(dir, name))
+			require.NoError(t, err)
+			assert.Equal(t, "<host>", b.Meta["host"], "%s: %s", host, name)
+		}
+		if len(short) < minRedacted {
+			continue // too short to find in a text: the meta field alone
+		}
+		for name, data := range readDir(t, dir) {
+			assert.NotContains(t, string(data), "gpu-node-N", "%s: %s", host, name)
+			assert.NotContains(t, string(data), short, "%s: %s", host, name)
+		}
+	}
 }
