@@ -109,5 +109,7 @@ func (g *goBackend) Close() error {
 	if !g.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	return g.release()
+	err := g.release()
+	sweep("") // a stray re-parented after its replay's sweep
+	return err
 }

@@ -250,7 +250,7 @@ func (e *execBackend) Replay(ctx context.Context, v *fixtures.View) (Verdict, er
 	return verdictOf(ctx, KindExec, e.device, res, start)
 }
 
-// Close stops the fork server, if any.
+// Close stops the fork server, if any, and kills what strays are left.
 func (e *execBackend) Close() error {
 	if !e.closed.CompareAndSwap(false, true) {
 		return nil
@@ -259,7 +259,9 @@ func (e *execBackend) Close() error {
 	if e.warm != nil {
 		err = e.warm.Close()
 	}
-	return errors.Join(err, e.release())
+	err = errors.Join(err, e.release())
+	sweep("") // a stray re-parented after its replay's sweep
+	return err
 }
 
 func isShell(prog string) bool {

@@ -22,7 +22,12 @@ import (
 // REDUCE_REPLAY=1 and their run directory's REDUCE_RUN_DIR; one whose run
 // directory is a replay still in flight is that replay's, left alone until
 // its own end. reduce's own children (those startProcess started, the
-// torch zygote) and any child without REDUCE_REPLAY=1 are never touched.
+// torch zygote) and any child without REDUCE_REPLAY=1 are never killed. A
+// dead child (zombie) is reaped unless reduce started it or it is in
+// reduce's own process group (a child os/exec started without Setpgid,
+// which its own Wait reaps): a stray that died before a sweep saw it alive
+// would stay a zombie for the rest of the run. A backend's Close sweeps a
+// last time, for a stray re-parented after its last replay's sweep.
 // The torch zygote and each of its children are subreapers of their own
 // (reduce_replay.py), and the zygote kills what its dead children left.
 
@@ -98,28 +103,29 @@ func sweep(dir string) []int {
 }
 
 func sweepOnce(dir string) []int {
-	self := os.Getpid()
+	self, ownGroup := os.Getpid(), syscall.Getpgrp()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	var kill []int
+	var kill, dead []int
 	reaper.mu.Lock()
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || reaper.started[pid] {
 			continue
 		}
-		ppid, state, ok := parentOf(pid)
+		ppid, state, pgrp, ok := parentOf(pid)
 		if !ok || ppid != self {
 			continue
 		}
 		if state == 'Z' {
-			if reaper.spared[pid] { // a spared stray that ended on its own
-				var ws syscall.WaitStatus
-				if p, _ := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); p == pid {
-					delete(reaper.spared, pid)
-				}
+			// A spared stray that ended on its own, or a stray that died
+			// before a sweep saw it alive (a zombie's environment is gone).
+			// One in reduce's own group is a child os/exec started without
+			// Setpgid, whose own Wait reaps it.
+			if reaper.spared[pid] || pgrp != ownGroup {
+				dead = append(dead, pid)
 			}
 			continue
 		}
@@ -144,39 +150,53 @@ func sweepOnce(dir string) []int {
 		delete(reaper.spared, pid)
 		reaper.mu.Unlock()
 	}
+	// A dead leader whose other threads are still exiting shows as a
+	// zombie before it can be reaped: waited for like a killed stray.
+	for _, pid := range dead {
+		if reapKilled(pid) {
+			reaper.mu.Lock()
+			delete(reaper.spared, pid)
+			reaper.mu.Unlock()
+		}
+	}
 	return kill
 }
 
 // reapKilled waits, for at most killWait, for a killed stray to die, and
-// reaps it.
-func reapKilled(pid int) {
+// reaps it; it reports whether it did.
+func reapKilled(pid int) bool {
 	deadline := time.Now().Add(killWait)
 	for {
 		var ws syscall.WaitStatus
 		p, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
 		if p == pid || (err != nil && err != syscall.EINTR) || time.Now().After(deadline) {
-			return
+			return p == pid
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 }
 
-// parentOf reads a process's parent and state from /proc/PID/stat.
-func parentOf(pid int) (ppid int, state byte, ok bool) {
+// parentOf reads a process's parent, state and process group from
+// /proc/PID/stat.
+func parentOf(pid int) (ppid int, state byte, pgrp int, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0, 0, false
+	if len(f) < 3 {
+		return 0, 0, 0, false
 	}
 	ppid, err = strconv.Atoi(f[1])
-	return ppid, f[0][0], err == nil
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	pgrp, err = strconv.Atoi(f[2])
+	return ppid, f[0][0], pgrp, err == nil
 }
 
 // replayEnv reads a process's environment as it was exec'd: whether it is

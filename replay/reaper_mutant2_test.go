@@ -32,7 +32,7 @@ func TestSweepSparesLiveReplays(t *testing.T) {
 		var ws syscall.WaitStatus
 		syscall.Wait4(stray, &ws, syscall.WNOHANG, nil)
 	}()
-	if ppid, _, ok := parentOf(stray); !ok || ppid != os.Getpid() {
+	if ppid, _, _, ok := parentOf(stray); !ok || ppid != os.Getpid() {
 		t.Fatalf("stray %d: parent %d, want reduce's %d", stray, ppid, os.Getpid())
 	}
 

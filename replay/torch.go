@@ -371,8 +371,9 @@ func (t *torchBackend) isClosed() bool {
 	return t.closed
 }
 
-// Close stops the zygote (its children are killed) and removes the
-// backend's files. Replays still running come back as infra verdicts.
+// Close stops the zygote (its children are killed), removes the backend's
+// files and kills what strays are left. Replays still running come back as
+// infra verdicts.
 func (t *torchBackend) Close() error {
 	t.zmu.Lock()
 	if t.closed {
@@ -395,6 +396,9 @@ func (t *torchBackend) Close() error {
 		// has no source: the exec backend releases them.
 		err = errors.Join(err, t.release())
 	}
+	// Strays re-parented after their replay's sweep, and what the zygote's
+	// children left (re-parented to reduce when the zygote died).
+	sweep("")
 	return err
 }
 

@@ -611,6 +611,7 @@ def _run_program(prog, run_dir):
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+SWEEP_WAIT = 2.0  # seconds the zygote's sweep waits for a killed stray to die (Go's killWait)
 
 
 def _children_of(ppid):
@@ -669,6 +670,7 @@ class _Zygote(object):
         self.proto_out = proto_out
         self.pid = os.getpid()
         self.children = {}  # pid -> _Child, until reaped
+        self.stuck = set()  # strays SIGKILL did not end within SWEEP_WAIT: reap() takes them once dead
         self.idle = {}  # slot -> _Child waiting for a request
         self.status = {}  # status pipe fd -> _Child
         self.broken = False
@@ -963,6 +965,7 @@ class _Zygote(object):
             except OSError:
                 pass
             _, st = os.waitpid(pid, 0)
+            self.stuck.discard(pid)
             c = self.children.pop(pid, None)
             if c is None:
                 continue
@@ -986,11 +989,14 @@ class _Zygote(object):
     def sweep(self):
         """Kill and reap what dead children left: the zygote is a subreaper, so a process a replay
         left outside its group (setsid) is re-parented here when its child dies, and is no child of
-        self.children. Before the child's exit is reported, so that no stray holds its output."""
+        self.children. Before the child's exit is reported, so that no stray holds its output. A
+        stray not dead within SWEEP_WAIT of SIGKILL (uninterruptible sleep) is left to reap() and
+        not waited for again: no replay waits on it."""
         import signal
+        import time
 
         for _ in range(16):
-            strays = [pid for pid in _children_of(self.pid) if pid not in self.children]
+            strays = [pid for pid in _children_of(self.pid) if pid not in self.children and pid not in self.stuck]
             if not strays:
                 return
             for pid in strays:
@@ -999,11 +1005,19 @@ class _Zygote(object):
                         kill(pid, signal.SIGKILL)
                     except OSError:
                         pass
-            for pid in strays:
-                try:
-                    os.waitpid(pid, 0)
-                except ChildProcessError:
-                    pass
+            deadline = time.monotonic() + SWEEP_WAIT
+            left = set(strays)
+            while left:
+                for pid in list(left):
+                    try:
+                        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                            left.discard(pid)
+                    except ChildProcessError:
+                        left.discard(pid)
+                if not left or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.002)
+            self.stuck |= left
 
     def shutdown(self):
         import signal

@@ -406,6 +406,33 @@ def test_returned_line(capsys, tmp_path):
         assert z.close() == 0
 
 
+def test_zygote_sweep_never_blocks_on_a_stray(monkeypatch):
+    """A stray SIGKILL does not end (uninterruptible sleep) costs one sweep SWEEP_WAIT at most, never
+    a blocking wait, and no later sweep waits on it again (simulated: waitpid never reaps it)."""
+    z = rr._Zygote("cpu", None, 1, None, -1, -1)
+    clock, waits = [0.0], []
+
+    def waitpid(pid, flags):
+        assert flags & os.WNOHANG, "a blocking wait on a stray that never dies"
+        waits.append(pid)
+        return 0, 0
+
+    def sleep(s):
+        clock[0] += s
+
+    monkeypatch.setattr(rr, "_children_of", lambda ppid: [4194000])
+    monkeypatch.setattr(os, "kill", lambda pid, sig: None)
+    monkeypatch.setattr(os, "killpg", lambda pid, sig: None)
+    monkeypatch.setattr(os, "waitpid", waitpid)
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "sleep", sleep)
+    z.sweep()
+    assert waits and clock[0] <= rr.SWEEP_WAIT + 0.01, (len(waits), clock[0])
+    n = len(waits)
+    z.sweep()
+    assert len(waits) == n and clock[0] <= rr.SWEEP_WAIT + 0.01, (len(waits), clock[0])
+
+
 def test_zygote_kills_strays(tmp_path):
     """The zygote is a subreaper: a step's grandchild in a session of its own (setsid), holding the
     child's output, is killed before the child's exit is reported."""
