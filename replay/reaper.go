@@ -38,7 +38,10 @@ var reaper = struct {
 	started map[int]bool    // pids startProcess started, until reaped
 	dirs    map[string]bool // run directories of replays in flight
 	spared  map[int]bool    // strays of replays in flight, reaped once dead
-}{started: map[int]bool{}, dirs: map[string]bool{}, spared: map[int]bool{}}
+	// stuck are strays killed that did not die in killWait (uninterruptible
+	// sleep in a driver, NFS): not waited on again until they are zombies.
+	stuck map[int]bool
+}{started: map[int]bool{}, dirs: map[string]bool{}, spared: map[int]bool{}, stuck: map[int]bool{}}
 
 // subreaper makes reduce a child subreaper, once; it reports whether it is
 // one (false where the kernel has no PR_SET_CHILD_SUBREAPER: strays then go
@@ -124,9 +127,12 @@ func sweepOnce(dir string) []int {
 			// before a sweep saw it alive (a zombie's environment is gone).
 			// One in reduce's own group is a child os/exec started without
 			// Setpgid, whose own Wait reaps it.
-			if reaper.spared[pid] || pgrp != ownGroup {
+			if reaper.spared[pid] || reaper.stuck[pid] || pgrp != ownGroup {
 				dead = append(dead, pid)
 			}
+			continue
+		}
+		if reaper.stuck[pid] {
 			continue
 		}
 		replay, runDir := replayEnv(pid)
@@ -145,9 +151,12 @@ func sweepOnce(dir string) []int {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
 	for _, pid := range kill {
-		reapKilled(pid)
+		reaped := reapKilled(pid)
 		reaper.mu.Lock()
 		delete(reaper.spared, pid)
+		if !reaped {
+			reaper.stuck[pid] = true
+		}
 		reaper.mu.Unlock()
 	}
 	// A dead leader whose other threads are still exiting shows as a
@@ -156,6 +165,7 @@ func sweepOnce(dir string) []int {
 		if reapKilled(pid) {
 			reaper.mu.Lock()
 			delete(reaper.spared, pid)
+			delete(reaper.stuck, pid)
 			reaper.mu.Unlock()
 		}
 	}
