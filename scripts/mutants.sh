@@ -90,8 +90,8 @@ args-default @@ kernels/op.go @@ if _, ok := out[at.Name]; ok { @@ if _, ok := o
 reaper-any-env @@ replay/reaper.go @@ return replay || runDir != "", runDir @@ return true, runDir @@ ./replay @@ TestSweep|TestStray|TestRunnerKills @@
 reaper-spare @@ replay/reaper.go @@ case runDir != "" && runDir != dir && reaper.dirs[runDir]: @@ case runDir != "" && false: @@ ./replay @@ TestSweep|TestStray|TestRunnerKills @@
 reaper-started @@ replay/reaper.go @@ if err != nil || reaper.started[pid] { @@ if err != nil { @@ ./replay @@ TestSweep|TestStray|TestRunnerKills @@
-reaper-zombie-group @@ replay/reaper.go @@ if reaper.spared[pid] || pgrp != ownGroup { @@ if reaper.spared[pid] || pgrp != ownGroup && false { @@ ./replay @@ TestSweep|TestStray|TestRunnerKills @@
-reaper-zombie-own @@ replay/reaper.go @@ if reaper.spared[pid] || pgrp != ownGroup { @@ if reaper.spared[pid] || pgrp != ownGroup || true { @@ ./replay @@ TestSweep|TestStray|TestRunnerKills @@
+reaper-zombie-group @@ replay/reaper.go @@ if reaper.spared[pid] || reaper.stuck[pid] || pgrp != ownGroup { @@ if reaper.spared[pid] || reaper.stuck[pid] || pgrp != ownGroup && false { @@ ./replay @@ TestSweep|TestStray|TestRunnerKills @@
+reaper-zombie-own @@ replay/reaper.go @@ if reaper.spared[pid] || reaper.stuck[pid] || pgrp != ownGroup { @@ if reaper.spared[pid] || reaper.stuck[pid] || pgrp != ownGroup || true { @@ ./replay @@ TestSweep|TestStray|TestRunnerKills @@
 close-sweep-go @@ replay/backend_go.go @@ sweep("") // a stray re-parented after its replay's sweep @@ _ = 0 @@ ./replay @@ TestStrayKilledByClose @@
 close-sweep-exec @@ replay/exec.go @@ sweep("") // a stray re-parented after its replay's sweep @@ _ = 0 @@ ./replay @@ TestStrayKilledByClose|TestStrayReparented @@
 close-sweep-torch @@ replay/torch.go @@ sweep("") @@ _ = 0 @@ ./replay @@ TestStrayKilledByClose @@ torch
@@ -108,7 +108,9 @@ temp-full-sink @@ fixtures/mmap.go @@ if err != nil && s.err == nil { @@ if fals
 redact-ipv4-octet @@ internal/regress/redact.go @@ ipv4Re = regexp.MustCompile(`(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3} @@ ipv4Re = regexp.MustCompile(`(?:(?:\d{1,3})\.){3} @@ ./internal/regress @@ TestRedact @@
 redact-email-tld @@ internal/regress/redact.go @@ \.[A-Za-z]{2,}\b`), to: phEmail} @@ \.[A-Za-z]{3,}\b`), to: phEmail} @@ ./internal/regress @@ TestRedact @@
 redact-homes @@ internal/regress/redact.go @@ (?:home|homes|Users) @@ (?:home|Users) @@ ./internal/regress @@ TestRedact @@
-redact-fqdn-short @@ internal/regress/redact.go @@ if short, _, dotted := strings.Cut(h, "."); dotted { @@ if short, _, dotted := strings.Cut(h, "."); dotted && false { @@ ./internal/regress @@ TestRedact @@
+redact-fqdn-short @@ internal/regress/redact.go @@ if name == h || dotted { @@ if name == h || dotted && false { @@ ./internal/regress @@ TestRedact @@
+redact-host-masked @@ internal/regress/redact.go @@ add(digitsRe.ReplaceAllString(name, "N"), phHost) @@ _ = digitsRe @@ ./internal/regress @@ TestRedact @@
+redact-host-meta @@ internal/regress/redact.go @@ case hostKey[k] && v != "":{NL}{TAB}{TAB}{TAB}{TAB}c.Meta[k] = phHost @@ case hostKey[k] && v == "x":{NL}{TAB}{TAB}{TAB}{TAB}c.Meta[k] = phHost @@ ./internal/regress @@ TestRedact @@
 redact-longest @@ internal/regress/redact.go @@ return (b.end - b.start) - (a.end - a.start) @@ return (a.end - a.start) - (b.end - b.start) @@ ./internal/regress @@ TestRedact @@
 write-redact-batch @@ internal/regress/write.go @@ reg = red.regression(reg) @@ _ = red.regression @@ ./internal/regress @@ TestRedact @@
 npz-dotdot @@ fixtures/npy_npz.go @@ if p == "" || p == "." || p == ".." || len(p)+len(".npy") > npzMaxElem { @@ if p == "" || p == "." || len(p)+len(".npy") > npzMaxElem { @@ ./fixtures @@ TestNPZEntryNames @@ torch
