@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -21,21 +20,10 @@ func TestOutLockLeftByKilledRun(t *testing.T) {
 	b, path := crossEntropy(t, 8, map[int]int64{5: 4})
 	out := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(out, ".reduce.lock"), []byte("4000000000000000\n"), 0o644))
-	inside, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	first := newStep(func(c *fixtures.Batch) signature.Signature {
-		once.Do(func() { close(inside); <-release })
-		return kernelStep(c)
+	err := whileRunning(t, b, path, out, func() error {
+		_, err := reduce(t, b, path, newStep(kernelStep), reduction.Options{Out: out})
+		return err
 	})
-	done := make(chan error, 1)
-	go func() {
-		_, err := reduce(t, b, path, first, reduction.Options{Out: out})
-		done <- err
-	}()
-	<-inside
-	_, err := reduce(t, b, path, newStep(kernelStep), reduction.Options{Out: out})
-	close(release)
-	require.NoError(t, <-done)
 	require.ErrorIs(t, err, reduction.ErrUsage)
 	assert.Contains(t, err.Error(), fmt.Sprintf("is in use by reduce (pid %d): ", os.Getpid()))
 }
@@ -50,13 +38,7 @@ func TestSourceTimesPutBackStops(t *testing.T) {
 	calls := 0
 	be := newStep(func(c *fixtures.Batch) signature.Signature {
 		if calls++; calls == 4 {
-			data, err := os.ReadFile(path)
-			require.NoError(t, err)
-			f, err := os.OpenFile(path, os.O_WRONLY, 0)
-			require.NoError(t, err)
-			_, err = f.WriteAt([]byte{data[len(data)-1] ^ 1}, int64(len(data)-1))
-			require.NoError(t, err)
-			require.NoError(t, f.Close())
+			flipLastByte(t, path)
 			require.NoError(t, os.Chtimes(path, fi.ModTime(), fi.ModTime()))
 			now, err := os.Stat(path)
 			require.NoError(t, err)

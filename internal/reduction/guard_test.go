@@ -33,12 +33,10 @@ func fixtureDirs(t *testing.T, out string) []string {
 	return dirs
 }
 
-// A second run on the --out a first one holds stops before any replay,
-// naming the first's pid; once the first ends, --out is free again and
-// holds no lock file.
-func TestOutIsLocked(t *testing.T) {
-	b, path := crossEntropy(t, 8, map[int]int64{5: 4})
-	out := t.TempDir()
+// whileRunning calls fn while a reduction of b into out is held in its
+// first replay, and returns fn's error once that reduction has ended well.
+func whileRunning(t *testing.T, b *fixtures.Batch, path, out string, fn func() error) error {
+	t.Helper()
 	inside, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	first := newStep(func(c *fixtures.Batch) signature.Signature {
@@ -51,13 +49,39 @@ func TestOutIsLocked(t *testing.T) {
 		done <- err
 	}()
 	<-inside
+	err := fn()
+	close(release)
+	require.NoError(t, <-done)
+	return err
+}
+
+// flipLastByte writes the file's last byte over, in place: its inode,
+// size and name kept.
+func flipLastByte(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte{data[len(data)-1] ^ 1}, int64(len(data)-1))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+}
+
+// A second run on the --out a first one holds stops before any replay,
+// naming the first's pid; once the first ends, --out is free again and
+// holds no lock file.
+func TestOutIsLocked(t *testing.T) {
+	b, path := crossEntropy(t, 8, map[int]int64{5: 4})
+	out := t.TempDir()
 	second := newStep(kernelStep)
-	_, err := reduce(t, b, path, second, reduction.Options{Out: out})
+	err := whileRunning(t, b, path, out, func() error {
+		_, err := reduce(t, b, path, second, reduction.Options{Out: out})
+		return err
+	})
 	require.ErrorIs(t, err, reduction.ErrUsage)
 	assert.Contains(t, err.Error(), fmt.Sprintf("--out %s is in use by reduce (pid %d)", out, os.Getpid()))
 	assert.Zero(t, second.total, "the second run replayed nothing")
-	close(release)
-	require.NoError(t, <-done)
 	assert.NoFileExists(t, filepath.Join(out, ".reduce.lock"))
 	_, err = reduce(t, b, path, newStep(kernelStep), reduction.Options{Out: out, MaxFindings: 1})
 	require.NoError(t, err, "--out is free once the first run ended")
@@ -88,14 +112,7 @@ func TestSourceWrittenOverStops(t *testing.T) {
 	calls := 0
 	be := newStep(func(c *fixtures.Batch) signature.Signature {
 		if calls++; calls == 4 {
-			data, err := os.ReadFile(path)
-			require.NoError(t, err)
-			data[len(data)-1] ^= 1
-			f, err := os.OpenFile(path, os.O_WRONLY, 0)
-			require.NoError(t, err)
-			_, err = f.WriteAt(data[len(data)-1:], int64(len(data)-1))
-			require.NoError(t, err)
-			require.NoError(t, f.Close())
+			flipLastByte(t, path)
 		}
 		return kernelStep(c)
 	})
