@@ -23,11 +23,15 @@ type tableRow struct {
 	conj       bool
 	auto       float64 // mean calls after the confirmation, all culprit sets
 	autoMax    int
+	halve      float64 // the same with Options.Halve
+	halveHeld  float64 // mean units held by the candidates after the confirmation, per unit: halve
+	autoHeld   float64 // and auto
 	autoFirst  float64 // mean calls to the first 1-minimal set
 	ddmin      float64
 	ddminFirst float64
 	bound      int // ⌈log2 C(n,k)⌉
 	target     float64
+	halveMax   float64 // Halve's target
 }
 
 const (
@@ -56,6 +60,7 @@ func callTable() []tableRow {
 			switch {
 			case f.conj:
 				row.target = float64(2*ceilLog2(n) + 4)
+				row.halveMax = float64(3*ceilLog2(n) + 4)
 			case f.k == 1:
 				row.target = float64(ceilLog2(n) + 2)
 			default:
@@ -67,7 +72,9 @@ func callTable() []tableRow {
 				if f.conj {
 					d = dnf{units}
 				}
-				a, _ := Run(context.Background(), n, d.oracle(), Options{})
+				a, _ := Run(context.Background(), n, held(d.oracle(), &row.autoHeld), Options{})
+				h, _ := Run(context.Background(), n, held(d.oracle(), &row.halveHeld), Options{Halve: true})
+				row.halve += float64(h.Accepted - 1)
 				dd, _ := Run(context.Background(), n, d.oracle(), Options{Strategy: DDMin})
 				row.auto += float64(a.Accepted - 1)
 				row.autoMax = max(row.autoMax, a.Accepted-1)
@@ -76,6 +83,12 @@ func callTable() []tableRow {
 				row.ddminFirst += float64(dd.CallsToFirst)
 			}
 			row.auto /= tablePlacements
+			row.halve /= tablePlacements
+			row.autoHeld = row.autoHeld/tablePlacements/float64(n) - 1
+			row.halveHeld = row.halveHeld/tablePlacements/float64(n) - 1
+			if row.halveMax == 0 {
+				row.halveMax = row.target
+			}
 			row.autoFirst /= tablePlacements
 			row.ddmin /= tablePlacements
 			row.ddminFirst /= tablePlacements
@@ -85,21 +98,30 @@ func callTable() []tableRow {
 	return rows
 }
 
+// held counts the units of the candidates o is asked into *sum.
+func held(o Oracle, sum *float64) Oracle {
+	return func(ctx context.Context, c Candidate) (Outcome, error) {
+		*sum += float64(c.Len())
+		return o(ctx, c)
+	}
+}
+
 func formatTable(rows []tableRow, nsPerTest map[int]float64) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Oracle calls after the confirmation of the original, mean over %d random placements (seed %d).\n", tablePlacements, tableSeed)
 	fmt.Fprintf(&b, "All culprit sets are searched for; \"first\" is the calls to the first 1-minimal set. ddmin runs uncapped.\n")
-	fmt.Fprintf(&b, "%6s  %-17s %7s %5s %7s  %7s %7s  %6s %7s  %s\n",
-		"n", "failure", "auto", "max", "first", "ddmin", "first", "bound", "target", "ok")
+	fmt.Fprintf(&b, "%6s  %-17s %7s %5s %7s  %7s %7s  %6s %7s  %7s %7s  %6s %6s  %s\n",
+		"n", "failure", "auto", "max", "first", "ddmin", "first", "bound", "target", "halve", "target", "held", "halved", "ok")
 	for _, r := range rows {
 		ok := "yes"
-		if r.auto > r.target {
+		if r.auto > r.target || r.halve > r.halveMax {
 			ok = "NO"
 		}
-		fmt.Fprintf(&b, "%6d  %-17s %7.1f %5d %7.1f  %7.1f %7.1f  %6d %7.1f  %s\n",
-			r.n, r.family, r.auto, r.autoMax, r.autoFirst, r.ddmin, r.ddminFirst, r.bound, r.target, ok)
+		fmt.Fprintf(&b, "%6d  %-17s %7.1f %5d %7.1f  %7.1f %7.1f  %6d %7.1f  %7.1f %7.1f  %6.1f %6.1f  %s\n",
+			r.n, r.family, r.auto, r.autoMax, r.autoFirst, r.ddmin, r.ddminFirst, r.bound, r.target, r.halve, r.halveMax, r.autoHeld, r.halveHeld, ok)
 	}
-	fmt.Fprintf(&b, "bound: ⌈log2 C(n,k)⌉. targets: one culprit ⌈log2 n⌉+2, conjunctive pair 2⌈log2 n⌉+4, k independent 1.5⌈log2 C(n,k)⌉+2k.\n")
+	fmt.Fprintf(&b, "bound: ⌈log2 C(n,k)⌉. targets: one culprit ⌈log2 n⌉+2, conjunctive pair 2⌈log2 n⌉+4 (halve: 3⌈log2 n⌉+4), k independent 1.5⌈log2 C(n,k)⌉+2k.\n")
+	fmt.Fprintf(&b, "held: the units the candidates after the confirmation hold in all, per unit of n, auto and halve (Options.Halve).\n")
 	if len(nsPerTest) > 0 {
 		fmt.Fprintf(&b, "engine time per test (instant oracle, Jobs=1, 8 independent culprits):")
 		for _, n := range tableNs {
@@ -125,6 +147,12 @@ func TestCallTable(t *testing.T) {
 	for _, r := range rows {
 		if r.auto > r.target {
 			t.Errorf("n=%d %s: auto needs %.1f calls on average, target %.1f", r.n, r.family, r.auto, r.target)
+		}
+		if r.halve > r.halveMax {
+			t.Errorf("n=%d %s: halve needs %.1f calls on average, target %.1f", r.n, r.family, r.halve, r.halveMax)
+		}
+		if r.k == 1 && (r.halve > r.auto || r.halveHeld > 3) {
+			t.Errorf("n=%d one culprit: halve needs %.1f calls (auto %.1f) and holds %.1f units per unit (at most 3)", r.n, r.halve, r.auto, r.halveHeld)
 		}
 		if r.autoFirst > r.ddminFirst {
 			t.Errorf("n=%d %s: auto needs %.1f calls to the first set on average, ddmin %.1f", r.n, r.family, r.autoFirst, r.ddminFirst)

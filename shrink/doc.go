@@ -81,6 +81,23 @@
 //     k·log2 n.
 //   - Each set found then gets the 1-minimality check described above.
 //
+// With Options.Halve, for units that cost by their size (the samples of a
+// batch, each replay holding the samples it keeps), the first search of
+// each culprit set keeps only the half it searches: "the second half of
+// x alone" rather than "everything but the first half of x", so that
+// candidates halve with each answer wherever the culprit sits (about n
+// units held in all for one culprit among n, where the plain search holds
+// up to n·log2 n when the culprit comes first). Fail verifies the half;
+// Pass moves to the other half unverified, and the unit it narrows to is
+// replayed alone unless a Fail verified it. For culprits that fail alone
+// it asks the same questions less the units already seen passing, so it
+// gets the same answers and finds the same culprits, in as many calls or
+// one fewer. A unit alone that passes means the failure needs several
+// units together: the plain search goes on from the last candidate that
+// failed, which costs a conjunctive pair about ⌈log2 n⌉ calls more (the
+// call table's target: 3⌈log2 n⌉ + 4). When a culprit that fails alone and
+// a conjunctive set are both present, halving finds the culprit first.
+//
 // Call counts, measured by TestCallTable (run it with -table) against
 // ddmin and the information bound ⌈log2 C(n,k)⌉, are in the package
 // tests; the targets it checks are: one culprit ≤ ⌈log2 n⌉ + 2 calls
@@ -127,11 +144,16 @@
 // J and every timing. Speculative calls whose branch the search does not
 // take are wasted work: Result.Calls counts every call made,
 // Result.Accepted only those whose answers were used (Accepted is what
-// J = 1 would have made); calls of a dead branch are canceled (via their
+// J = 1 would have made; Progress's Used events name them, so that a
+// caller that learns from answers learns from the same ones for every J);
+// calls of a dead branch are canceled (via their
 // context) when their slot is needed, and an answer that arrives after
 // its context was canceled is discarded, never cached. A budget ends a
 // run at a point that may depend on J, because speculative calls spend it
-// too; the accepted steps are then still a prefix of the J = 1 log.
+// too; the accepted steps are then still a prefix of the J = 1 log. With
+// Options.ThenRest the speculation also asks, where the first culprit
+// set search would end, the question its caller asks next (every unit
+// but the set), and lets that call finish when Run returns.
 //
 // # Budgets and cancellation
 //

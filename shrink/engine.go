@@ -32,6 +32,7 @@ type entry struct {
 	// that every replay of a candidate has a trial number of its own.
 	firstTrial int
 	accepted   bool // the search has used this answer
+	follow     bool // asked ahead for Options.ThenRest: not canceled when Run ends
 	job        *job // the trial in flight, if any
 	want       uint64
 	prio       int
@@ -252,6 +253,11 @@ func (e *engine) accept(en *entry) (Outcome, error) {
 	}
 	if !en.accepted {
 		en.accepted = true
+		if !en.seeded && en.err == nil {
+			for t := 0; t < en.trials; t++ {
+				e.emit(Event{Kind: Used, Candidate: e.candidate(en.s, en.firstTrial+t), Trial: en.firstTrial + t, Outcome: en.verdict})
+			}
+		}
 		if en.verdict == Pass {
 			e.anyPass = true
 			e.passes = append(e.passes, en.s)
@@ -296,22 +302,44 @@ func (e *engine) speculate(m machine, cur *entry) []*entry {
 	var out []*entry
 	for i := 0; i < len(queue) && len(out) < want && i < 2*want+4; i++ {
 		c, ok := queue[i].next()
-		if !ok {
-			continue
+		over := !ok
+		if over {
+			// The search would end here: what the caller asks next.
+			if c, ok = e.followUp(queue[i]); !ok {
+				continue
+			}
 		}
 		en := e.lookup(c)
 		if en.decided() {
-			if en.err == nil {
+			if en.err == nil && !over {
 				queue = append(queue, queue[i].after(en.verdict))
 			}
 			continue
 		}
 		if en != cur && !containsEntry(out, en) {
+			en.follow = over
 			out = append(out, en)
 		}
-		queue = append(queue, queue[i].after(Fail), queue[i].after(Pass))
+		if !over {
+			queue = append(queue, queue[i].after(Fail), queue[i].after(Pass))
+		}
 	}
 	return out
+}
+
+// followUp is the candidate Options.ThenRest names after the first
+// culprit set search ends in state m: every unit but the set found.
+func (e *engine) followUp(m machine) (set, bool) {
+	if !e.opts.ThenRest || !e.opts.StopAfterFirst || (e.phase != PhaseFirst && e.phase != PhaseMinimal) {
+		return set{}, false
+	}
+	b, ok := m.(interface{ best() (set, bool) })
+	if !ok {
+		return set{}, false
+	}
+	found, _ := b.best()
+	rest := minus(span(0, e.n), found)
+	return rest, !rest.empty()
 }
 
 func containsEntry(list []*entry, en *entry) bool {
@@ -542,7 +570,10 @@ func (e *engine) halt(reason Reason) error {
 // no goroutine and no Progress call outlives Run.
 func (e *engine) shutdown() {
 	for j := range e.running {
-		e.cancelJob(j)
+		// The caller's next question is let run: it will ask it.
+		if !j.ent.follow || e.ctx.Err() != nil {
+			e.cancelJob(j)
+		}
 	}
 	for e.inflight > 0 {
 		e.finish(<-e.results)

@@ -26,6 +26,7 @@ type goldenCase struct {
 	Sets           dnf    `json:"sets"`
 	Strategy       string `json:"strategy,omitempty"` // "auto" (default) or "ddmin"
 	StopAfterFirst bool   `json:"stop_after_first,omitempty"`
+	Halve          bool   `json:"halve,omitempty"`
 	Trials         int    `json:"trials,omitempty"`
 	Policy         string `json:"policy,omitempty"` // "any" (default) or "all"
 	// Flaky: probability that a replay of a failing candidate passes.
@@ -38,7 +39,7 @@ type goldenCase struct {
 }
 
 func (g goldenCase) options() Options {
-	o := Options{StopAfterFirst: g.StopAfterFirst, Trials: g.Trials, MaxTests: g.MaxTests}
+	o := Options{StopAfterFirst: g.StopAfterFirst, Halve: g.Halve, Trials: g.Trials, MaxTests: g.MaxTests}
 	if g.Strategy == "ddmin" {
 		o.Strategy = DDMin
 	}

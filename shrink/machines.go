@@ -131,6 +131,62 @@ func (m minimizer) after(o Outcome) machine {
 	return n.found().prepare()
 }
 
+// narrower finds one needed unit in x by halving, for units that cost by
+// their size (Options.Halve): its candidate is the second half of x alone,
+// never the rest of k, so that candidates halve with each answer wherever
+// the unit sits. Fail verifies the half (k and x become it); Pass or
+// Unresolved moves x to the first half, which is then believed to hold the
+// unit but not verified. For units that fail alone this asks what
+// minimizer asks, less the rest of k, so it gets the same answers and the
+// same unit: the rest of k is units that passed with everything else kept.
+// A unit x narrows to that no Fail verified is tested alone; when it passes,
+// the failure needs several units together, and the search goes on as
+// minimizer from the last candidate answered Fail (k, with kx the group of
+// it that holds a needed unit).
+type narrower struct {
+	k, kx, x set
+	g, cand  set
+}
+
+func newNarrower(k, x set) machine { return narrower{k: k, kx: x, x: x}.prepare() }
+
+func (nw narrower) prepare() narrower {
+	switch {
+	case nw.x.len() > 1:
+		nw.g, _ = nw.x.split(nw.x.len() / 2)
+		nw.cand = minus(nw.x, nw.g)
+	case nw.x.len() == 1 && !nw.x.equal(nw.k):
+		nw.g, nw.cand = set{}, nw.x
+	default:
+		nw.g, nw.cand = set{}, set{}
+	}
+	return nw
+}
+
+func (nw narrower) next() (set, bool) { return nw.cand, !nw.cand.empty() }
+
+func (nw narrower) best() (set, bool) { return nw.k, true }
+
+func (nw narrower) after(o Outcome) machine {
+	n := nw
+	switch {
+	case o == Fail:
+		n.k, n.kx, n.x = nw.cand, nw.cand, nw.cand
+	case nw.x.len() == 1:
+		// The unit alone does not fail: it needs others.
+		return newMinimizer(nw.k, nw.kx)
+	default:
+		n.x = nw.g
+	}
+	return n.prepare()
+}
+
+// kept is the candidate a finished search keeps.
+func kept(m machine) set {
+	s, _ := m.(interface{ best() (set, bool) }).best()
+	return s
+}
+
 // scanner looks for a further culprit set among the units u of the
 // original minus the culprit sets found so far. It tests the candidate
 // e ∪ t, where e is believed not to fail (it starts as the part of u

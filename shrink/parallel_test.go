@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,14 +29,16 @@ func TestDeterministicAcrossJobs(t *testing.T) {
 		{"every unit needed", 10, dnf{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}}},
 	}
 	for _, tt := range tests {
-		for _, s := range []Strategy{Auto, DDMin} {
-			t.Run(fmt.Sprintf("%s/%v", tt.name, s), func(t *testing.T) {
+		for _, o := range []Options{{Strategy: Auto}, {Strategy: Auto, Halve: true}, {Strategy: DDMin}} {
+			t.Run(fmt.Sprintf("%s/%v/halve=%v", tt.name, o.Strategy, o.Halve), func(t *testing.T) {
 				t.Parallel()
-				base := run(t, tt.n, tt.d.oracle(), Options{Strategy: s})
+				base := run(t, tt.n, tt.d.oracle(), o)
 				requireValidResult(t, tt.n, tt.d, base)
 				for _, jobs := range []int{1, 2, 8} {
 					for seed := uint64(1); seed <= 2; seed++ {
-						r := run(t, tt.n, jitter(tt.d.oracle(), seed), Options{Strategy: s, Jobs: jobs})
+						oj := o
+						oj.Jobs = jobs
+						r := run(t, tt.n, jitter(tt.d.oracle(), seed), oj)
 						require.Equal(t, base.Culprits, r.Culprits, "jobs=%d", jobs)
 						require.Equal(t, base.Steps, r.Steps, "jobs=%d: accepted steps", jobs)
 						require.Equal(t, base.Accepted, r.Accepted, "jobs=%d", jobs)
@@ -132,4 +135,44 @@ func TestSpeculativeErrorIgnored(t *testing.T) {
 	r := run(t, n, jitter(o, 5), Options{Jobs: 8})
 	require.Equal(t, base.Culprits, r.Culprits)
 	require.Equal(t, base.Steps, r.Steps)
+}
+
+// TestThenRest: with Jobs > 1 the question the caller asks after the first
+// culprit set, every other unit, is asked ahead while the search's last
+// question runs, and left to finish when Run returns; without Jobs it is
+// never asked, and either way the search's answers are the same.
+func TestThenRest(t *testing.T) {
+	const n, culprit = 256, 173
+	d := singles(culprit)
+	rest := minus(span(0, n), setOf(culprit)).String()
+	for _, jobs := range []int{1, 2} {
+		t.Run(fmt.Sprint("jobs=", jobs), func(t *testing.T) {
+			var (
+				mu       sync.Mutex
+				finished bool
+			)
+			o := func(ctx context.Context, c Candidate) (Outcome, error) {
+				wait := time.Millisecond
+				if c.String() == rest {
+					wait = 50 * time.Millisecond // still running when the search ends
+				}
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+					return 0, ctx.Err()
+				}
+				if c.String() == rest {
+					mu.Lock()
+					finished = true
+					mu.Unlock()
+				}
+				return d.oracle()(ctx, c)
+			}
+			base := run(t, n, d.oracle(), Options{Halve: true, StopAfterFirst: true})
+			r := run(t, n, o, Options{Halve: true, StopAfterFirst: true, ThenRest: true, Jobs: jobs})
+			require.Equal(t, base.Culprits, r.Culprits)
+			require.Equal(t, base.Steps, r.Steps)
+			assert.Equal(t, jobs > 1, finished, "the rest asked ahead, and its call not canceled")
+		})
+	}
 }

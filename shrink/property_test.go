@@ -52,6 +52,7 @@ func TestPropertyResults(t *testing.T) {
 		opts := Options{
 			Strategy: rapid.SampledFrom([]Strategy{Auto, DDMin}).Draw(t, "strategy"),
 			Jobs:     rapid.SampledFrom([]int{1, 3}).Draw(t, "jobs"),
+			Halve:    rapid.Bool().Draw(t, "halve"),
 		}
 		r, err := Run(context.Background(), n, d.oracle(), opts)
 		require.NoError(t, err)
@@ -72,6 +73,23 @@ func TestPropertyResults(t *testing.T) {
 			slices.Sort(got)
 			slices.Sort(want)
 			require.Equal(t, want, got, "all independent culprits found")
+			// Halving asks smaller candidates, not other questions: the
+			// same culprits, in the same order, in no more calls.
+			other := opts
+			other.Halve = !opts.Halve
+			o, err := Run(context.Background(), n, d.oracle(), other)
+			require.NoError(t, err)
+			require.Equal(t, r.Culprits, o.Culprits, "halve=%v against halve=%v", opts.Halve, other.Halve)
+			if opts.Strategy == Auto && len(d) == 1 {
+				halved, plain := r, o
+				if !opts.Halve {
+					halved, plain = o, r
+				}
+				// The last question, "does anything else fail?", may be
+				// one that the plain search had asked on its way.
+				require.LessOrEqual(t, halved.CallsToFirst, plain.CallsToFirst, "one culprit: halving asks no more")
+				require.LessOrEqual(t, halved.Accepted, plain.Accepted+1, "one culprit")
+			}
 		}
 	})
 }

@@ -216,8 +216,17 @@ func (u *unitRun) searchFirst(e *engine, all set) (set, error) {
 		m, err := e.drive(newDDMin(all))
 		return m.(ddmin).c, err
 	}
-	m, err := e.drive(newMinimizer(all, all))
-	return m.(minimizer).k, err
+	m, err := e.drive(e.minimize(all, all))
+	return kept(m), err
+}
+
+// minimize is the search for a needed set in k, x the group of k that
+// holds a needed unit: narrower with Options.Halve, else minimizer.
+func (e *engine) minimize(k, x set) machine {
+	if e.opts.Halve {
+		return newNarrower(k, x)
+	}
+	return newMinimizer(k, x)
 }
 
 // searchNext looks for a culprit set among the units rest (the original
@@ -247,8 +256,8 @@ func (u *unitRun) searchNext(e *engine, rest set) (set, bool, error) {
 	if !sc.hit {
 		return set{}, false, nil
 	}
-	m, err = e.drive(newMinimizer(sc.cand, sc.t))
-	return m.(minimizer).k, true, err
+	m, err = e.drive(e.minimize(sc.cand, sc.t))
+	return kept(m), true, err
 }
 
 // scanPlan returns the units of rest known not to fail, and the data of

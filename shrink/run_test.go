@@ -29,6 +29,21 @@ func TestSingleCulpritEveryPosition(t *testing.T) {
 			require.Equal(t, [][]int{{u}}, auto.Culprits, "n=%d u=%d", n, u)
 			require.LessOrEqual(t, auto.Accepted-1, ceilLog2(n)+2, "n=%d u=%d: calls after confirmation", n, u)
 
+			// Halving: the same culprit in no more calls, and candidates
+			// that hold at most n + ⌈log2 n⌉ + 1 units in all (halves
+			// rounded up, and the culprit alone), besides the original
+			// and the "anything else?" question (n-1 units).
+			var held int
+			heldBy := func(ctx context.Context, c Candidate) (Outcome, error) {
+				held += c.Len()
+				return d.oracle()(ctx, c)
+			}
+			halved := run(t, n, heldBy, Options{Halve: true})
+			require.Equal(t, auto.Culprits, halved.Culprits, "halve n=%d u=%d", n, u)
+			require.LessOrEqual(t, halved.CallsToFirst, auto.CallsToFirst, "halve n=%d u=%d", n, u)
+			require.LessOrEqual(t, halved.Accepted, auto.Accepted+1, "halve n=%d u=%d: \"anything else?\" may be new", n, u)
+			require.LessOrEqual(t, held, n+n+ceilLog2(n)+1+n-1, "halve n=%d u=%d: units held", n, u)
+
 			first := run(t, n, d.oracle(), Options{StopAfterFirst: true})
 			dd := run(t, n, d.oracle(), Options{Strategy: DDMin, StopAfterFirst: true})
 			require.Equal(t, [][]int{{u}}, dd.Culprits, "ddmin n=%d u=%d", n, u)
@@ -339,6 +354,7 @@ func TestResume(t *testing.T) {
 func TestProgress(t *testing.T) {
 	const n = 128
 	d := dnf{{9}, {70, 71}}
+	var used []string // the Used events of Jobs = 1
 	for _, jobs := range []int{1, 4} {
 		t.Run(fmt.Sprintf("jobs=%d", jobs), func(t *testing.T) {
 			var (
@@ -374,6 +390,20 @@ func TestProgress(t *testing.T) {
 			assert.Equal(t, r.Calls, count[TestStarted])
 			assert.Equal(t, r.Calls, count[TestFinished])
 			assert.Equal(t, r.CacheHits, count[CacheHit])
+			assert.Equal(t, r.Accepted, count[Used], "one Used event per call whose answer the search used")
+			// The calls used are the same for every Jobs, in the same
+			// order; the others were made ahead and wasted.
+			var these []string
+			for _, ev := range events {
+				if ev.Kind == Used {
+					these = append(these, fmt.Sprintf("%v#%d %v", ev.Candidate.Ranges(), ev.Trial, ev.Outcome))
+				}
+			}
+			if jobs == 1 {
+				used = these
+			} else {
+				assert.Equal(t, used, these)
+			}
 			assert.Positive(t, count[NewBest])
 			assert.Equal(t, []Phase{PhaseConfirm, PhaseFirst, PhaseMinimal, PhaseOthers, PhaseMinimal, PhaseOthers}, phases)
 			// New bests shrink within a culprit set search.
