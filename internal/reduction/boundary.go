@@ -121,7 +121,7 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, elsewhere func(
 	}
 	if br.PassOutcome != shrink.Pass {
 		var err error
-		br, err = shrink.Boundary(ctx, lo, hi, func(ctx context.Context, x int64, trial int) (shrink.Outcome, error) {
+		br, err = r.boundary(ctx, lo, hi, func(ctx context.Context, x int64, trial int) (shrink.Outcome, error) {
 			return try(ctx, value{i: x}, trial)
 		}, shrink.Options{Jobs: r.jobs(), Trials: r.o.Trials})
 		if err != nil || br.Incomplete {
@@ -153,7 +153,11 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, elsewhere func(
 	closed := false
 	if probe && (past < far) == (far < br.Pass) { // no wrap past the int64 range
 		r.setPhase(PhaseRange, 1)
+		// The value past the far end is asked next where the far end
+		// passes (most often): with -j N, at the same time.
+		end := r.prefetch(ctx, func(ctx context.Context) { _, _ = try.all(ctx, value{i: past}, r.o.Trials) })
 		of, err := try.all(ctx, value{i: far}, r.o.Trials)
+		end(err == nil && of == shrink.Pass)
 		if err != nil {
 			return out, err
 		}
@@ -336,7 +340,7 @@ func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int6
 	}
 	if br.PassOutcome != shrink.Pass {
 		var err error
-		br, err = shrink.Boundary(ctx, lo, hi, func(ctx context.Context, b int64, trial int) (shrink.Outcome, error) {
+		br, err = r.boundary(ctx, lo, hi, func(ctx context.Context, b int64, trial int) (shrink.Outcome, error) {
 			return try(ctx, value{f: at(b)}, trial)
 		}, shrink.Options{Jobs: r.jobs(), Trials: r.o.Trials})
 		if err != nil || br.Incomplete || br.PassOutcome != shrink.Pass {

@@ -33,7 +33,7 @@ func (r *run) compileProbe(ctx context.Context, f Finding) (*regress.Compiled, e
 	e := *c
 	e.Eager = true
 	r.setPhase(PhaseCompile, 1)
-	a, err := r.answer(ctx, &e, 0)
+	a, err := r.answer(ctx, &e, 0, false)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
+	"sync"
 
 	"reduce/internal/regress"
 	"reduce/shrink"
@@ -27,11 +27,12 @@ func (r *run) confirm(ctx context.Context) error {
 	n := r.o.Confirm
 	r.setPhase(PhaseConfirm, int(r.batch.Samples))
 	orig := keepRows(nil, int(r.batch.Samples))
+	answers := r.confirmReplays(ctx, orig, n)
 	fails := 0
 	var seen []signature.Signature
 	lastStderr := ""
 	for i := 0; i < n; i++ {
-		a, err := r.answer(ctx, orig, i)
+		a, err := answers[i].a, answers[i].err
 		sig, v := a.sig, a.verdict
 		if ctx.Err() != nil {
 			return errorf(ErrInterrupted, "interrupted while confirming %s; nothing was written", r.o.Source)
@@ -41,9 +42,6 @@ func (r *run) confirm(ctx context.Context) error {
 		}
 		if v != nil {
 			lastStderr = lastLines(v.Result.Stderr, 3)
-			r.mu.Lock()
-			r.confirmTook = max(r.confirmTook, v.Duration)
-			r.mu.Unlock()
 		}
 		seen = append(seen, sig)
 		switch {
@@ -84,9 +82,6 @@ func (r *run) confirm(ctx context.Context) error {
 	}
 	if fails > 0 && fails < n && r.o.Trials == 1 {
 		r.logf("confirm: the failure is flaky; --trials %d replays each candidate that often and counts it failing if any trial fails", 2*n/fails+1)
-	}
-	if j := r.jobs(); j < r.o.Jobs {
-		r.logf("-j %d: a replay takes %s, too little for speculation to pay: the searches replay one candidate at a time", r.o.Jobs, r.confirmTook.Round(time.Millisecond))
 	}
 	r.emit(&Confirmed{Event: "confirm", Replays: n, Reproduced: fails, Signature: r.judge.Want, Note: r.wantNote})
 	if fails > 0 {
@@ -163,4 +158,38 @@ func (r *run) setWantNote(note string) {
 	r.mu.Lock()
 	r.wantNote = note
 	r.mu.Unlock()
+}
+
+// trialAnswer is one trial's answer, or the error that stopped it.
+type trialAnswer struct {
+	a   answered
+	err error
+}
+
+// confirmReplays answers the n trials of orig, Options.Jobs at a time:
+// every one is judged in order afterwards, so that how many ran at once
+// changes nothing but the time.
+func (r *run) confirmReplays(ctx context.Context, orig *candidate, n int) []trialAnswer {
+	out := make([]trialAnswer, n)
+	if r.o.Jobs <= 1 {
+		for i := range out {
+			if out[i].a, out[i].err = r.answer(ctx, orig, i, false); out[i].err != nil {
+				break // judged first: the ones after it are never read
+			}
+		}
+		return out
+	}
+	slots := make(chan struct{}, r.o.Jobs)
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			out[i].a, out[i].err = r.answer(ctx, orig, i, false)
+		}()
+	}
+	wg.Wait()
+	return out
 }

@@ -154,7 +154,7 @@ func (r *run) elements(ctx context.Context, rows []int64, sub *fixtures.Batch, s
 		// Every unit of the space kept failed: sub itself (in the sample
 		// phase), or the integers or outliers alone (just now).
 		opts.Seed = []shrink.CacheEntry{{Candidate: []shrink.Range{{Lo: 0, Hi: n}}, Outcome: shrink.Fail}}
-		res, err := shrink.Run(ctx, n, func(ctx context.Context, cand shrink.Candidate) (shrink.Outcome, error) {
+		res, err := r.search(ctx, n, func(ctx context.Context, cand shrink.Candidate) (shrink.Outcome, error) {
 			return r.ask(ctx, keeping(units(cand.Units()), nil), cand.Trial())
 		}, opts)
 		if ctx.Err() != nil || res.Incomplete {

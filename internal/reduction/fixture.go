@@ -222,7 +222,7 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 // environment is where the replays ran.
 func (r *run) environment(set replay.Settings) regress.RecordEnv {
 	env := regress.RecordEnv{Backend: string(set.Kind), Device: set.Device, Launcher: string(replay.LauncherLocal),
-		Jobs: r.o.Jobs, Reduce: replay.Version, GoOS: runtime.GOOS, GoArch: runtime.GOARCH}
+		Reduce: replay.Version, GoOS: runtime.GOOS, GoArch: runtime.GOARCH}
 	if env.Device == "" {
 		env.Device = "cpu"
 	}

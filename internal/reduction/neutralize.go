@@ -74,7 +74,7 @@ func (r *run) neutralizeMode(ctx context.Context, first Finding) ([]Finding, err
 	// Keeping every sample is the original, which the confirmation showed
 	// to fail.
 	opts.Seed = []shrink.CacheEntry{{Candidate: []shrink.Range{{Lo: 0, Hi: n}}, Outcome: shrink.Fail}}
-	res, err := shrink.Run(ctx, n, oracle, opts)
+	res, err := r.search(ctx, n, oracle, opts)
 	if ctx.Err() != nil || res.Incomplete {
 		set := res.Partial
 		if len(res.Culprits) > 0 {

@@ -143,10 +143,16 @@ type Result struct {
 	// directories, in the same order.
 	Findings []Finding
 	Fixtures []string
-	// Replays counts this run's replays; Resumed the answers taken from an
-	// earlier run's journal; Phases both by phase.
+	// Replays counts this run's replays whose answers a search used, the
+	// same for every -j; Resumed the answers taken from an earlier run's
+	// journal; Phases both by phase. Ahead counts the replays made ahead
+	// of need with -j N whose answers no search used, or that the engine
+	// canceled (ahead.go): the cost of speculation, with Jobs, the -j the
+	// searches ran with.
 	Replays int
 	Resumed int
+	Ahead   int
+	Jobs    int
 	Phases  map[Phase]PhaseCount
 	// OtherFailures are the different failures met, never followed.
 	OtherFailures []regress.OtherFailure
@@ -258,7 +264,6 @@ type run struct {
 	grownWith  string // what growMode grew the sample with: "copies of it", "the batch's other samples"
 
 	mu          sync.Mutex
-	confirmTook time.Duration // the slowest of the confirmation's replays
 	phase       Phase
 	phases      map[Phase]PhaseCount // replays and resumed answers, by phase
 	others      map[string]*regress.OtherFailure
@@ -271,6 +276,11 @@ type run struct {
 	// passed holds the recorded samples seen in a batch of whole samples
 	// that passed: values they hold are known to be no cause (outliers).
 	passed map[int64]bool
+	// pending holds the effects of answers replayed ahead of need that
+	// no search has used yet, by key#trial; canceled counts the replays
+	// made ahead that the engine canceled (ahead.go).
+	pending  map[string]waiting
+	canceled int
 }
 
 // build makes candidate c's batch for a finding (candidate.build) and
@@ -468,6 +478,7 @@ func (r *run) result(found []Finding, dirs []string, partial bool) *Result {
 		res.Replays += pc.Replays
 		res.Resumed += pc.Resumed
 	}
+	res.Ahead, res.Jobs = r.unused(), r.o.Jobs
 	return res
 }
 
@@ -488,22 +499,13 @@ func (r *run) setPhase(p Phase, units int) {
 	r.emit(&PhaseStarted{Event: "phase", Phase: p, Units: units})
 }
 
-// speculateAfter is how long a replay must take for speculation to pay:
-// with -j N the searches replay candidates that a later answer may make
-// useless, which costs replays and saves time only when a replay is slow.
-const speculateAfter = time.Second
-
-// jobs is how many candidates the searches replay at once: Options.Jobs
-// when the confirmation's replays were slow enough for speculation to pay
-// (or no replay measured them, on --resume), else one.
-func (r *run) jobs() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.o.Jobs > 1 && r.confirmTook > 0 && r.confirmTook < speculateAfter {
-		return 1
-	}
-	return r.o.Jobs
-}
+// jobs is how many candidates the searches replay at once: Options.Jobs.
+// A search asks its next questions ahead, on both answers of the one it
+// waits for (shrink's speculation), and the reduction its likely next
+// questions (the batch without the culprits, a range's other end, every
+// trial of the confirmation): with N slots about log_(N+1) n rounds for
+// one culprit among n, where the answers not used are Result.Ahead.
+func (r *run) jobs() int { return r.o.Jobs }
 
 func (r *run) shrinkOptions() shrink.Options {
 	return shrink.Options{Strategy: r.o.Strategy, Jobs: r.jobs(), Trials: r.o.Trials}
@@ -520,12 +522,9 @@ const (
 // the oracle of every search: a different failure is Unresolved, and
 // counted the first time it is seen.
 func (r *run) ask(ctx context.Context, c *candidate, trial int) (shrink.Outcome, error) {
-	a, err := r.answer(ctx, c, trial)
+	a, err := r.answer(ctx, c, trial, true)
 	if err != nil {
 		return shrink.Unresolved, err
-	}
-	if a.outcome == shrink.Unresolved && a.src != fromCache {
-		r.other(a.sig, a.verdict, c.wholeSamples())
 	}
 	return a.outcome, nil
 }
@@ -569,12 +568,15 @@ type answered struct {
 
 // answer gives trial of candidate c: the journal's answer when it has one,
 // else that of a replay of the candidate's view, counted in its phase,
-// journaled and reported. The signature is judged here, once. A replay
-// stopped by cancellation says nothing about the candidate: it is ctx's
-// error.
-func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, error) {
+// journaled and reported. The signature is judged here, once; with others,
+// a different failure is counted among the others met (a search's
+// question; the confirmation and the compile probe count their own). A
+// replay stopped by cancellation says nothing about the candidate: it is
+// ctx's error.
+func (r *run) answer(ctx context.Context, c *candidate, trial int, others bool) (answered, error) {
 	c = r.withSteps(c)
 	key := c.key(r.batch.Samples)
+	kt := keyWithTrial(key, trial)
 	a := answered{src: fromReplay}
 	s, ok, fromFile := r.journal.lookup(key, trial)
 	switch {
@@ -585,6 +587,7 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, er
 	default:
 		verdict, err := r.be.Replay(ctx, c.view())
 		if ctx.Err() != nil {
+			r.canceledAhead(ctx)
 			return answered{}, ctx.Err()
 		}
 		if err != nil {
@@ -607,35 +610,55 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int) (answered, er
 	default:
 		a.outcome = shrink.Unresolved
 	}
-	if rows := c.wholeSamples(); a.outcome == shrink.Pass && rows != nil && a.src != fromCache {
-		r.mu.Lock()
-		if r.passed == nil {
-			r.passed = map[int64]bool{}
-		}
-		for _, x := range rows {
-			r.passed[x] = true
-		}
-		r.mu.Unlock()
-	}
-	switch a.src {
-	case fromCache:
+	r.noteCall(ctx, kt)
+	if a.src == fromCache {
 		return a, nil
-	case fromJournal:
-		// Counted where this run's replays are, so that the summary and
-		// the fixture tell the whole reduction.
+	}
+	// What the answer teaches, when a search uses it (ahead.go): its
+	// count where this run's replays are, so that the summary and the
+	// fixture tell the whole reduction; the samples it saw pass; the
+	// different failure it met.
+	learned := func() {
 		r.mu.Lock()
-		phase := r.count(func(pc *PhaseCount) { pc.Resumed++ })
+		r.count(func(pc *PhaseCount) {
+			if a.src == fromJournal {
+				pc.Resumed++
+			} else {
+				pc.Replays++
+			}
+		})
+		if rows := c.wholeSamples(); a.outcome == shrink.Pass && rows != nil {
+			if r.passed == nil {
+				r.passed = map[int64]bool{}
+			}
+			for _, x := range rows {
+				r.passed[x] = true
+			}
+		}
 		r.mu.Unlock()
-		r.emit(&Replayed{Event: "replay", Phase: phase, Key: keyWithTrial(key, trial), Size: c.size,
-			Outcome: a.outcome, Signature: a.sig, Resumed: true})
+		if others && a.outcome == shrink.Unresolved {
+			r.other(a.sig, a.verdict, c.wholeSamples())
+		}
+	}
+	r.mu.Lock()
+	phase := r.phase
+	r.mu.Unlock()
+	if a.src == fromJournal {
+		// Said when used, as counted: no replay ran.
+		r.learn(ctx, kt, func() {
+			learned()
+			r.mu.Lock()
+			phase := r.phase
+			r.mu.Unlock()
+			r.emit(&Replayed{Event: "replay", Phase: phase, Key: kt, Size: c.size,
+				Outcome: a.outcome, Signature: a.sig, Resumed: true})
+		}, false)
 		return a, nil
 	}
 	verdict := a.verdict
-	r.mu.Lock()
-	phase := r.count(func(pc *PhaseCount) { pc.Replays++ })
-	r.mu.Unlock()
 	r.journal.record(key, trial, a.sig, verdict.Report)
-	ev := &Replayed{Event: "replay", Phase: phase, Key: keyWithTrial(key, trial), Size: c.size, Outcome: a.outcome,
+	r.learn(ctx, kt, learned, true)
+	ev := &Replayed{Event: "replay", Phase: phase, Key: kt, Size: c.size, Outcome: a.outcome,
 		Signature: a.sig, Seconds: verdict.Duration.Seconds()}
 	if verdict.Launcher != "" && verdict.Launcher != replay.LauncherLocal {
 		ev.Launcher, ev.JobID, ev.Node, ev.Requeued = string(verdict.Launcher), verdict.JobID, verdict.Node, verdict.Requeued

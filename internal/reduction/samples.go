@@ -28,10 +28,13 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 	}
 	opts := r.shrinkOptions()
 	opts.StopAfterFirst = true
+	// A replay costs by its samples: candidates that halve. The batch
+	// without the culprits is asked next (neighbours): with -j N, ahead.
+	opts.Halve, opts.ThenRest = true, true
 	// The confirmation showed that the original fails.
 	opts.Seed = []shrink.CacheEntry{{Candidate: []shrink.Range{{Lo: 0, Hi: n}}, Outcome: shrink.Fail}}
 	r.setPhase(PhaseSamples, n)
-	res, err := shrink.Run(ctx, n, oracle, opts)
+	res, err := r.search(ctx, n, oracle, opts)
 	if ctx.Err() != nil || res.Incomplete {
 		return r.partialSamples(res), nil
 	}
@@ -118,7 +121,7 @@ func (r *run) sampleMode(ctx context.Context) ([]Finding, error) {
 	opts.StopAfterFirst = false
 	opts.MaxCulprits = r.o.MaxFindings
 	r.setPhase(PhaseSamples, n)
-	all, err := shrink.Run(ctx, n, oracle, opts)
+	all, err := r.search(ctx, n, oracle, opts)
 	found := []Finding{first}
 	if ctx.Err() != nil || all.Incomplete {
 		return found, nil

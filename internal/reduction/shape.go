@@ -96,7 +96,7 @@ func (r *run) shape(ctx context.Context, f *Finding, base *candidate, why string
 			return base.narrowed(g.tensors, g.dims, size)
 		}
 		r.setPhase(PhaseShape, int(g.size))
-		res, err := shrink.LargestPassing(ctx, 1, g.size-1, func(ctx context.Context, k int64, trial int) (shrink.Outcome, error) {
+		res, err := r.largestPassing(ctx, 1, g.size-1, func(ctx context.Context, k int64, trial int) (shrink.Outcome, error) {
 			return r.ask(ctx, cut(k), trial)
 		}, r.shrinkOptions())
 		switch {

@@ -20,22 +20,27 @@ func (r *run) sizeMode(ctx context.Context, why string) ([]Finding, error) {
 	var mu sync.Mutex
 	smallestFail, largestPass := n, int64(0)
 	pred := func(ctx context.Context, k int64, trial int) (shrink.Outcome, error) {
-		o, err := r.ask(ctx, keepRows(prefix(k), int(k)), trial)
-		if err == nil {
-			mu.Lock()
-			switch {
-			case o == shrink.Fail && k < smallestFail:
-				smallestFail = k
-			case o == shrink.Pass && k > largestPass && k < smallestFail:
-				largestPass = k
-			}
-			mu.Unlock()
+		return r.ask(ctx, keepRows(prefix(k), int(k)), trial)
+	}
+	opts := r.shrinkOptions()
+	opts.Progress = func(ev shrink.Event) {
+		// The answers the search used, as every -j uses the same ones.
+		if ev.Kind != shrink.Used {
+			return
 		}
-		return o, err
+		k, o := ev.Value, ev.Outcome
+		mu.Lock()
+		switch {
+		case o == shrink.Fail && k < smallestFail:
+			smallestFail = k
+		case o == shrink.Pass && k > largestPass && k < smallestFail:
+			largestPass = k
+		}
+		mu.Unlock()
 	}
 	r.setPhase(PhaseSize, int(n))
 	if n > 1 {
-		res, err := shrink.LargestPassing(ctx, 1, n-1, pred, r.shrinkOptions())
+		res, err := r.largestPassing(ctx, 1, n-1, pred, opts)
 		mu.Lock()
 		sf, lp := smallestFail, largestPass
 		mu.Unlock()

@@ -33,8 +33,12 @@ type Summary struct {
 	Window *regress.WindowCause `json:"window,omitempty"`
 	// Ranks is set when the batch was one rank's file of a
 	// torch.distributed run: which rank, and the other ranks' files.
-	Ranks         *regress.Ranks         `json:"ranks,omitempty"`
-	Replays       int                    `json:"replays"`
+	Ranks   *regress.Ranks `json:"ranks,omitempty"`
+	Replays int            `json:"replays"`
+	// Ahead is the replays made ahead of need (-j N) that no search used:
+	// what speculation cost. Replays is the same for every -j.
+	Ahead         int                    `json:"ahead"`
+	Jobs          int                    `json:"jobs"`
 	Resumed       int                    `json:"resumed"`
 	Phases        map[Phase]PhaseCount   `json:"phases"`
 	OtherFailures []regress.OtherFailure `json:"other_failures"`
@@ -48,7 +52,7 @@ type Summary struct {
 // Summary is res for a program.
 func (res *Result) Summary() Summary {
 	s := Summary{Event: "summary", Fixture: res.Fixtures[0], Fixtures: res.Fixtures, Signature: res.Want, Message: res.Message, Predates: res.Predates, Compiled: res.Compiled, SignatureNote: res.WantNote, Mode: res.Mode,
-		ModeReason: res.ModeReason, Ranks: res.Ranks, Culprits: []regress.Culprit{}, Size: res.Size, Replays: res.Replays, Resumed: res.Resumed,
+		ModeReason: res.ModeReason, Ranks: res.Ranks, Culprits: []regress.Culprit{}, Size: res.Size, Replays: res.Replays, Ahead: res.Ahead, Jobs: res.Jobs, Resumed: res.Resumed,
 		Phases: res.Phases, OtherFailures: res.OtherFailures, Launcher: res.Launch, Seconds: res.Seconds, Partial: res.Partial}
 	for i, f := range res.Findings {
 		s.Culprits = append(s.Culprits, f.Culprit(res.Fixtures[i]))
@@ -152,6 +156,10 @@ func (res *Result) WriteText(w io.Writer) {
 	if res.Partial {
 		state = " (interrupted: partial)"
 	}
-	fmt.Fprintf(w, "replays: %d in %.1fs%s%s\n", res.Replays, res.Seconds, resumed, state)
+	ahead := ""
+	if res.Ahead > 0 {
+		ahead = fmt.Sprintf(", and %d made ahead (-j %d) that no search used", res.Ahead, res.Jobs)
+	}
+	fmt.Fprintf(w, "replays: %d in %.1fs%s%s%s\n", res.Replays, res.Seconds, resumed, ahead, state)
 	fmt.Fprintln(w, res.Fixtures[0])
 }

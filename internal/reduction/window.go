@@ -163,9 +163,9 @@ var errNoSet = errors.New("no set of them fails (the failure is flaky: a higher 
 // error naming the window's what when the search found none.
 func (r *run) firstSet(ctx context.Context, n int, oracle shrink.Oracle, what string) ([]int, error) {
 	opts := r.shrinkOptions()
-	opts.StopAfterFirst = true
+	opts.StopAfterFirst, opts.Halve = true, true
 	opts.Seed = []shrink.CacheEntry{{Candidate: []shrink.Range{{Lo: 0, Hi: n}}, Outcome: shrink.Fail}}
-	res, err := shrink.Run(ctx, n, oracle, opts)
+	res, err := r.search(ctx, n, oracle, opts)
 	switch {
 	case ctx.Err() != nil:
 		return nil, nil

@@ -63,7 +63,7 @@ func shapeRegression(t testing.TB, input, target *kernels.Tensor, ids []string) 
 		CPU:         cpu,
 		Replays:     12,
 		Source:      RecordSource{File: "crash.bin", Samples: 8},
-		Environment: RecordEnv{Backend: "go", Device: "cpu", Jobs: 1, Reduce: "test", GoOS: "linux", GoArch: "amd64"},
+		Environment: RecordEnv{Backend: "go", Device: "cpu", Reduce: "test", GoOS: "linux", GoArch: "amd64"},
 		Attrs:       b.Attrs,
 	}
 	return &Regression{Batch: b, Record: rec}
@@ -230,7 +230,7 @@ func deviceRegression(t testing.TB, input, target *kernels.Tensor, ids []string)
 		Diagnosis:   "cross_entropy: device_assert whatever the values of sample 3, 7 (" + strings.Join(ids, ", ") + "): the cause is a shape, dtype or size, not a value",
 		Replays:     12,
 		Source:      RecordSource{File: "crash.bin", Samples: 8},
-		Environment: RecordEnv{Backend: "torch", Device: "cuda", Jobs: 1, Reduce: "test", GoOS: "linux", GoArch: "amd64"},
+		Environment: RecordEnv{Backend: "torch", Device: "cuda", Reduce: "test", GoOS: "linux", GoArch: "amd64"},
 		Attrs:       b.Attrs,
 	}
 	return &Regression{Batch: b, Record: rec}
