@@ -48,7 +48,7 @@ view-overlap @@ fixtures/view.go @@ l.Has(kernels.LayoutExpanded) || l.Has(kerne
 relation-batchdim @@ internal/reduction/relation.go @@ rows[sp.units[u].index[bd]] = true @@ rows[sp.units[u].index[0]] = true; _ = bd @@ ./internal/reduction @@ TestRelation @@ torch
 relation-gaps @@ internal/reduction/relation.go @@ if !isFloat && hiI >= loI { @@ if false && !isFloat && hiI >= loI { @@ ./internal/reduction @@ TestRelation @@ torch
 shape-next @@ internal/reduction/shape.go @@ case res.Incomplete || (res.Value < g.size-1 && res.Next != shrink.Fail): @@ case res.Incomplete: @@ ./internal/reduction @@ TestShape|TestGrowBatchOfOne @@ torch
-shape-lo @@ internal/reduction/shape.go @@ shrink.LargestPassing(ctx, 1, g.size-1, @@ shrink.LargestPassing(ctx, 2, g.size-1, @@ ./internal/reduction @@ TestShape|TestGrowBatchOfOne @@ torch
+shape-lo @@ internal/reduction/shape.go @@ r.largestPassing(ctx, 1, g.size-1, @@ r.largestPassing(ctx, 2, g.size-1, @@ ./internal/reduction @@ TestShape|TestGrowBatchOfOne @@ torch
 signature-stem @@ internal/signature/signature.go @@ s.Expression != want.Expression || fileStem(s.File) != fileStem(want.File) { @@ s.Expression != want.Expression { @@ ./internal/signature @@ TestMatch @@ torch
 ranks-said-first @@ fixtures/ranks.go @@ case a.FailedAt > 0 && b.FailedAt == 0: @@ case a.FailedAt > 0 && b.FailedAt < 0: @@ ./fixtures @@ Rank @@ torch
 ranks-tie-rank @@ fixtures/ranks.go @@ return a.Rank < b.Rank @@ return a.Rank > b.Rank @@ ./fixtures @@ Rank @@ torch
@@ -74,7 +74,7 @@ words-backend-1 @@ internal/regress/compiled.go @@ if c.Backend == "1" || c.Back
 ranks-later @@ internal/regress/record.go @@ if f.FailedAt > 0 && c.Chosen.FailedAt > 0 && f.Err == nil { @@ if f.FailedAt > 0 && f.Err == nil { @@ ./internal/regress @@ TestReportRanksAndCompiled @@ torch
 ranks-size @@ internal/regress/record.go @@ size = len(c.All) @@ size = 1 @@ ./internal/regress @@ TestReportRanksAndCompiled @@ torch
 ranks-unread-report @@ internal/regress/report.go @@ case o.Unreadable != "": @@ case o.Unreadable == "x": @@ ./internal/regress @@ TestReportRanksAndCompiled @@ torch
-size-lo @@ internal/reduction/size.go @@ shrink.LargestPassing(ctx, 1, n-1, pred, @@ shrink.LargestPassing(ctx, 2, n-1, pred, @@ ./internal/reduction @@ TestSize @@ torch
+size-lo @@ internal/reduction/size.go @@ r.largestPassing(ctx, 1, n-1, pred, @@ r.largestPassing(ctx, 2, n-1, pred, @@ ./internal/reduction @@ TestSize @@ torch
 lock-shared @@ internal/reduction/guard.go @@ syscall.LOCK_EX|syscall.LOCK_NB @@ syscall.LOCK_SH|syscall.LOCK_NB @@ ./internal/reduction @@ TestOut|TestSource|TestInfra @@
 lock-truncate @@ internal/reduction/guard.go @@ if err := f.Truncate(0); err == nil { @@ if err := error(nil); err == nil { @@ ./internal/reduction @@ TestOut|TestSource|TestInfra @@
 lock-release-keep @@ internal/reduction/guard.go @@ os.Remove(path) @@ _ = path @@ ./internal/reduction @@ TestOut|TestSource|TestInfra @@
@@ -138,6 +138,12 @@ py-tree-values @@ replay/python/reduce_batch.py @@ while todo and n <= MAX_TREE_
 py-keep-op @@ replay/python/reduce_batch.py @@ if k in ("step", "sample_ids", "op", "attrs", "meta")} @@ if k in ("step", "sample_ids")} @@ py:replay/python @@ test_recorder_faults.py @@
 py-attrs-lenient @@ replay/python/reduce_batch.py @@ with _noted(lenient, notes, "{e}: not recorded", (TypeError, ValueError)): @@ with _noted(False, notes, "{e}: not recorded", (TypeError, ValueError)): @@ py:replay/python @@ test_recorder_faults.py @@
 py-zstd-reserved @@ replay/python/reduce_batch.py @@ if f[s] and f[s + (1 if f[s] < 128 else 2 if f[s] < 255 else 3)] & 3: @@ if False and f[s]: @@ ./fixtures @@ TestPythonReaderAgrees @@ torch
+halve-keep @@ shrink/machines.go @@ nw.cand = minus(nw.x, nw.g) @@ nw.cand = minus(nw.k, nw.g) @@ ./shrink @@ TestSingleCulpritEveryPosition|TestCallTable @@ 
+halve-verify @@ shrink/machines.go @@ case nw.x.len() == 1 && !nw.x.equal(nw.k): @@ case false: @@ ./shrink @@ TestSingleCulpritEveryPosition|TestDeterministicAcrossJobs @@ 
+halve-first-side @@ shrink/machines.go @@ case (nw.x.len() == 2 || nw.x.len() == 3) && !nw.failed: @@ case false: @@ ./shrink @@ TestSingleCulpritEveryPosition @@ 
+used-event @@ shrink/engine.go @@ if !en.seeded && en.err == nil { @@ if false { @@ ./shrink @@ TestProgress @@ 
+then-rest-cancel @@ shrink/engine.go @@ if !j.ent.follow || e.ctx.Err() != nil { @@ if true { @@ ./shrink @@ TestThenRest @@ 
+ahead-at-once @@ internal/reduction/ahead.go @@ if _, ok := ctx.Value(aheadKey{}).(aheadCall); !ok { @@ if true { @@ ./internal/reduction @@ TestJobsSameFixture @@ torch
 EOF
 )
 

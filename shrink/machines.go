@@ -143,15 +143,24 @@ func (m minimizer) after(o Outcome) machine {
 // the failure needs several units together, and the search goes on as
 // minimizer from the last candidate answered Fail (k, with kx the group of
 // it that holds a needed unit).
+//
+// While no Fail has come (every half passed: the culprit sits first), the
+// halving that leaves one unit on its first side asks what minimizer
+// asks: k without that unit, whose Pass is also the caller's next question
+// (every unit but the culprit), answered on the way.
 type narrower struct {
 	k, kx, x set
 	g, cand  set
+	failed   bool // a Fail has come
 }
 
 func newNarrower(k, x set) machine { return narrower{k: k, kx: x, x: x}.prepare() }
 
 func (nw narrower) prepare() narrower {
 	switch {
+	case (nw.x.len() == 2 || nw.x.len() == 3) && !nw.failed:
+		nw.g, _ = nw.x.split(1)
+		nw.cand = minus(nw.k, nw.g)
 	case nw.x.len() > 1:
 		nw.g, _ = nw.x.split(nw.x.len() / 2)
 		nw.cand = minus(nw.x, nw.g)
@@ -171,7 +180,7 @@ func (nw narrower) after(o Outcome) machine {
 	n := nw
 	switch {
 	case o == Fail:
-		n.k, n.kx, n.x = nw.cand, nw.cand, nw.cand
+		n.k, n.kx, n.x, n.failed = nw.cand, nw.cand, minus(nw.x, nw.g), true
 	case nw.x.len() == 1:
 		// The unit alone does not fail: it needs others.
 		return newMinimizer(nw.k, nw.kx)
