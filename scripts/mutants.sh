@@ -141,8 +141,10 @@ py-zstd-reserved @@ replay/python/reduce_batch.py @@ if f[s] and f[s + (1 if f[s
 halve-keep @@ shrink/machines.go @@ nw.cand = minus(nw.x, nw.g) @@ nw.cand = minus(nw.k, nw.g) @@ ./shrink @@ TestSingleCulpritEveryPosition|TestCallTable @@ 
 halve-verify @@ shrink/machines.go @@ case nw.x.len() == 1 && !nw.x.equal(nw.k): @@ case false: @@ ./shrink @@ TestSingleCulpritEveryPosition|TestDeterministicAcrossJobs @@ 
 halve-first-side @@ shrink/machines.go @@ case (nw.x.len() == 2 || nw.x.len() == 3) && !nw.failed: @@ case false: @@ ./shrink @@ TestSingleCulpritEveryPosition @@ 
+then-rest-freeslot @@ shrink/engine.go @@ if j.canceled || j.ent.follow { @@ if j.canceled { @@ ./shrink @@ TestThenRest @@ 
+confirm-rejudge @@ internal/reduction/confirm.go @@ if ruling.Outcome == signature.Reproduces { @@ if false { @@ ./internal/reduction @@ TestConfirmJudgedInOrder @@ torch
 used-event @@ shrink/engine.go @@ if !en.seeded && en.err == nil { @@ if false { @@ ./shrink @@ TestProgress @@ 
-then-rest-cancel @@ shrink/engine.go @@ if !j.ent.follow || e.ctx.Err() != nil { @@ if true { @@ ./shrink @@ TestThenRest @@ 
+then-rest-cancel @@ shrink/engine.go @@ if !j.ent.follow || e.ctx.Err() != nil || e.reason != ReasonNone || !j.ent.s.equal(e.rest) { @@ if !j.ent.follow || e.ctx.Err() != nil || e.reason != ReasonNone { @@ ./shrink @@ TestThenRest @@ 
 ahead-at-once @@ internal/reduction/ahead.go @@ if _, ok := ctx.Value(aheadKey{}).(aheadCall); !ok { @@ if true { @@ ./internal/reduction @@ TestJobsSameFixture @@ torch
 EOF
 )

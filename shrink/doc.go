@@ -86,8 +86,8 @@
 // each culprit set keeps only the half it searches: "the second half of
 // x alone" rather than "everything but the first half of x", so that
 // candidates halve with each answer wherever the culprit sits (about n
-// units held in all for one culprit among n, where the plain search holds
-// up to n·log2 n when the culprit comes first). Fail verifies the half;
+// units held in all for one culprit among n, 2n where it comes first,
+// where the plain search holds up to n·log2 n then). Fail verifies the half;
 // Pass moves to the other half unverified, and the unit it narrows to is
 // replayed alone unless a Fail verified it. For culprits that fail alone
 // it asks the same questions less the units already seen passing, so it
@@ -153,7 +153,8 @@
 // too; the accepted steps are then still a prefix of the J = 1 log. With
 // Options.ThenRest the speculation also asks, where the first culprit
 // set search would end, the question its caller asks next (every unit
-// but the set), and lets that call finish when Run returns.
+// but the set), never cancels that call for its slot, and waits for it
+// before Run returns where the set found makes it the question indeed.
 //
 // # Budgets and cancellation
 //

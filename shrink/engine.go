@@ -136,6 +136,9 @@ type engine struct {
 	best    set
 	hasBest bool
 	reason  Reason
+	// rest is every unit but the first culprit set, once it is found: the
+	// question Options.ThenRest names.
+	rest set
 }
 
 func newEngine(ctx context.Context, opts Options, n int) *engine {
@@ -458,7 +461,8 @@ func (e *engine) freeSlot(required bool) {
 	var worst *job
 	stale := false
 	for j := range e.running {
-		if j.canceled {
+		if j.canceled || j.ent.follow {
+			// A call for ThenRest is the caller's next question: let it run.
 			continue
 		}
 		if j.ent.want != e.gen {
@@ -570,8 +574,10 @@ func (e *engine) halt(reason Reason) error {
 // no goroutine and no Progress call outlives Run.
 func (e *engine) shutdown() {
 	for j := range e.running {
-		// The caller's next question is let run: it will ask it.
-		if !j.ent.follow || e.ctx.Err() != nil {
+		// The caller's next question is let run: it will ask it, where
+		// the run ended with a first culprit set and this is every unit
+		// but that set.
+		if !j.ent.follow || e.ctx.Err() != nil || e.reason != ReasonNone || !j.ent.s.equal(e.rest) {
 			e.cancelJob(j)
 		}
 	}

@@ -152,15 +152,17 @@ type narrower struct {
 	k, kx, x set
 	g, cand  set
 	failed   bool // a Fail has come
+	whole    bool // cand is k without g (the case above)
 }
 
 func newNarrower(k, x set) machine { return narrower{k: k, kx: x, x: x}.prepare() }
 
 func (nw narrower) prepare() narrower {
+	nw.whole = false
 	switch {
 	case (nw.x.len() == 2 || nw.x.len() == 3) && !nw.failed:
 		nw.g, _ = nw.x.split(1)
-		nw.cand = minus(nw.k, nw.g)
+		nw.cand, nw.whole = minus(nw.k, nw.g), true
 	case nw.x.len() > 1:
 		nw.g, _ = nw.x.split(nw.x.len() / 2)
 		nw.cand = minus(nw.x, nw.g)
@@ -184,6 +186,9 @@ func (nw narrower) after(o Outcome) machine {
 	case nw.x.len() == 1:
 		// The unit alone does not fail: it needs others.
 		return newMinimizer(nw.k, nw.kx)
+	case nw.whole:
+		// k without g passed: g is needed, verified.
+		n.x, n.kx = nw.g, nw.g
 	default:
 		n.x = nw.g
 	}

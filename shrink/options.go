@@ -94,20 +94,23 @@ type Options struct {
 	// ThenRest, with StopAfterFirst, says that the caller asks next
 	// whether every unit but the first culprit set fails (reduce's
 	// neighbours): with Jobs > 1 the engine may ask the oracle for it
-	// ahead, in a slot the search leaves free, and lets that call finish
-	// when Run returns rather than cancel it. Its answer is never the
-	// search's: the caller finds it in its own cache of answers (reduce's
-	// journal).
+	// ahead, in a slot the search leaves free, never cancels that call to
+	// free its slot, and waits for it before Run returns where it is the
+	// question indeed (the run found a first set, unstopped). Its answer
+	// is never the search's: the caller finds it in its own cache of
+	// answers (reduce's journal).
 	ThenRest bool
 
 	// Halve keeps candidates small where units cost by their size (the
 	// samples of a batch): while one unit may be the culprit, a candidate
 	// keeps only the half of the units searched, so that candidates halve
 	// with each answer wherever the culprit sits (about n units held in
-	// all for one culprit among n, against up to n·log2 n). It finds the
-	// same culprits in as many calls or one fewer; a failure that needs
-	// several units together costs about ⌈log2 n⌉ calls more, the halving
-	// that found no single culprit. Default false.
+	// all for one culprit among n, 2n where it sits first, against up to
+	// n·log2 n). For culprits that fail alone, answered Fail or Pass, it
+	// finds the same culprits in as many calls or fewer; a failure that
+	// needs several units together costs about ⌈log2 n⌉ calls more, the
+	// halving that found no single culprit, and so may a different failure
+	// met on the way (Unresolved, taken as Pass). Default false.
 	Halve bool
 
 	// Jobs is the number of oracle calls in flight at once. Default 1.
@@ -226,11 +229,12 @@ const (
 	// PhaseChanged: the search entered Phase.
 	PhaseChanged
 	// Used: the search used the answer of an oracle call (Candidate or
-	// Value, Trial, Outcome) for the first time. Every call of a Jobs = 1
-	// run is used; with Jobs > 1, the calls made ahead whose answers no
-	// search of the run used never are, so that a caller that acts on
-	// answers (counts them, learns from them) acts on the same answers for
-	// every Jobs.
+	// Value, Trial; Outcome is its candidate's verdict over the trials)
+	// for the first time. Every call of a Jobs = 1 run is used but those
+	// of a candidate whose trials a budget cut short; with Jobs > 1, the
+	// calls made ahead whose answers no search of the run used never are,
+	// so that a caller that acts on answers (counts them, learns from
+	// them) acts on the same answers for every Jobs.
 	Used
 )
 

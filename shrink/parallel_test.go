@@ -142,11 +142,15 @@ func TestSpeculativeErrorIgnored(t *testing.T) {
 // question runs, and left to finish when Run returns; without Jobs it is
 // never asked, and either way the search's answers are the same.
 func TestThenRest(t *testing.T) {
-	const n, culprit = 256, 173
-	d := singles(culprit)
-	rest := minus(span(0, n), setOf(culprit)).String()
-	for _, jobs := range []int{1, 2} {
-		t.Run(fmt.Sprint("jobs=", jobs), func(t *testing.T) {
+	const n = 256
+	for _, tc := range []struct {
+		d     dnf
+		jobs  int
+		found []int
+	}{{singles(173), 1, []int{173}}, {singles(173), 2, []int{173}}, {dnf{{40, 173}}, 2, []int{40, 173}}, {dnf{{40, 173}}, 3, []int{40, 173}}} {
+		d, jobs := tc.d, tc.jobs
+		rest := minus(span(0, n), setOf(tc.found...)).String()
+		t.Run(fmt.Sprint(d, "/jobs=", jobs), func(t *testing.T) {
 			var (
 				mu       sync.Mutex
 				finished bool
@@ -175,4 +179,40 @@ func TestThenRest(t *testing.T) {
 			assert.Equal(t, jobs > 1, finished, "the rest asked ahead, and its call not canceled")
 		})
 	}
+}
+
+// TestThenRestDeadBranch: the rest of a culprit the search did not find,
+// asked ahead on a branch it did not take, is canceled when Run returns,
+// never waited for.
+func TestThenRestDeadBranch(t *testing.T) {
+	const n, culprit = 256, 173
+	d := singles(culprit)
+	rest := minus(span(0, n), setOf(culprit)).String()
+	var (
+		mu              sync.Mutex
+		dead, abandoned int
+	)
+	o := func(ctx context.Context, c Candidate) (Outcome, error) {
+		if c.Len() == n-1 && c.String() != rest {
+			// Every unit but one that is no culprit: never the question.
+			mu.Lock()
+			dead++
+			mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(5 * time.Second):
+				mu.Lock()
+				abandoned++ // Run waited for it
+				mu.Unlock()
+			}
+		}
+		return d.oracle()(ctx, c)
+	}
+	r := run(t, n, o, Options{Halve: true, StopAfterFirst: true, ThenRest: true, Jobs: 8})
+	require.Equal(t, [][]int{{culprit}}, r.Culprits)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Positive(t, dead, "the test needs a dead branch's rest asked ahead")
+	assert.Zero(t, abandoned)
 }

@@ -201,6 +201,7 @@ func (u *unitRun) run(e *engine) error {
 		u.culprits = append(u.culprits, found)
 		if first {
 			u.callsToFirst = e.accepted - confirmCalls
+			e.rest = minus(all, found)
 		}
 		rest = minus(rest, found)
 		capped := e.opts.MaxCulprits > 0 && len(u.culprits) >= e.opts.MaxCulprits

@@ -13,7 +13,7 @@ import (
 // (run.passed), a different failure met - takes effect when a search uses
 // the answer (shrink.Used), never when its replay ends, so that the
 // reduction learns the same things in the same order, and writes the same
-// fixture, for every -j. The replays no search used are Result.Unused.
+// fixture, for every -j. The replays no search used are Result.Ahead.
 
 // ahead is one search run with Jobs > 1: the journal key and trial of
 // each candidate it asked the oracle for, by the engine's name of it.
@@ -50,12 +50,14 @@ func (r *run) search(ctx context.Context, n int, oracle shrink.Oracle, opts shri
 
 // boundary is shrink.Boundary as search runs shrink.Run.
 func (r *run) boundary(ctx context.Context, lo, hi int64, pred shrink.Predicate, opts shrink.Options) (shrink.BoundaryResult, error) {
-	return shrink.Boundary(ctx, lo, hi, r.aheadValues(ctx, pred, &opts), opts)
+	pred = r.aheadValues(ctx, pred, &opts) // before opts is passed: it sets opts.Progress
+	return shrink.Boundary(ctx, lo, hi, pred, opts)
 }
 
 // largestPassing is shrink.LargestPassing as search runs shrink.Run.
 func (r *run) largestPassing(ctx context.Context, lo, hi int64, pred shrink.Predicate, opts shrink.Options) (shrink.LargestResult, error) {
-	return shrink.LargestPassing(ctx, lo, hi, r.aheadValues(ctx, pred, &opts), opts)
+	pred = r.aheadValues(ctx, pred, &opts)
+	return shrink.LargestPassing(ctx, lo, hi, pred, opts)
 }
 
 // aheadValues is pred, its calls named, where opts.Jobs > 1.

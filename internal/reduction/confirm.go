@@ -44,6 +44,13 @@ func (r *run) confirm(ctx context.Context) error {
 			lastStderr = lastLines(v.Result.Stderr, 3)
 		}
 		seen = append(seen, sig)
+		// Judged here, in order, by the failure kept so far: the first
+		// reproduction may have changed it (the trials ran at once).
+		ruling := r.judge.Rule(sig)
+		a.outcome, a.note = shrink.Unresolved, ruling.Note
+		if ruling.Outcome == signature.Reproduces {
+			a.outcome = shrink.Fail
+		}
 		switch {
 		case !signature.Failing(sig):
 		case a.outcome != shrink.Fail:

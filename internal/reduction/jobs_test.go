@@ -78,3 +78,29 @@ func outFiles(t *testing.T, out string) map[string]string {
 	}))
 	return files
 }
+
+// TestConfirmJudgedInOrder: the confirmation's trials run at once with -j
+// N, yet each is judged by the failure kept when its turn comes: without a
+// recorded failure, the first trial's is kept and a second trial that
+// fails otherwise is another failure, not a reproduction.
+func TestConfirmJudgedInOrder(t *testing.T) {
+	b, path := crossEntropy(t, 16, map[int]int64{11: 4})
+	b.Error = nil
+	var mu sync.Mutex
+	calls := 0
+	step := func(c *fixtures.Batch) signature.Signature {
+		mu.Lock()
+		calls++
+		second := calls == 2
+		mu.Unlock()
+		if second && c.Samples == 16 {
+			return raise("RuntimeError: the second replay breaks")
+		}
+		return kernelStep(c)
+	}
+	res, err := reduce(t, b, path, newStep(step), reduction.Options{Confirm: 2})
+	require.NoError(t, err)
+	assert.Equal(t, "IndexError", res.Want.Exception)
+	require.Len(t, res.OtherFailures, 1)
+	assert.Equal(t, "RuntimeError", res.OtherFailures[0].Signature.Exception)
+}

@@ -263,11 +263,11 @@ type run struct {
 	size       *regress.SizeResult
 	grownWith  string // what growMode grew the sample with: "copies of it", "the batch's other samples"
 
-	mu          sync.Mutex
-	phase       Phase
-	phases      map[Phase]PhaseCount // replays and resumed answers, by phase
-	others      map[string]*regress.OtherFailure
-	otherRows   map[string]int // by others' key: the samples of the plain batch that met it first
+	mu        sync.Mutex
+	phase     Phase
+	phases    map[Phase]PhaseCount // replays and resumed answers, by phase
+	others    map[string]*regress.OtherFailure
+	otherRows map[string]int // by others' key: the samples of the plain batch that met it first
 	// built names the candidate each batch a finding holds was built
 	// from, so that its fixture takes what that replay reported
 	// (reportOf).
@@ -656,8 +656,10 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int, others bool) 
 		return a, nil
 	}
 	verdict := a.verdict
-	r.journal.record(key, trial, a.sig, verdict.Report)
+	// Its effects wait before the journal holds it: another call that
+	// finds it there and is used applies them.
 	r.learn(ctx, kt, learned, true)
+	r.journal.record(key, trial, a.sig, verdict.Report)
 	ev := &Replayed{Event: "replay", Phase: phase, Key: kt, Size: c.size, Outcome: a.outcome,
 		Signature: a.sig, Seconds: verdict.Duration.Seconds()}
 	if verdict.Launcher != "" && verdict.Launcher != replay.LauncherLocal {
