@@ -138,8 +138,12 @@ bench: build
 	# The main job: every example, go and torch backends, -j 1 and -j 2; a
 	# 100,000-sample batch. Replays and the reduce process's peak memory.
 	REDUCE_PYTHON=$(PYTHON) $(GO) test -run='^$$' -bench=Reduce -benchtime=1x ./cmd/reduce/
-	# Against the peers, as ratios in one run: picire (PyPI), a bare torch
-	# script, log2 n (scripts/bench-peers.py).
+	# Where the culprit sits (0, n/3, 2n/3, n-1 at 256 MiB and 1 GiB, go and
+	# torch: samples held, wall), and -j 1 against -j 2 on every backend
+	# (scripts/bench-scale.py).
+	$(PYTHON) scripts/bench-scale.py
+	# Against the peers, as ratios in one run: picire and shrinkray (PyPI), a
+	# bare torch script, log2 n (scripts/bench-peers.py).
 	$(PYTHON) scripts/bench-peers.py
 	# The cost of record_on_failure(window=8) on a training step, against the
 	# bare step and record_on_failure without a window, and the memory it holds.

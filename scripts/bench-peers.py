@@ -4,6 +4,11 @@
 1. reduce against picire (PyPI; its ddmin driving the same per-candidate step, a fresh python +
    torch process per test) on one bad target among 256 and among 4,096 samples: replays and wall
    time of reduce's torch backend, and of its exec backend warm and cold, each against picire's;
+   and shrinkray (PyPI, --no-llm, one test at a time), which reduces the batch written as text
+   (a sample a line) with a test that runs the same step in a fresh python + torch: its tests
+   and wall until it first holds one sample, under a time cap ($REDUCE_BENCH_CAP seconds,
+   default 300), whether it stopped by itself, and whether the sample it holds is the culprit as
+   recorded;
 2. one full-batch replay at 256 MiB (65,536 x 1,024 float32 logits, cross_entropy) with the go
    backend and with the torch backend, against a bare torch script that loads the same file and
    runs the op;
@@ -19,6 +24,10 @@ Run with the Python that has torch (Debian's, /usr/bin/python3), from the reposi
 
 picire runs from a virtual environment of its own under ~/.cache/reduce (made on first use with
 pip, on top of this Python's packages, so that its test processes import the same torch).
+shrinkray's releases need Python >= 3.12, which Debian 12 does not have: it runs from the
+Python 3.13 environment scripts/py313-trixie.sh makes under ~/.cache/reduce (Debian 13's
+python3.13, unpacked, not installed), or from $REDUCE_SHRINKRAY (its shrinkray command); its
+tests run this Python.
 Absolute times are context only: the ratios are the result.
 """
 
@@ -86,6 +95,77 @@ result = dd(list(range(t.shape[0])))
 with open(out, "w") as f:
     f.write("%%d %%f %%s\\n" %% (tests, time.time() - start, ",".join(map(str, result))))
 """
+
+
+# shrinkray's test: the candidate text (a sample a line: the target, then the logits), the step
+# run on it in this fresh process; exit 0 (interesting) when it fails as the original does. Each
+# call appends its time, its lines and its verdict to the log $REDUCE_BENCH_LOG.
+SHRINKRAY_TEST = """import os, sys, time
+start = time.time()
+interesting = False
+try:
+    rows = [line.split() for line in open(sys.argv[1]).read().splitlines()]
+    import torch
+    import torch.nn.functional as F
+    t = torch.tensor([int(r[0]) for r in rows])
+    x = torch.tensor([[float(v) for v in r[1:]] for r in rows])
+    try:
+        F.cross_entropy(x, t)
+    except IndexError:
+        interesting = True
+except Exception:
+    rows = []
+with open(os.environ["REDUCE_BENCH_LOG"], "a") as f:
+    f.write("%f %d %d\\n" % (time.time(), len(rows), interesting))
+sys.exit(0 if interesting else 1)
+"""
+
+
+def shrinkray_command():
+    """shrinkray's command: $REDUCE_SHRINKRAY, else the one scripts/py313-trixie.sh makes."""
+    if os.environ.get("REDUCE_SHRINKRAY"):
+        return os.environ["REDUCE_SHRINKRAY"]
+    out = subprocess.run([os.path.join(ROOT, "scripts", "py313-trixie.sh")], stdout=subprocess.PIPE, check=True)
+    return os.path.join(os.path.dirname(out.stdout.decode().strip().splitlines()[-1]), "shrinkray")
+
+
+def shrinkray(tmp, path, n):
+    """shrinkray on the batch at path as text: (tests and seconds until it first held one sample,
+    or None; tests in all; whether it stopped by itself; whether its one sample is the culprit as
+    recorded)."""
+    b = reduce_batch.load(path)
+    x, t = b.tensors["input"], b.tensors["target"]
+    lines = ["%d %s" % (int(t[i]), " ".join(repr(float(v)) for v in x[i])) for i in range(n)]
+    work = os.path.join(tmp, "shrinkray-%d" % n)
+    os.makedirs(work)
+    case, test, log = (os.path.join(work, f) for f in ("case.txt", "test.py", "log.txt"))
+    with open(case, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(test, "w") as f:
+        f.write("#!%s\n%s" % (sys.executable, SHRINKRAY_TEST))
+    os.chmod(test, 0o755)
+    cap = float(os.environ.get("REDUCE_BENCH_CAP", "300"))
+    start = time.time()
+    p = subprocess.Popen([shrinkray_command(), "--no-llm", "--ui", "basic", "--input-type", "arg", "--parallelism", "1",
+                          "--no-history", test, case], cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env=dict(os.environ, REDUCE_BENCH_LOG=log))
+    try:
+        p.wait(timeout=cap)
+        stopped = True
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        stopped = False
+    first, calls = None, 0
+    with open(log) as f:
+        for calls, line in enumerate(f, 1):
+            at, rows, interesting = line.split()
+            if first is None and int(rows) == 1 and interesting == "1":
+                first = (calls, float(at) - start)
+    with open(case) as f:
+        held = f.read().splitlines()
+    culprit = lines[n * 2 // 3]
+    return first, calls, stopped, held == [culprit]
 
 
 def picire_python():
@@ -162,6 +242,15 @@ def peers(tmp, warm_flags, cold_flags):
         for name, args in runs:
             replays, wall = reduce(path, os.path.join(tmp, "out-%d-%s" % (n, len(name))), *args)
             print("%-7d %-28s %8d %9.1f %14.2f %14.2f" % (n, name, replays, wall, wall / p_wall, replays / p_tests))
+        first, calls, stopped, same = shrinkray(tmp, path, n)
+        how = "stopped by itself" if stopped else "still running at the cap, killed"
+        kept = "the culprit as recorded" if same else "not the recorded culprit (values rewritten)"
+        if first is None:
+            print("%-7d %-28s %8s %9s %14s %14s   (never held one sample: %d tests; %s)" % (
+                n, "shrinkray (one sample)", "-", "-", "-", "-", calls, how))
+        else:
+            print("%-7d %-28s %8d %9.1f %14.2f %14.2f   (%d tests in all, %s; it holds %s)" % (
+                n, "shrinkray (one sample)", first[0], first[1], first[1] / p_wall, first[0] / p_tests, calls, how, kept))
 
 
 def large(tmp):
