@@ -40,28 +40,12 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "replay", "python"))
+from benchlib import REDUCE, ROOT, STEP, reduce_batch, run_reduce, write_batch
 
-import reduce_batch  # noqa: E402
-import torch  # noqa: E402
-
-REDUCE = os.path.join(ROOT, "bin", "reduce")
 # The binaries sections 2 and 4 measure, each with its label: this one, and --against.
 BINARIES = [("", REDUCE)]
 PICIRE = "picire==21.8"
 PICIRE_DEPS = ["inators==2.1.1"]
-
-# The user's step, as the exec backend and picire's tests run it: exit 1 with torch's traceback
-# on a bad target, 0 otherwise.
-STEP = """import sys
-sys.path.insert(0, %r)
-import reduce_batch
-import torch.nn.functional as F
-
-b = reduce_batch.load(sys.argv[1])
-F.cross_entropy(b.tensors["input"], b.tensors["target"])
-""" % os.path.join(ROOT, "replay", "python")
 
 # picire's test: the candidate (a list of sample positions) written as a batch, the step run in
 # a fresh process; FAIL when it fails as the original does (an IndexError), PASS otherwise.
@@ -184,28 +168,15 @@ def picire_python():
 def batch(dirname, n, width=4, name=None):
     """A cross_entropy batch of n samples with one bad target (the class `width`, one past the
     last, at 2n/3)."""
-    g = torch.Generator().manual_seed(n)
-    x = torch.randn(n, width, generator=g)
-    t = torch.randint(0, min(width, 4), (n,), generator=g)
-    t[n * 2 // 3] = width
     path = os.path.join(dirname, name or "ce%d.bin" % n)
-    reduce_batch.save(path, {"input": x, "target": t}, op="cross_entropy",
-                      error="IndexError: Target %d is out of bounds." % width)
+    write_batch(path, n, width, n * 2 // 3, min(width, 4))
     return path
 
 
 def reduce(path, out, *args):
     """(replays, seconds) of `reduce --batch path` with args."""
-    start = time.time()
-    p = subprocess.run([REDUCE, "--batch", path, "--out", out, "--json", "-q"] + list(args),
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=os.path.dirname(path))
-    took = time.time() - start
-    if p.returncode != 0:
-        raise SystemExit("reduce %s failed (%d): %s" % (" ".join(args), p.returncode, p.stderr.decode()[-2000:]))
-    import json
-
-    summary = json.loads(p.stdout.decode().strip().splitlines()[-1])
-    return summary["replays"], took
+    events, took = run_reduce(REDUCE, path, os.path.dirname(path), out, args)
+    return events[-1]["replays"], took
 
 
 def timed(cmd, cwd=None):

@@ -24,61 +24,21 @@ Absolute times are context only: the ratios are the result.
 
 import argparse
 import filecmp
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "replay", "python"))
+from benchlib import REDUCE, STEP, run_reduce, write_batch
 
-import reduce_batch  # noqa: E402
-import torch  # noqa: E402
-
-REDUCE = os.path.join(ROOT, "bin", "reduce")
 # The binaries section 1 measures, each with its label: this one, and --against.
 BINARIES = [("", REDUCE)]
 
-STEP = """import sys
-sys.path.insert(0, %r)
-import reduce_batch
-import torch.nn.functional as F
-
-b = reduce_batch.load(sys.argv[1])
-F.cross_entropy(b.tensors["input"], b.tensors["target"])
-""" % os.path.join(ROOT, "replay", "python")
-
-
-def write_batch(path, n, width, bad):
-    """A cross_entropy batch of n samples whose target at `bad` is `width`, one past the last class."""
-    g = torch.Generator().manual_seed(n)
-    x = torch.randn(n, width, generator=g)
-    t = torch.randint(0, min(width, 10), (n,), generator=g)
-    t[bad] = width
-    reduce_batch.save(path, {"input": x, "target": t}, op="cross_entropy",
-                      error="IndexError: Target %d is out of bounds." % width)
-    del x
-
 
 def reduce(path, cwd, *args, binary=REDUCE):
-    """The --json events of `reduce --batch path` with args, each with the time it arrived, and the
-    wall time."""
-    start = time.time()
-    p = subprocess.Popen([binary, "--batch", path, "--out", "out", "--json", "-q"] + list(args),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, text=True)
-    events = []
-    for line in p.stdout:
-        ev = json.loads(line)
-        ev["_at"] = time.time() - start
-        events.append(ev)
-    err = p.stderr.read()
-    if p.wait() != 0:
-        raise SystemExit("reduce %s failed (%d): %s" % (" ".join(args), p.returncode, err[-2000:]))
-    return events, time.time() - start
+    """The --json events of `reduce --batch path --out out` with args, run in cwd, and the wall time."""
+    return run_reduce(binary, path, cwd, "out", args)
 
 
 def phase_wall(events, phase):
@@ -105,7 +65,7 @@ def positions(tmp, sizes, backends):
         results = []
         for name, bad in (("0", 0), ("n/3", rows // 3), ("2n/3", 2 * rows // 3), ("n-1", rows - 1)):
             path = os.path.join(tmp, "pos.bin")
-            write_batch(path, rows, 1024, bad)
+            write_batch(path, rows, 1024, bad, 10)
             for label, binary in BINARIES:
                 for backend in backends:
                     cwd = tempfile.mkdtemp(dir=tmp)
@@ -140,7 +100,7 @@ def same_tree(a, b):
 def jobs(tmp):
     print("\n2. -j 1 against -j 2: one bad target among 256 (index 173), median of 3 runs each, alternating")
     path = os.path.join(tmp, "ce256.bin")
-    write_batch(path, 256, 10, 173)
+    write_batch(path, 256, 10, 173, 10)
     step = os.path.join(tmp, "step.py")
     with open(step, "w") as f:
         f.write(STEP)

@@ -336,7 +336,7 @@ func (e *engine) followUp(m machine) (set, bool) {
 	if !e.opts.ThenRest || !e.opts.StopAfterFirst || (e.phase != PhaseFirst && e.phase != PhaseMinimal) {
 		return set{}, false
 	}
-	b, ok := m.(interface{ best() (set, bool) })
+	b, ok := m.(keeper)
 	if !ok {
 		return set{}, false
 	}
@@ -628,7 +628,7 @@ func (e *engine) drive(m machine) (machine, error) {
 			return m, err
 		}
 		m = m.after(o)
-		if b, ok := m.(interface{ best() (set, bool) }); ok {
+		if b, ok := m.(keeper); ok {
 			if s, ok := b.best(); ok {
 				e.noteBest(s)
 			}

@@ -195,9 +195,16 @@ func (nw narrower) after(o Outcome) machine {
 	return n.prepare()
 }
 
+// keeper is a search that keeps a candidate the oracle answered Fail:
+// best says which, and whether it has one yet.
+type keeper interface {
+	machine
+	best() (set, bool)
+}
+
 // kept is the candidate a finished search keeps.
 func kept(m machine) set {
-	s, _ := m.(interface{ best() (set, bool) }).best()
+	s, _ := m.(keeper).best()
 	return s
 }
 

@@ -97,7 +97,7 @@ func (r *run) ahead(ctx context.Context, opts *shrink.Options, name func(shrink.
 // then takes effect when it is asked. The func it returns ends the
 // prefetch: it waits for it where wanted, else cancels it.
 func (r *run) prefetch(ctx context.Context, ask func(ctx context.Context)) (end func(wanted bool)) {
-	if r.jobs() <= 1 {
+	if r.o.Jobs <= 1 {
 		return func(bool) {}
 	}
 	a := &ahead{ctx: ctx, keys: map[string]string{}}

@@ -123,7 +123,7 @@ func (r *run) intBoundary(ctx context.Context, v, neutral int64, elsewhere func(
 		var err error
 		br, err = r.boundary(ctx, lo, hi, func(ctx context.Context, x int64, trial int) (shrink.Outcome, error) {
 			return try(ctx, value{i: x}, trial)
-		}, shrink.Options{Jobs: r.jobs(), Trials: r.o.Trials})
+		}, r.shrinkOptions())
 		if err != nil || br.Incomplete {
 			return bounds{}, err
 		}
@@ -342,7 +342,7 @@ func (r *run) floatBoundary(ctx context.Context, t *kernels.Tensor, storage int6
 		var err error
 		br, err = r.boundary(ctx, lo, hi, func(ctx context.Context, b int64, trial int) (shrink.Outcome, error) {
 			return try(ctx, value{f: at(b)}, trial)
-		}, shrink.Options{Jobs: r.jobs(), Trials: r.o.Trials})
+		}, r.shrinkOptions())
 		if err != nil || br.Incomplete || br.PassOutcome != shrink.Pass {
 			return bounds{}, err
 		}

@@ -45,7 +45,12 @@ type Options struct {
 	Match signature.MatchLevel
 	// Strategy is the sample search (default shrink.Auto).
 	Strategy shrink.Strategy
-	// Jobs is how many replays run at once (default 1).
+	// Jobs is how many replays run at once (default 1): a search asks its
+	// next questions ahead, on both answers of the one it waits for
+	// (shrink's speculation), and the reduction its likely next questions
+	// (the batch without the culprits, a range's other end, every trial
+	// of the confirmation): with N slots about log_(N+1) n rounds for one
+	// culprit among n, where the answers not used are Result.Ahead.
 	Jobs int
 	// Resume takes the answers of an interrupted reduction of the same
 	// file from its journal under Out.
@@ -499,16 +504,8 @@ func (r *run) setPhase(p Phase, units int) {
 	r.emit(&PhaseStarted{Event: "phase", Phase: p, Units: units})
 }
 
-// jobs is how many candidates the searches replay at once: Options.Jobs.
-// A search asks its next questions ahead, on both answers of the one it
-// waits for (shrink's speculation), and the reduction its likely next
-// questions (the batch without the culprits, a range's other end, every
-// trial of the confirmation): with N slots about log_(N+1) n rounds for
-// one culprit among n, where the answers not used are Result.Ahead.
-func (r *run) jobs() int { return r.o.Jobs }
-
 func (r *run) shrinkOptions() shrink.Options {
-	return shrink.Options{Strategy: r.o.Strategy, Jobs: r.jobs(), Trials: r.o.Trials}
+	return shrink.Options{Strategy: r.o.Strategy, Jobs: r.o.Jobs, Trials: r.o.Trials}
 }
 
 // Where an answer came from.
