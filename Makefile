@@ -24,6 +24,12 @@ TORCH2_PYTHON ?= $$(scripts/pypi-torch-venv.sh dir)/bin/python
 
 export REDUCE_PYTHON := $(PYTHON)
 
+# Every go test names its timeout first: go's default (10 minutes) stops a
+# package that a loaded machine makes slow (cmd/reduce takes about 9 minutes
+# under the race detector on two busy cores). Well above what each takes.
+TEST_TIMEOUT  ?= 45m
+BENCH_TIMEOUT ?= 90m
+
 .PHONY: all build test test-go test-go-torch2 test-python fuzz-short fuzz bench demo deps deps-torch2 vet clean
 .PHONY: slurm-up slurm-down test-slurm bench-slurm
 
@@ -66,7 +72,7 @@ vet:
 test: deps deps-torch2 vet test-go test-go-torch2 test-python fuzz-short test-slurm
 
 test-go:
-	REDUCE_REQUIRE_TORCH=1 $(GO) test -race -count=1 ./...
+	REDUCE_REQUIRE_TORCH=1 $(GO) test -timeout $(TEST_TIMEOUT) -race -count=1 ./...
 
 # The Go tests that run reduce's Python, again under the PyPI torch: the torch
 # backend's worker and fork server, the batch files written and read by
@@ -84,10 +90,10 @@ test-go:
 # (GoWorkerDeath): under the race detector its runtime cannot start.
 # One go test, so that the packages run side by side.
 test-go-torch2:
-	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_RUFF=1 $(GO) test -count=1 \
+	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_RUFF=1 $(GO) test -timeout $(TEST_TIMEOUT) -count=1 \
 		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|Collector|Ruff|RecorderHostile|GoWorkerDeath' \
 		./replay/ ./fixtures/ ./internal/regress/
-	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_LIGHTNING=1 REDUCE_REQUIRE_TRANSFORMERS=1 REDUCE_REQUIRE_COMPILE=1 $(GO) test -count=1 \
+	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_LIGHTNING=1 REDUCE_REQUIRE_TRANSFORMERS=1 REDUCE_REQUIRE_COMPILE=1 $(GO) test -timeout $(TEST_TIMEOUT) -count=1 \
 		-run 'TestProject|TestLightning|TestTrainer|TestTorchrun|TestCompiled|TestRegressionLife|TestUpstream|TestExamplesReduce' ./cmd/reduce/ ./internal/regress/
 
 # The Python tests under the interpreter $(1), with the variables $(2). Then
@@ -115,7 +121,7 @@ test-python:
 # their skips into failures.
 test-slurm:
 	$(SLURM_LOCAL) start
-	status=0; $(SLURM_ENV) REDUCE_REQUIRE_SLURM=1 $(GO) test -race -count=1 -p 1 -run 'Slurm' ./replay/ ./cmd/reduce/ || status=$$?; \
+	status=0; $(SLURM_ENV) REDUCE_REQUIRE_SLURM=1 $(GO) test -timeout $(TEST_TIMEOUT) -race -count=1 -p 1 -run 'Slurm' ./replay/ ./cmd/reduce/ || status=$$?; \
 	$(SLURM_LOCAL) stop; exit $$status
 
 slurm-up:
@@ -125,19 +131,19 @@ slurm-down:
 	$(SLURM_LOCAL) stop
 
 fuzz-short:
-	$(GO) test -run='^$$' -fuzz='^FuzzRead$$' -fuzztime=$(FUZZTIME) ./fixtures
-	$(GO) test -run='^$$' -fuzz='^FuzzPrintable$$' -fuzztime=$(FUZZTIME) ./fixtures
+	$(GO) test -timeout $(TEST_TIMEOUT) -run='^$$' -fuzz='^FuzzRead$$' -fuzztime=$(FUZZTIME) ./fixtures
+	$(GO) test -timeout $(TEST_TIMEOUT) -run='^$$' -fuzz='^FuzzPrintable$$' -fuzztime=$(FUZZTIME) ./fixtures
 
 fuzz:
 	$(MAKE) fuzz-short FUZZTIME=2m
 
 # The 1 GiB batch benchmarks run once each; the others long enough to be stable.
 bench: build
-	$(GO) test -run='^$$' -bench=. -benchmem ./shrink/ ./kernels/ ./replay/
-	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1x ./fixtures/
+	$(GO) test -timeout $(BENCH_TIMEOUT) -run='^$$' -bench=. -benchmem ./shrink/ ./kernels/ ./replay/
+	$(GO) test -timeout $(BENCH_TIMEOUT) -run='^$$' -bench=. -benchmem -benchtime=1x ./fixtures/
 	# The main job: every example, go and torch backends, -j 1 and -j 2; a
 	# 100,000-sample batch. Replays and the reduce process's peak memory.
-	REDUCE_PYTHON=$(PYTHON) $(GO) test -run='^$$' -bench=Reduce -benchtime=1x ./cmd/reduce/
+	REDUCE_PYTHON=$(PYTHON) $(GO) test -timeout $(BENCH_TIMEOUT) -run='^$$' -bench=Reduce -benchtime=1x ./cmd/reduce/
 	# Where the culprit sits (0, n/3, 2n/3, n-1 at 256 MiB and 1 GiB, go and
 	# torch: samples held, wall), and -j 1 against -j 2 on every backend
 	# (scripts/bench-scale.py).
@@ -157,7 +163,7 @@ bench: build
 # (the go backend, -j 2), and their ratio, in one run.
 bench-slurm:
 	$(SLURM_LOCAL) start
-	status=0; $(SLURM_ENV) $(GO) test -run='^$$' -bench='^BenchmarkSlurmVsLocal$$' -benchtime=40x ./replay/ || status=$$?; \
+	status=0; $(SLURM_ENV) $(GO) test -timeout $(BENCH_TIMEOUT) -run='^$$' -bench='^BenchmarkSlurmVsLocal$$' -benchtime=40x ./replay/ || status=$$?; \
 	$(SLURM_LOCAL) stop; exit $$status
 
 # The main job on the seed example (four classes, targets [0, 2, 4]) with the

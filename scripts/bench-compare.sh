@@ -22,7 +22,7 @@ for i in $(seq "$count"); do
 	for which in base head; do
 		echo "round $i: $which" >&2
 		REDUCE_BENCH_BIN="$tmp/reduce-$which" REDUCE_PYTHON="${PYTHON:-/usr/bin/python3}" \
-			go test -run '^$' -bench "$bench" -benchtime=1x ./cmd/reduce/ |
+			go test -timeout 90m -run '^$' -bench "$bench" -benchtime=1x ./cmd/reduce/ |
 			sed -n "s/^Benchmark/$which Benchmark/p" >>"$tmp/results"
 	done
 done

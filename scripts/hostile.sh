@@ -22,7 +22,7 @@ trap 'rm -rf "$log"' EXIT
 # count of tests passed and failed, and the counts they log ("N files ...").
 row() {
 	local name=$1 py=$2 pkg=$3 tests=$4 out="$log/$RANDOM.log"
-	REDUCE_PYTHON=$py REDUCE_REQUIRE_TORCH=1 go test -count=1 -v -run "$tests" "$pkg" >"$out" 2>&1
+	REDUCE_PYTHON=$py REDUCE_REQUIRE_TORCH=1 go test -timeout 45m -count=1 -v -run "$tests" "$pkg" >"$out" 2>&1
 	local rc=$? pass fail
 	pass=$(grep -c -- '^--- PASS' "$out")
 	fail=$(grep -c -- '^--- FAIL' "$out")

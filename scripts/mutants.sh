@@ -242,7 +242,7 @@ gotest() {
 		cmd=(sh -c 'cd "$0" && exec /usr/bin/python3 -m pytest -q -x -p no:cacheprovider "$@"' "${3#py:}" "${args[@]}")
 		[ "$2" = '^$' ] && cmd=(python3 -m compileall -q "${3#py:}")
 	else
-		cmd=(go test -count=1 -run "$2" "$3")
+		cmd=(go test -timeout 45m -count=1 -run "$2" "$3")
 	fi
 	env $1 timeout "$timeout_s" "${cmd[@]}" >"$work/.log" 2>&1 &
 	child=$!
