@@ -105,9 +105,51 @@ var secretRules = []secretRule{
 	{re: regexp.MustCompile(`(?i)\bbearer\s+([A-Za-z0-9._~+/=-]{16,})`), group: 1, to: phToken},
 	{re: regexp.MustCompile(`(?i)\bauthorization["']?\s*[:=]\s*(?:[A-Za-z]+\s+)?([^\s"'<]+)`), group: 1, to: phToken,
 		check: func(s string, m []int) bool { return !authSchemeRe.MatchString(s[m[2]:m[3]]) }},
-	// Known prefixes: Hugging Face, AWS access key ids, GitHub, OpenAI and
-	// Anthropic, Slack, GitLab, Google, npm and PyPI.
-	{re: regexp.MustCompile(`\b(?:hf_[A-Za-z0-9]{16,}|(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA)[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|sk-` + tokenChars + `{16,}|xox[abposr]-[A-Za-z0-9-]{8,}|glpat-` + tokenChars + `{16,}|AIza` + tokenChars + `{30,}|npm_[A-Za-z0-9]{30,}|pypi-` + tokenChars + `{16,})`), to: phToken},
+	// Known prefixes, each provider's documented shape: prefix, alphabet,
+	// least length. Where ordinary text has the prefix too (a hyphenated
+	// "sk-learn-...", a name "hf_..."), the body must look generated
+	// (random: group 1 mixes cases, and digits for sk-).
+	// Hugging Face: hf_ and 34 letters.
+	{re: regexp.MustCompile(`\bhf_([A-Za-z0-9]{16,})`), to: phToken, check: random(2)},
+	// AWS access key ids: AKIA (long-term), ASIA (temporary) and the other
+	// unique-id prefixes, and 16 upper-case letters and digits. The secret
+	// key has no form of its own: KEY=value finds it by its name.
+	{re: regexp.MustCompile(`\b(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA)[0-9A-Z]{16}`), to: phToken},
+	// GitHub: ghp_, gho_, ghu_, ghs_, ghr_ and 36 alphanumerics;
+	// github_pat_, 22, "_" and 59.
+	{re: regexp.MustCompile(`\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,})`), to: phToken},
+	// OpenAI (sk- and 48, sk-proj-, sk-svcacct-, sk-admin-) and Anthropic
+	// (sk-ant-api03-, sk-ant-admin01-).
+	{re: regexp.MustCompile(`\bsk-(` + tokenChars + `{20,})`), to: phToken, check: random(3)},
+	// Stripe: secret, restricted and publishable keys (sk_, rk_, pk_; live_
+	// or test_) and 24 to 99 alphanumerics; webhook secrets whsec_ and 32.
+	{re: regexp.MustCompile(`\b(?:[srp]k_(?:live|test)_[A-Za-z0-9]{24,}|whsec_[A-Za-z0-9+/]{32,})`), to: phToken},
+	// Slack: xoxb- (bot), xoxp- (user), xoxa- (app), xoxr- (refresh), xoxe-,
+	// xoxo-, xoxs-; xapp- (app-level): digits and dashed parts.
+	{re: regexp.MustCompile(`\b(?:xox[abposre]-[A-Za-z0-9-]{8,}|xapp-\d-[A-Za-z0-9-]{16,})`), to: phToken},
+	// GitLab: glpat- (personal, project, group), gldt- (deploy), glrt- and
+	// glrtr- (runner), glcbt- (CI job), glptt- (trigger), glft- (feed),
+	// glimt- (incoming mail), glagent-, gloas- (OAuth application),
+	// glsoat- (SCIM), glffct- (feature flags), glwt- (workspace) and 20 or
+	// more, a routable token's ".01.xxxx" too; GR1348941 (runner
+	// registration) and 20.
+	{re: regexp.MustCompile(`\b(?:gl(?:pat|dt|rtr?|cbt|ptt|ft|imt|agent|oas|soat|ffct|wt)-` + tokenChars + `{20,}(?:\.[A-Za-z0-9_-]+){0,2}|GR1348941` + tokenChars + `{20,})`), to: phToken},
+	// Google: API keys (AIza and 35), OAuth access tokens (ya29.), OAuth
+	// client secrets (GOCSPX- and 28).
+	{re: regexp.MustCompile(`\b(?:AIza` + tokenChars + `{30,}|ya29\.` + tokenChars + `{20,}|GOCSPX-` + tokenChars + `{28,})`), to: phToken},
+	// npm: npm_ and 36 alphanumerics. PyPI: pypi- and a macaroon, whose
+	// base64 starts "AgE" (version 2, then its location: pypi.org,
+	// test.pypi.org).
+	{re: regexp.MustCompile(`\b(?:npm_[A-Za-z0-9]{30,}|pypi-AgE` + tokenChars + `{50,})`), to: phToken},
+	// Azure: a storage connection string, whole (its account's name and
+	// key, its endpoints); a SAS token, in a connection string
+	// ("SharedAccessSignature=sv=...&sig=...") or a header's
+	// ("SharedAccessSignature sr=...&sig=..."). An AccountKey= or a
+	// SharedAccessKey= alone is KEY=value's (secretName).
+	{re: regexp.MustCompile(`\bDefaultEndpointsProtocol=(https?;[^\s"'<>),\]}]+)`), group: 1, to: phSecret},
+	{re: regexp.MustCompile(`\bSharedAccessSignature[=\s]\s*([a-z]+=[^;\s"'<>]+)`), group: 1, to: phSecret},
+	// Slack incoming webhooks and workflow triggers: the path is the key.
+	{re: regexp.MustCompile(`\bhooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9_/-]{16,})`), group: 1, to: phSecret},
 	// A signature or token in a URL's query.
 	{re: regexp.MustCompile(`(?i)(?:\b|[?&;])(?:x-amz-signature|x-amz-credential|x-amz-security-token|x-goog-signature|x-goog-credential)=([^&\s"'#<>]+)`), group: 1, to: phSecret},
 	{re: regexp.MustCompile(`(?i)[?&;](?:sig|signature|token|access_token|id_token|api_key|apikey|key|password|secret|code)=([^&\s"'#<>]+)`), group: 1, to: phSecret},
@@ -130,8 +172,10 @@ var secretRules = []secretRule{
 }
 
 // secretName is a name that says it holds a secret: the KEY=value rule's
-// names.
-const secretName = `[A-Za-z0-9_.-]*(?:token|secret|passw(?:or)?d|pwd|apikey|credentials?)|[A-Za-z0-9_.-]*[_-]key`
+// names (AWS's SecretAccessKey, Azure's AccountKey and SharedAccessKey
+// among them, and a key's id: aws_access_key_id, a Google service
+// account's private_key_id).
+const secretName = `[A-Za-z0-9_.-]*(?:token|secret|passw(?:or)?d|pwd|apikey|accesskey|accountkey|credentials?)|[A-Za-z0-9_.-]*[_-]key(?:[_-]id)?`
 
 var secretNameRe = regexp.MustCompile(`(?i)^(?:` + secretName + `)$`)
 
@@ -176,6 +220,26 @@ func secretValue(v string) string {
 	return phSecret
 }
 
+// random is a check that group 1 of a match looks generated: it holds at
+// least n of upper-case letters, lower-case letters and digits, which no
+// hyphenated word or snake_case name of one case does.
+func random(n int) func(s string, m []int) bool {
+	return func(s string, m []int) bool {
+		var upper, lower, digit int
+		for _, c := range s[m[2]:m[3]] {
+			switch {
+			case c >= 'A' && c <= 'Z':
+				upper = 1
+			case c >= 'a' && c <= 'z':
+				lower = 1
+			case c >= '0' && c <= '9':
+				digit = 1
+			}
+		}
+		return upper+lower+digit >= n
+	}
+}
+
 // authSchemeRe is an Authorization header's scheme, which stays.
 var authSchemeRe = regexp.MustCompile(`(?i)^(?:bearer|basic|digest|token)$`)
 
@@ -196,7 +260,8 @@ var (
 // publicHosts are the domains of what torch and its libraries print
 // (documentation, issue trackers): no one's whereabouts.
 var publicHosts = []string{"pytorch.org", "github.com", "githubusercontent.com", "python.org", "pypi.org", "nvidia.com",
-	"huggingface.co", "lightning.ai", "numpy.org", "readthedocs.io", "stackoverflow.com", "example.com", "example.org"}
+	"huggingface.co", "lightning.ai", "numpy.org", "readthedocs.io", "stackoverflow.com", "example.com", "example.org",
+	"hooks.slack.com"}
 
 func newRedactor(rec *Record, reg *Regression) *redactor {
 	r := &redactor{}
