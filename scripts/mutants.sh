@@ -137,7 +137,12 @@ py-last-resort @@ replay/python/reduce_batch.py @@ if i == len(tries) - 1: @@ if
 py-tree-values @@ replay/python/reduce_batch.py @@ while todo and n <= MAX_TREE_VALUES: @@ while todo and n < MAX_TREE_VALUES: @@ ./fixtures @@ TestPythonReaderAgrees @@ torch
 py-keep-op @@ replay/python/reduce_batch.py @@ if k in ("step", "sample_ids", "op", "attrs", "meta")} @@ if k in ("step", "sample_ids")} @@ py:replay/python @@ test_recorder_faults.py @@
 py-attrs-lenient @@ replay/python/reduce_batch.py @@ with _noted(lenient, notes, "{e}: not recorded", (TypeError, ValueError)): @@ with _noted(False, notes, "{e}: not recorded", (TypeError, ValueError)): @@ py:replay/python @@ test_recorder_faults.py @@
-py-zstd-reserved @@ replay/python/reduce_batch.py @@ if f[s] and f[s + (1 if f[s] < 128 else 2 if f[s] < 255 else 3)] & 3: @@ if False and f[s]: @@ ./fixtures @@ TestPythonReaderAgrees @@ torch
+py-zstd-reserved @@ replay/python/reduce_batch.py @@ reserved = reserved or bool(f[s] and f[s + (1 if f[s] < 128 else 2 if f[s] < 255 else 3)] & 3) @@ reserved = reserved or bool(False and f[s]) @@ ./fixtures @@ TestPythonReaderAgrees @@ torch
+py-zstd-block-max @@ replay/python/reduce_batch.py @@ self.need(most <= (bms := @@ self.need(True or most <= (bms := @@ ./fixtures @@ TestPythonReaderAgrees @@ torch
+py-lone-surrogate @@ replay/python/reduce_batch.py @@ self.need(not lone, "".join(lone), @@ self.need(True or not lone, "".join(lone), @@ ./fixtures @@ TestPythonReaderAgrees @@ torch
+py-ids-too-long @@ replay/python/reduce_batch.py @@ (len(ids) != samples or long or size > MAX_MANIFEST): @@ (len(ids) != samples or long): @@ py:replay/python @@ test_recorder_faults.py::test_huge_id_list_keeps_the_step @@
+read-lone-surrogate @@ fixtures/read.go @@ if path, key := loneSurrogate(raw, m); path != "" { @@ if path, key := loneSurrogate(raw, m); path != "" && false { @@ ./fixtures @@ TestBadCorpus @@
+read-surrogate-pair @@ fixtures/read.go @@ utf16.DecodeRune(rune(r), rune(r2)) != utf8.RuneError @@ utf16.DecodeRune(rune(r), rune(r2)) == utf8.RuneError @@ ./fixtures @@ TestGoodCorpus|TestBadCorpus @@
 halve-keep @@ shrink/machines.go @@ nw.cand = minus(nw.x, nw.g) @@ nw.cand = minus(nw.k, nw.g) @@ ./shrink @@ TestSingleCulpritEveryPosition|TestCallTable @@ 
 halve-verify @@ shrink/machines.go @@ case nw.x.len() == 1 && !nw.x.equal(nw.k): @@ case false: @@ ./shrink @@ TestSingleCulpritEveryPosition|TestDeterministicAcrossJobs @@ 
 halve-first-side @@ shrink/machines.go @@ case (nw.x.len() == 2 || nw.x.len() == 3) && !nw.failed: @@ case false: @@ ./shrink @@ TestSingleCulpritEveryPosition @@ 

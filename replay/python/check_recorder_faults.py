@@ -28,6 +28,16 @@ class Hostile(dict):
         raise RuntimeError("no items")
 
 
+class Lone(Hostile):
+    """A mapping whose walk raises an error whose text holds a lone surrogate."""
+    def keys(self):
+        raise RuntimeError("no \udcff keys")
+
+
+def step(batch):
+    """A training step, recorded by name."""
+
+
 def cases():
     """{name: (batch, exception, save keywords)}."""
     class Pair(typing.NamedTuple):  # its qualname, "cases.<locals>.Pair", is no module:qualname as written
@@ -55,6 +65,17 @@ def cases():
         "hostile-mapping": ({"x": torch.ones(2), "h": Hostile(a=1)}, boom, {}),
         "local-class": ({"x": torch.ones(2), "pair": Pair(torch.zeros(2), 3)}, boom, {}),
         "many-values": ({"x": torch.ones(2), "rows": [[i] for i in range(60_000)]}, boom, {}),
+        # 1M ids whose JSON (67 bytes each) is more than a manifest holds: they alone are dropped.
+        "huge-id-list": ({"x": torch.zeros(1, dtype=torch.uint8).expand(1 << 20)}, boom, {
+            "sample_ids": [f"{k:064d}" for k in range(1 << 20)], "step": step, "op": "cross_entropy",
+            "attrs": {"reduction": "mean"}, "meta": {"run": "7"}}),
+        # Lone surrogates (no Unicode text) in every string: keys that differ only by them, values, per-sample
+        # values, the text of a part that raises, ids, op, attrs, meta, the error, the step's name.
+        "lone-surrogates": ({"x\ud800": torch.ones(2), "x\ud801": torch.zeros(2),
+                             "d": {"k\ud800": 1, "k\udbff": 2}, "s": ["a\udc00", "b"], "h": Lone(a=1)},
+                            ValueError("bad \ud800 value"), {
+            "sample_ids": ["i\ud800", "j"], "op": "o\udfff", "attrs": {"k\ud800": "v\udc00"},
+            "meta": {"m\ud800": "\udfff"}, "step": "m\ud800:f"}),
     }
 
 

@@ -236,9 +236,10 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
     ids = None if sample_ids is None else [_clean_str(s if isinstance(s, str) else str(s)) for s in (
         sample_ids.tolist() if hasattr(sample_ids, "tolist") else sample_ids)]
     samples = len(ids) if samples is None and ids is not None else samples or 0
-    long = max(map(len, ids or [""])) > _MAX_LEAF
-    if ids is not None and (len(ids) != samples or long):
-        why = f"an id over {_MAX_LEAF} characters" if long else f"{len(ids)} ids for {samples} samples"
+    long, size = max(map(len, ids or [""])) > _MAX_LEAF, len(encode_manifest(ids)) if ids else 0  # one part
+    why = (f"an id over {_MAX_LEAF} characters" if long else f"{_size(size)} of JSON, more than a manifest "
+           "holds (64 MiB)" if size > MAX_MANIFEST else f"{len(ids or ())} ids for {samples} samples")
+    if ids is not None and (len(ids) != samples or long or size > MAX_MANIFEST):  # dropped alone, and named
         _need(lenient, ValueError, "sample_ids: %s", why)
         notes.append(f"sample_ids: {why}: not recorded")
         ids = None
@@ -254,7 +255,7 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
     manifest = {k: v for k, v in manifest.items() if v not in (None, {})}  # what is not given is left out
     if step is not None:
         with _noted(lenient, notes, "step: not recorded: {e}", ValueError):
-            manifest["step"] = _step_entry(step)
+            manifest["step"] = {k: _clean_str(v) for k, v in _step_entry(step).items()}  # no text in a path
     if state is not None:
         with _noted(lenient, notes, "state: not recorded: {t}: {e}"):
             _need(isinstance(state, dict), TypeError, "state: want a dict name -> model, optimizer, ... or state_dict, "
@@ -290,8 +291,9 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
         except Exception as e:  # unreadable (a GPU copy after a device error): the crash is recorded without it
             if not lenient:
                 raise
-            failed[name] = {"kind": "skipped", "type": "torch:Tensor", "reason": f"{type(e).__name__}: {e}"}
-            notes.append("skipped {}: {} (torch:Tensor)".format(name, failed[name]["reason"]))
+            why = _clean_str(f"{type(e).__name__}: {e}")  # an exception's text may be no Unicode text
+            failed[name] = {"kind": "skipped", "type": "torch:Tensor", "reason": why}
+            notes.append(f"skipped {name}: {why} (torch:Tensor)")
             continue
         blobs += [bytes(_align(cursor) - cursor), blob]
         entry["payload"]["offset"] = cursor = _align(cursor)
@@ -366,7 +368,7 @@ class _Flattener:
         return name
     def skip(self, path, x, reason):
         self.skipped.append((path or "batch", _type_path(x), reason))
-        return {"kind": "skipped", "type": _type_path(x), "reason": reason}
+        return {"kind": "skipped", "type": _type_path(x), "reason": _clean_str(reason)}
     def items(self, keys, values, path):
         return [self.node(v, f"{path}.{k}" if path else str(k)) for k, v in zip(keys, values)]
     def node(self, x, path=""):  # bounded: a part too deep, holding itself or raising is skipped (named)
@@ -406,9 +408,9 @@ class _Flattener:
             return dict(node, items=self.items(range(len(x)), list(x), path)) if x else node
         if isinstance(x, dict) or (hasattr(x, "keys") and hasattr(x, "__getitem__")):
             keys, values = list(x.keys()), [x[k] for k in list(x.keys())]
-            for i, k in enumerate(keys):  # a key neither str nor int: written as its str(), skipped where that is taken
-                if not (isinstance(k, str) or _is_int(k)):
-                    keys[i] = None if str(k) in keys else str(k)
+            for i, k in enumerate(keys):  # an int, or a str that is text; else its str(), unless taken
+                if not (isinstance(k, str) and _clean_str(k) == k or _is_int(k)):
+                    keys[i] = None if (s := _clean_str(str(k))) in keys else s
                     self.notes.append(f"{path or 'batch'}: key {k!r} ({_type_path(k)}) " + (
                         f"recorded as {keys[i]!r}" if keys[i] else "skipped: its str() is another key"))
             keys, values = [k for k in keys if k is not None], [v for k, v in zip(keys, values) if k is not None]
@@ -416,8 +418,7 @@ class _Flattener:
             node = {"kind": "dict"} if isinstance(x, dict) else {"kind": "mapping", "type": _type_path(x)}
             if node["kind"] == "mapping" and any(not isinstance(k, str) for k in keys):
                 return self.skip(path, x, "a mapping object with a key that is not a str")
-            return dict(node, keys=[_clean_str(k) if isinstance(k, str) else k for k in keys],
-                        items=self.items(keys, values, path)) if keys else node
+            return dict(node, keys=keys, items=self.items(keys, values, path)) if keys else node
         if isinstance(x, _SCALARS):
             if not _is_scalar(x) or isinstance(x, str) and len(x) > _MAX_LEAF:
                 return self.skip(path, x, f"a string of {len(x)} characters, over {_MAX_LEAF}" if isinstance(x, str)
@@ -496,15 +497,13 @@ def _rng_state(torch):
         rng["numpy"] = [s[0], torch.from_numpy(s[1].astype("int64")), int(s[2]), int(s[3]), float(s[4])]
     return rng
 def _step_entry(step):  # the manifest's step of a function (or "module:qualname"); ValueError without an import name
-    if isinstance(step, str):
-        mod, sep, qual = step.rpartition(":")
-        _need(sep and mod and qual, ValueError, f"step {step!r}: want module:qualname")
-        f = getattr(sys.modules.get(mod), "__file__", None)
-        return dict(module=mod, qualname=qual, cwd=os.getcwd(), **({"file": os.path.abspath(f)} if f else {}))
-    fn = getattr(step, "__func__", step)
+    fn = None if isinstance(step, str) else getattr(step, "__func__", step)  # a str's file: its module's
+    mod, qual = step.rpartition(":")[::2] if fn is None else (getattr(fn, "__module__", None),
+                                                              getattr(fn, "__qualname__", None))
+    _need(fn is not None or _QUALNAME_RE.fullmatch(mod) and _QUALNAME_RE.fullmatch(qual), ValueError, f"step "
+          f"{step!r}: want module:qualname, dotted Python names")
     _need(getattr(step, "__self__", None) is None or isinstance(step.__self__, type), ValueError, f"step {step!r} is a "
           "bound method: pass a function of the batch (reduce cannot rebuild the object it is bound to)")
-    mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
     _need(mod and qual and "<" not in qual, ValueError, f"step {step!r} cannot be imported by name (a lambda or a "
           "function defined inside another): define it at the top level of a module")
     entry = {"module": mod, "qualname": qual, "cwd": os.getcwd()}
@@ -584,6 +583,9 @@ class _Reader:
                             if isinstance(c, (dict, list))], depth + 1
         self.need(isinstance(m, dict), "manifest", "want a JSON object")
         self.need(set(m) <= _TOP_KEYS, "manifest", "unknown key %s", json.dumps(sorted(set(m) - _TOP_KEYS)[:1]))
+        lone = [k for k in sorted(m) if (b"\\ud" in mbytes or b"\\uD" in mbytes) and _SURROGATE_RE.search(
+            json.dumps(m[k], ensure_ascii=False))][:1]  # Go would read U+FFFD, Python's json the surrogate
+        self.need(not lone, "".join(lone), "a lone surrogate (\\ud800 to \\udfff) is no Unicode text")
         self.need(_tree_values(m) <= MAX_TREE_VALUES, "manifest", "structure, state and window hold more than %d "
                   "JSON values", MAX_TREE_VALUES)
         self.keys(m, _TOP_KEYS, "manifest")
@@ -803,12 +805,9 @@ class _Reader:
         got = zlib.crc32(buf) & 0xFFFFFFFF
         self.need(got == pl["crc32"], where, "payload: checksum 0x%08x, the manifest says 0x%08x", got, pl["crc32"])
         if pl["compression"] == "zstd":
-            try:
-                import zstandard
-            except ImportError:
-                self.need(False, where, "payload: it is zstd-compressed, and the Python module 'zstandard' is not "
-                          "installed: install it (pip install zstandard) or rewrite the file uncompressed with `reduce "
-                          "convert`")
+            self.need(importlib.util.find_spec("zstandard"), where, "payload: zstd-compressed, and no Python "
+                      "module 'zstandard' to read it: pip install zstandard, or `reduce convert` the file")
+            zstandard = importlib.import_module("zstandard")
             try:
                 params = zstandard.get_frame_parameters(bytes(buf))
             except zstandard.ZstdError as err:
@@ -819,15 +818,16 @@ class _Reader:
                       params.content_size, want)
             self.need(params.window_size <= MAX_ZSTD_WINDOW, where, "payload: zstd window of %d bytes, at most %d are "
                       "allowed", params.window_size, MAX_ZSTD_WINDOW)
-            try:
+            try:  # a block at a time: libzstd lets a block outgrow the window, RFC 8878 3.1.1.2.4 does not
                 d = zstandard.ZstdDecompressor(max_window_size=MAX_ZSTD_WINDOW).decompressobj()
-                out = d.decompress(bytes(buf))
+                buf, most, reserved = _zstd_blocks(d, z := bytes(buf), zstandard.frame_header_size(z))
             except zstandard.ZstdError as err:
                 self.need(False, where, f"payload: corrupt zstd frame: {err}")
             self.need(d.eof, where, "payload: the zstd frame is incomplete")
-            self.need(not _zstd_reserved(bytes(buf)), where, "payload: corrupt zstd frame: reserved bits not zero")
+            self.need(not reserved, where, "payload: corrupt zstd frame: reserved bits not zero")
+            self.need(most <= (bms := min(max(params.window_size, 1024), 1 << 17)), where, "payload: a zstd "
+                      "block of %d bytes, over the frame's Block_Maximum_Size of %d bytes", most, bms)
             self.need(not d.unused_data, where, "payload: %d bytes after the zstd frame", len(d.unused_data))
-            buf = bytearray(out)
         self.need(len(buf) == want, where, "payload: %d bytes of storage, want %d", len(buf), want)
         self.need(e["dtype"] != "bool" or not bytes(buf).translate(None, b"\x00\x01"), where,
                   "payload: a bool element is neither 0 nor 1")
@@ -838,23 +838,23 @@ def _tree_values(m):  # the JSON values of a manifest's trees (structure, state,
         x, n = todo.pop(), n + 1
         todo.extend(x.values() if isinstance(x, dict) else x if isinstance(x, list) else ())
     return n
-def _zstd_reserved(f):  # RFC 8878 3.1.1.3.2.1: a compressed block's Symbol_Compression_Modes bits 0-1 are reserved:
-    fhd = f[4]  # libzstd ignores them, the Go reader refuses them. f is a frame libzstd decoded: its sizes hold.
-    pos = 5 + (not fhd & 0x20) + (0, 1, 2, 4)[fhd & 3] + (int(bool(fhd & 0x20)), 2, 4, 8)[fhd >> 6]
-    while pos + 3 <= len(f):
-        kind, size, pos = (h := int.from_bytes(f[pos:pos + 3], "little")) >> 1 & 3, h >> 3, pos + 3
-        if kind == 2:  # the literals section's header (Raw, RLE: 1-3 bytes; Compressed, Treeless: 3-5), then sequences
-            lt, sf = f[pos] & 3, f[pos] >> 2 & 3
+def _zstd_blocks(d, f, pos):  # f, a zstd frame whose blocks start at pos, decoded by d a block at a time
+    out, most, reserved, fed = bytearray(), 0, False, 0  # (the last with what follows it): its bytes, the
+    while fed < len(f):  # most a block holds (stored or decoded), whether reserved bits are set
+        h = int.from_bytes(f[pos:pos + 3], "little") if pos + 3 <= len(f) else 1  # cut short: the rest
+        kind, size, pos = h >> 1 & 3, h >> 3, pos + 3
+        end = len(f) if h & 1 else pos + (1 if kind == 1 else size)
+        out += (block := d.decompress(f[fed:end]))
+        most, fed = max(most, size, len(block)), end
+        if kind == 2 and pos + size <= len(f):  # decoded: its literals section's header (Raw, RLE: 1-3 bytes;
+            lt, sf = f[pos] & 3, f[pos] >> 2 & 3  # Compressed, Treeless: 3-5), then the sequences'
             n, bits = ((1, 2, 1, 3)[sf], 0) if lt < 2 else ((3, 3, 4, 5)[sf], (10, 10, 14, 18)[sf])
             v = int.from_bytes(f[pos:pos + n], "little")
             s = pos + n + (v >> (3 if sf in (0, 2) else 4) if lt == 0 else 1 if lt == 1 else
-                           v >> 4 + bits & (1 << bits) - 1)
-            if f[s] and f[s + (1 if f[s] < 128 else 2 if f[s] < 255 else 3)] & 3:
-                return True
+                           v >> 4 + bits & (1 << bits) - 1)  # RFC 8878 3.1.1.3.2.1: Symbol_Compression_Modes
+            reserved = reserved or bool(f[s] and f[s + (1 if f[s] < 128 else 2 if f[s] < 255 else 3)] & 3)
         pos += 1 if kind == 1 else size
-        if h & 1:
-            return False
-    return False
+    return out, most, reserved
 def read_manifest(path, max_size=DEFAULT_MAX_SIZE):
     """(manifest, P: its payload area's offset) of a batch file, checked but for the payloads' bytes."""
     with open(path, "rb") as f:

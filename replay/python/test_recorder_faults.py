@@ -10,7 +10,7 @@ sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
 
-from check_recorder_faults import MIB, cases  # noqa: E402
+from check_recorder_faults import MIB, cases, step  # noqa: E402
 
 CASES = cases()
 
@@ -60,6 +60,40 @@ def test_huge_ids_are_dropped(tmp_path):
     assert b.sample_ids is None and torch.equal(b.data["x"], torch.ones(3))
     b = case(tmp_path, "huge-id-values")
     assert "id" in skipped(b) and torch.equal(b.data["x"], torch.ones(3))
+
+
+def test_huge_id_list_keeps_the_step(tmp_path, capfd):
+    """1M ids whose JSON a manifest cannot hold: the ids alone are dropped, and named; the step, op,
+    attributes and meta are recorded (once, the file held the tensors and the error alone)."""
+    b = case(tmp_path, "huge-id-list")
+    assert b.sample_ids is None and b.samples == 1 << 20 and b.data["x"].shape == (1 << 20,)
+    assert b.step["qualname"] == "step" and b.step["module"] in ("check_recorder_faults", "__main__")
+    assert b.op == "cross_entropy" and b.attrs == {"reduction": "mean"} and b.meta["run"] == "7"
+    err = capfd.readouterr().err
+    assert "sample_ids: 67.0 MiB of JSON, more than a manifest holds (64 MiB): not recorded" in err
+    assert " alone" not in err
+
+
+def test_lone_surrogates_are_written_as_replacement_characters(tmp_path, capfd, monkeypatch):
+    """A str holding a lone surrogate (no Unicode text: both readers refuse it) is written with U+FFFD in its
+    place, as Go writes bytes that are not UTF-8; a key that then equals another is skipped, and named; a step
+    whose name is no dotted name (the readers refuse it) is not recorded."""
+    b = case(tmp_path, "lone-surrogates")
+    assert list(b.data) == ["x\ufffd", "d", "s", "h"] and torch.equal(b.data["x\ufffd"], torch.ones(2))
+    assert b.data["d"] == {"k\ufffd": 1} and b.data["s"] == ["a\ufffd", "b"] and b.data["h"] is None
+    assert skipped(b)["h"] == "RuntimeError: no \ufffd keys"
+    assert b.sample_ids == ["i\ufffd", "j"] and b.op == "o\ufffd" and b.attrs == {"k\ufffd": "v\ufffd"}
+    assert b.meta["m\ufffd"] == "\ufffd" and b.error["text"] == "ValueError: bad \ufffd value"
+    assert b.step is None
+    err = capfd.readouterr().err
+    assert "key 'x\\ud801' (builtins:str) skipped" in err
+    assert "key 'k\\ud800' (builtins:str) recorded as" in err
+    assert "step: not recorded" in err
+    here = tmp_path / "caf\udce9"  # a directory whose name is not UTF-8: the step's cwd
+    here.mkdir()
+    monkeypatch.chdir(here)
+    b = record(here / "c.bin", {"x": torch.ones(2)}, step=step)
+    assert b.step["cwd"].endswith("caf\ufffd") and b.step["qualname"] == "step"
 
 
 def test_huge_exception_text_is_cut(tmp_path):

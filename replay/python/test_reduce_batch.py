@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import re
 import shutil
 import struct
@@ -562,10 +563,23 @@ def set_payload(name, key, value):
     (set_payload("flag", "offset", 1 << 20), ['tensor "flag"', "gap"]),
     (set_payload("target", "length", 23), ['tensor "target"', "payload"]),
     (set_payload("target", "crc32", 1 << 32), ['tensor "target"', "crc32"]),
+    # A lone surrogate's escape (json.dumps writes one for a str holding it): no Unicode text, in any string.
+    (lambda m: m.update(sample_ids=["a", "\ud800", "c"]), ["sample_ids: ", "lone surrogate"]),
+    (lambda m: m.update(op="x\udfff"), ["op: ", "lone surrogate"]),
+    (lambda m: m.update(error={"text": "\udc00\ud800"}), ["error: ", "lone surrogate"]),
+    (lambda m: m.update(meta={"h\ud800": "x"}), ["meta: ", "lone surrogate"]),
+    (lambda m: m.update(attrs={"a": ["\\", "\ud800"]}), ["attrs: ", "lone surrogate"]),
+    (set_tensor("input", "name", "in\udbff"), ["tensors: ", "lone surrogate"]),
 ])
 def test_bad_manifest(good, tmp_path, mutate, fragments):
     p = rewrite(good, tmp_path / "bad.bin", mutate)
     raises(p, *fragments)
+
+
+def test_surrogate_pairs_and_their_text_load(good, tmp_path):
+    """A pair's escapes are a character beyond U+FFFF; a backslash before "ud800" is text: both load."""
+    ids = ["\U0001f600", "\\ud800", "\\\U0010ffff"]
+    assert rb.load(rewrite(good, tmp_path / "p.bin", lambda m: m.update(sample_ids=ids))).sample_ids == ids
 
 
 def test_malformed_json(good, tmp_path):
@@ -625,6 +639,25 @@ def test_zstd(tmp_path, zstandard):
                                                             crc32=zlib.crc32(frame)),
                 lambda a: bytearray(frame))
     raises(q, 'tensor "x"', "after the zstd frame")
+
+
+@pytest.mark.parametrize("name", ["zstd-flip-window-rle-block", "zstd-flip-window-compressed-block"])
+def test_zstd_block_over_the_window(zstandard, tmp_path, name):
+    """One bit of the window descriptor flipped (fixtures/read_test.go) leaves a block over RFC 8878's
+    Block_Maximum_Size: libzstd 1.5.4 decodes it to the right bytes, the readers refuse it; unflipped, it loads."""
+    bad = pathlib.Path(HERE, "..", "..", "fixtures", "testdata", "bad", name + ".bin")
+    msg = raises(bad, 'tensor "x": payload: ')
+    _, m, area = parts(bad)
+    frame = bytearray(area[:m["tensors"][0]["payload"]["length"]])
+    frame[5] ^= 0x08
+    ok = rewrite(bad, tmp_path / "ok.bin", set_payload("x", "crc32", zlib.crc32(frame)), lambda a: frame)
+    assert rb.load(ok).tensors["x"].shape == (16,)
+    try:  # a newer libzstd (1.5.7) may refuse the flipped frame itself
+        flipped = zstandard.ZstdDecompressor().decompressobj().decompress(bytes(area[:len(frame)]))
+    except zstandard.ZstdError:
+        assert "corrupt zstd frame" in msg, msg
+    else:
+        assert flipped == rb.read_raw(ok)[1][0] and "Block_Maximum_Size" in msg, msg
 
 
 GO_ZSTD = os.path.join(HERE, "testdata", "go_zstd")
