@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -68,15 +69,8 @@ func newExecBackend(o Options) (Backend, error) {
 		return nil, fmt.Errorf("replay: --device %q: the exec backend takes cpu, cuda or rocm (it only sets the environment; the command picks its device)", o.Device)
 	}
 	e := &execBackend{bound: bound{src: o.src}, path: path, file: "batch" + format.Ext(), format: format, device: kind}
-	target := RunDirArg + "/" + e.file
-	shell := isShell(argv[0])
-	for i, a := range argv[1:] {
-		repl := target
-		if shell && i > 0 && argv[i] == "-c" {
-			// The script of sh -c: the path goes in quoted for the shell.
-			repl = shellQuote(target)
-		}
-		e.args = append(e.args, strings.ReplaceAll(a, BatchArg, repl))
+	if e.args, err = commandArgs(argv, RunDirArg+"/"+e.file); err != nil {
+		return nil, fmt.Errorf("replay: --replay %q: %w", o.Replay, err)
 	}
 	e.env = append(append(PythonEnv(), DeviceEnv(kind, o.blocking())...), o.env()...)
 	e.set = o.settings(KindExec, kind)
@@ -264,12 +258,135 @@ func (e *execBackend) Close() error {
 	return err
 }
 
-func isShell(prog string) bool {
-	switch filepath.Base(prog) {
-	case "sh", "bash", "dash", "zsh", "ksh", "ash", "busybox":
-		return true
+// commandArgs returns the arguments (argv[1:]) of the exec backend's
+// command argv with every {batch} replaced by batch, the candidate's path:
+// quoted for the shell in the script of a POSIX shell (shellScript), as it
+// is in any other word, which no shell reads. It is the one place the
+// command is built: cold and Slurm replays run these arguments, and the
+// fork server gets them as the program's sys.argv. reduce_collect.py's
+// exec_argv builds an exec fixture's command the same way
+// (testdata/shell_commands.json is the table both are tested on).
+//
+// batch may hold RunDirArg, the per-run directory that the Runner (or the
+// Slurm wrapper, on the node) inserts later: in the script it becomes
+// runDirQuotedArg, which they replace by the directory written for the
+// single quotes around it, so that the script holds the quoted real path
+// whatever the directory's name holds. A {rundir} of the user's own in the
+// script is quoted the same way.
+func commandArgs(argv []string, batch string) ([]string, error) {
+	for _, a := range argv {
+		if strings.Contains(a, runDirQuotedArg) {
+			return nil, fmt.Errorf("%s is reduce's own placeholder: write {rundir} (or $%s)", runDirQuotedArg, RunDirEnv)
+		}
 	}
-	return false
+	script, err := shellScript(argv)
+	if err != nil {
+		return nil, err
+	}
+	quoted := func(p string) string { return strings.ReplaceAll(shellQuote(p), RunDirArg, runDirQuotedArg) }
+	inScript := strings.NewReplacer(BatchArg, quoted(batch), RunDirArg, quoted(RunDirArg))
+	args := make([]string, len(argv)-1)
+	for i, a := range argv[1:] {
+		if i+1 == script {
+			args[i] = inScript.Replace(a)
+		} else {
+			args[i] = strings.ReplaceAll(a, BatchArg, batch)
+		}
+	}
+	return args, nil
+}
+
+// shells are the POSIX shells whose script shellScript finds, by their
+// program's base name (busybox's by its applet's).
+var shells = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "ksh93": true,
+	"mksh": true, "ash": true, "hush": true, "yash": true, "posh": true}
+
+// shellFlags are the short options that take no argument in any of
+// shells (besides c): POSIX's set options, i, s, l, p, r, and bash's
+// capitals. o and O take the next word. Any other letter may take one in
+// some shell (mksh's -T, ksh93's -R, ...).
+const shellFlags = "abCefhimnuvxslprBEHPk"
+
+// shellLongArg are the long options (bash's, zsh's --emulate) that take
+// the next word; shellLong those that take none.
+var (
+	shellLongArg = map[string]bool{"--rcfile": true, "--init-file": true, "--emulate": true}
+	shellLong    = map[string]bool{"--norc": true, "--noprofile": true, "--posix": true, "--login": true,
+		"--restricted": true, "--verbose": true, "--noediting": true, "--debugger": true, "--dump-strings": true,
+		"--dump-po-strings": true, "--pretty-print": true, "--help": true, "--version": true}
+)
+
+// shellScript returns the index in argv of the word a POSIX shell reads
+// as its script (the command_string of sh -c), or -1 when no word of argv
+// is read as a script: argv[0] is no shell, or the shell runs a script
+// file or reads standard input. The options before the script are read as
+// the shells read them: grouped or not (-ec, -xec, -e -c, -c -e), + ones,
+// -o and -O with their word (-o pipefail, -eo pipefail), bash's long ones,
+// "--" or "-" ending them; with c among them the first word after them is
+// the script. It is an error when which word is the script cannot be told
+// for certain: an option whose argument reduce does not know, or a shell
+// that a program such as env runs with {batch} in a word after it.
+func shellScript(argv []string) (int, error) {
+	name, start := filepath.Base(argv[0]), 1
+	if name == "busybox" && len(argv) > 1 && shells[argv[1]] {
+		name, start = argv[1], 2
+	}
+	if !shells[name] {
+		return -1, nestedShell(argv)
+	}
+	c := false
+	i := start
+options:
+	for ; i < len(argv); i++ {
+		a := argv[i]
+		switch {
+		case a == "--" || a == "-":
+			i++
+			break options
+		case len(a) < 2 || (a[0] != '-' && a[0] != '+'):
+			break options
+		case strings.HasPrefix(a, "--"):
+			switch {
+			case shellLongArg[a]:
+				i++
+			case !shellLong[a]:
+				return 0, fmt.Errorf("%s takes option %s, and reduce cannot tell for certain which word it then reads as its script, to quote %s in it: set the option inside the script, or drop it", argv[0], a, BatchArg)
+			}
+			continue
+		}
+		for _, l := range a[1:] {
+			switch {
+			case l == 'c':
+				c = true
+			case l == 'o' || l == 'O':
+				i++ // its word: the option's name
+			case !strings.ContainsRune(shellFlags, l):
+				return 0, fmt.Errorf("%s takes option %c%c, and reduce cannot tell for certain which word it then reads as its script, to quote %s in it: set the option inside the script (sh -c 'set %c%c; ...'), or drop it", argv[0], a[0], l, BatchArg, a[0], l)
+			}
+		}
+	}
+	if !c || i >= len(argv) {
+		return -1, nil
+	}
+	return i, nil
+}
+
+// nestedShell refuses a command that is no shell but runs one (env,
+// timeout, nice, busybox env, ...) whose script would hold {batch}: which
+// of the program's words the shell gets cannot be told, so {batch} cannot
+// be quoted for it.
+func nestedShell(argv []string) error {
+	for k := 1; k < len(argv); k++ {
+		if !shells[filepath.Base(argv[k])] || !slices.ContainsFunc(argv[k+1:], func(a string) bool { return strings.Contains(a, BatchArg) }) {
+			continue
+		}
+		script, err := shellScript(argv[k:])
+		if err == nil && (script < 0 || !strings.Contains(argv[k+script], BatchArg)) {
+			continue
+		}
+		return fmt.Errorf("%s runs %s, whose script would hold %s, and reduce quotes %s only in the script of a shell that is the command itself: write the command as sh -c '...' (env A=1 sh -c 'S' as sh -c 'A=1 S')", argv[0], argv[k], BatchArg, BatchArg)
+	}
+	return nil
 }
 
 // shellQuote quotes s for a POSIX shell.

@@ -48,6 +48,11 @@ const (
 const (
 	RunDirEnv = "REDUCE_RUN_DIR"
 	RunDirArg = "{rundir}"
+	// runDirQuotedArg is RunDirArg inside a single-quoted word of a shell
+	// script (the exec backend's, commandArgs): it is replaced by the
+	// directory's path with every ' written '\'', so that the word holds
+	// the path whatever its characters.
+	runDirQuotedArg = "{rundir:quoted}"
 )
 
 // Command is one process to run.
@@ -55,7 +60,8 @@ type Command struct {
 	// Path is the program: a path, or a name looked up in $PATH.
 	Path string
 	// Args are the arguments after the program name (argv[1:]). Every
-	// RunDirArg in them is replaced by the per-run directory's path.
+	// RunDirArg in them is replaced by the per-run directory's path (and
+	// runDirQuotedArg by the path written for the single quotes around it).
 	Args []string
 	// Env is set over the Runner's environment (Runner.Environ or the
 	// reducer's own, less the variables FilterEnv drops): an entry here wins
@@ -229,11 +235,18 @@ func (r *Runner) waitDelay() time.Duration {
 	return r.WaitDelay
 }
 
+// tempRoot is absolute: a per-run directory's path reaches commands that
+// run elsewhere (Command.Dir), and one that starts with "-" would read as
+// an option.
 func (r *Runner) tempRoot() string {
-	if r.TempRoot != "" {
-		return r.TempRoot
+	root := r.TempRoot
+	if root == "" {
+		root = os.TempDir()
 	}
-	return os.TempDir()
+	if abs, err := filepath.Abs(root); err == nil {
+		return abs
+	}
+	return root
 }
 
 // TempFile writes data to a new file in TempRoot, its name made from
@@ -439,7 +452,7 @@ func (r *Runner) command(c *Command, dir string) *exec.Cmd {
 		if dir == "" {
 			return s
 		}
-		return strings.ReplaceAll(s, RunDirArg, dir)
+		return strings.NewReplacer(RunDirArg, dir, runDirQuotedArg, strings.ReplaceAll(dir, "'", `'\''`)).Replace(s)
 	}
 	args := make([]string, len(c.Args))
 	for i, a := range c.Args {

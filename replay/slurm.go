@@ -541,24 +541,35 @@ func (s *slurm) command(c Command, name string) (Command, error) {
 // the job and node on stderr; with MKDIR 1 it makes a per-run directory
 // (REDUCE_RUN_DIR and TMPDIR), writes the NFILES files it reads in order
 // from stdin into it, replaces {rundir} in DIR and the arguments by its
-// path, runs PROG in DIR (when not "") and removes the directory. PROG's
-// exit status is the wrapper's (128+N for a signal N, which Parse reads as
-// the signal). A failure of the wrapper itself is exit 86 and a line
-// "reduce-slurm: error: ...".
+// path (absolute; and runDirQuotedArg by the path written for the single
+// quotes around it), runs PROG in DIR (when not "") and removes the
+// directory. PROG's exit status is the wrapper's (128+N for a signal N,
+// which Parse reads as the signal). A failure of the wrapper itself is
+// exit 86 and a line "reduce-slurm: error: ...".
 //
-// The script never spells the placeholder out: with --shared-dir the
-// Runner replaces it in every argument, the script's included.
+// The script never spells the placeholders out: with --shared-dir the
+// Runner replaces them in every argument, the script's included.
 //
 // A SIGINT or SIGTERM (scancel --signal=INT at a timeout, or the cancel)
 // reaches PROG too, since Slurm signals every process of the step; the
 // wrapper's trap only makes it wait for PROG and clean up.
 const slurmWrapper = `echo "reduce-slurm: job=${SLURM_JOB_ID:-} node=${SLURMD_NODENAME:-$(hostname)}" >&2
-fail() { echo "reduce-slurm: error: $*" >&2; [ -z "$d" ] || rm -rf "$d"; exit 86; }
+fail() { printf 'reduce-slurm: error: %s\n' "$*" >&2; [ -z "$d" ] || rm -rf "$d"; exit 86; }
 mk=$1 wd=$2 n=$3 d=
 shift 3
 if [ "$mk" = 1 ]; then
-	d=$(mktemp -d "${TMPDIR:-/tmp}/reduce-run-XXXXXX") || fail "cannot make a per-run directory in ${TMPDIR:-/tmp}"
+	t=${TMPDIR:-/tmp}
+	case $t in /*) ;; *) t=$PWD/$t ;; esac
+	d=$(mktemp -d "$t/reduce-run-XXXXXX") || fail "cannot make a per-run directory in $t"
 	export REDUCE_RUN_DIR="$d" TMPDIR="$d"
+	# q: $d with every ' written '\'', for a placeholder inside single quotes
+	s=$d q=
+	while :; do
+		case $s in
+		*"'"*) q=$q${s%%"'"*}"'\\''"; s=${s#*"'"} ;;
+		*) q=$q$s; break ;;
+		esac
+	done
 fi
 while [ "$n" -gt 0 ]; do
 	head -c "$2" >"$d/$1" || fail "cannot write $1 in $d"
@@ -569,14 +580,19 @@ while [ "$n" -gt 0 ]; do
 done
 [ "$1" = -- ] || fail "bad arguments"
 shift
-ph="{rundir"'}'
+ph="{rundir"'}' qph="{rundir:quoted"'}'
 sub() {
 	s=$1 r=
 	[ -n "$d" ] || { r=$s; return; }
 	while :; do
 		case $s in
-		*"$ph"*) r=$r${s%%"$ph"*}$d s=${s#*"$ph"} ;;
+		*"$ph"* | *"$qph"*) ;;
 		*) r=$r$s; return ;;
+		esac
+		p=${s%%"$ph"*}
+		case $p in
+		*"$qph"*) p=${s%%"$qph"*}; r=$r$p$q; s=${s#"$p$qph"} ;;
+		*) r=$r$p$d; s=${s#"$p$ph"} ;;
 		esac
 	done
 }

@@ -157,6 +157,7 @@ func TestSlurmWrapper(t *testing.T) {
 		assert.Empty(t, left, "per-run directory left behind")
 	})
 	assert.NotContains(t, slurmWrapper, RunDirArg, "the Runner would expand it in the script")
+	assert.NotContains(t, slurmWrapper, runDirQuotedArg, "the Runner would expand it in the script")
 	t.Run("stdin", func(t *testing.T) {
 		out, _, code := run(t, Command{Path: "sh", Args: []string{"-c", `wc -c`}, Stdin: bytes.Repeat([]byte("x"), 100000)})
 		assert.Equal(t, 0, code)

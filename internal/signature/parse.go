@@ -122,12 +122,67 @@ func cleanLine(l string) string {
 	return stripRankPrefix(l)
 }
 
+// splitFrameEndRe ends a traceback's frame line, which a newline in the
+// path of its file (a repository's) splits: Python prints the path as it
+// is.
+var splitFrameEndRe = regexp.MustCompile(`", line \d+(?:, in \S+)?$`)
+
+// maxFrameSplit is the most lines one frame line is joined from.
+const maxFrameSplit = 5
+
+// joinFrames returns lines (raw) with every frame line of a traceback
+// that newlines in its file's path split joined again, cleaned, each
+// newline written as the two characters \n: its pieces are then read
+// neither as an exception's line nor as a frame's source, and the frame is
+// kept. A piece is never blank nor a traceback's head. It returns lines
+// itself when none is split.
+func joinFrames(lines []string) []string {
+	var out []string
+	for i := 0; i < len(lines); i++ {
+		end := -1
+		if strings.Contains(lines[i], `File "`) {
+			l := cleanLine(lines[i])
+			if t := strings.TrimLeft(l, " \t"); t != l && strings.HasPrefix(t, `File "`) && !splitFrameEndRe.MatchString(l) {
+				for j := i + 1; j < len(lines) && j < i+maxFrameSplit; j++ {
+					p := cleanLine(lines[j])
+					if p == "" || strings.HasPrefix(p, "Traceback (most recent call last):") {
+						break
+					}
+					if splitFrameEndRe.MatchString(p) {
+						end = j
+						break
+					}
+				}
+			}
+		}
+		if end < 0 {
+			if out != nil {
+				out = append(out, lines[i])
+			}
+			continue
+		}
+		if out == nil {
+			out = append(make([]string, 0, len(lines)), lines[:i]...)
+		}
+		parts := make([]string, 0, end+1-i)
+		for _, p := range lines[i : end+1] {
+			parts = append(parts, cleanLine(p))
+		}
+		out = append(out, strings.Join(parts, `\n`))
+		i = end
+	}
+	if out == nil {
+		return lines
+	}
+	return out
+}
+
 func analyze(stderr []byte) analysis {
 	text := string(stderr)
 	if len(text) > maxParse {
 		text = text[:maxParse/2] + "\n" + text[len(text)-maxParse/2:]
 	}
-	lines := strings.Split(text, "\n")
+	lines := joinFrames(strings.Split(text, "\n"))
 
 	var (
 		a            analysis

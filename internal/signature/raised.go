@@ -75,7 +75,7 @@ func RaisedAt(stderr []byte) *Raise {
 		source        string // the innermost frame's source line, trimmed
 		inFrames, src bool
 	)
-	for _, raw := range strings.Split(text, "\n") {
+	for _, raw := range joinFrames(strings.Split(text, "\n")) {
 		l := cleanLine(raw)
 		if strings.HasPrefix(l, "Traceback (most recent call last):") {
 			cur, source, inFrames, src = nil, "", true, false

@@ -827,6 +827,8 @@ def _tail(text, lines=40, chars=4000):
 _SUMMARY_LINE = "reduce_collect-summary: "
 _TRACEBACK_HEAD = "Traceback (most recent call last):"
 _RANK_MARK = re.compile(r"^\[rank\d+\]: ?")
+_FRAME_HEAD = '  File "'
+_FRAME_END = re.compile(r'", line \d+(?:, in \S+)?$')  # a frame's line ends so, whatever its file's path
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::(?: (.*))?)?$")
 # The child: this runtime, imported from its file (a conftest.py too) as reduce_collect, with the
 # folder of the reduce_batch this process imported first on sys.path and the working directory next
@@ -867,14 +869,24 @@ def _child_exception(stderr):
     starts = [i for i, line in enumerate(lines) if line == _TRACEBACK_HEAD]
     if not starts:
         return None
-    for i in range(starts[-1] + 1, len(lines)):
+    i = starts[-1] + 1
+    while i < len(lines):
         line = lines[i]
+        i += 1
+        if line.startswith(_FRAME_HEAD) and not _FRAME_END.search(line):
+            # The path of the frame's file holds newlines (a repository's): its line runs on to the
+            # one that ends it, whatever the lines between look like (signature.joinFrames).
+            end = next((j for j in range(i, min(i + 4, len(lines))) if not lines[j] or _FRAME_END.search(lines[j])),
+                       None)
+            if end is not None and lines[end]:
+                i = end + 1
+            continue
         if not line or line[0].isspace():
             continue  # a frame, its source line, its ^^^ marks
         m = _EXCEPTION_LINE.match(line)
         if m is None:
             return None
-        return m.group(1), "\n".join([m.group(2) or ""] + lines[i + 1:]).rstrip()
+        return m.group(1), "\n".join([m.group(2) or ""] + lines[i:]).rstrip()
     return None
 
 
@@ -1396,7 +1408,83 @@ def _mismatch(e, name, message=None, pattern=None):
 
 # The fixtures ----------------------------------------------------------------------------------
 
-_SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "ash", "busybox")
+# An exec fixture's command is built as reduce builds it (replay/exec.go's commandArgs and shellScript;
+# replay/testdata/shell_commands.json is the table both are tested on).
+_SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "ksh93", "mksh", "ash", "hush", "yash", "posh")
+_SHELL_FLAGS = "abCefhimnuvxslprBEHPk"  # no argument in any of _SHELLS; o and O take the next word
+_SHELL_LONG_ARG = ("--rcfile", "--init-file", "--emulate")
+_SHELL_LONG = ("--norc", "--noprofile", "--posix", "--login", "--restricted", "--verbose", "--noediting",
+               "--debugger", "--dump-strings", "--dump-po-strings", "--pretty-print", "--help", "--version")
+
+
+def exec_argv(args, path):
+    """The command args (fixture.json's replay_args) with every {batch} replaced by path: quoted for
+    the shell in the script of a POSIX shell (_shell_script), as it is in any other word, which no
+    shell reads. ValueError when which word is the script cannot be told for certain."""
+    if not all(isinstance(a, str) for a in args):
+        raise ValueError("not a list of strings")
+    script = _shell_script(args)
+    quoted = "'" + path.replace("'", "'\\''") + "'"
+    return [args[0]] + [a.replace("{batch}", quoted if i == script else path) for i, a in enumerate(args[1:], 1)]
+
+
+def _shell_script(argv):
+    """The index in argv of the word a POSIX shell reads as its script (sh -c's), or -1 when none is
+    (argv[0] is no shell, or the shell runs a script file or reads stdin): its options grouped or
+    not (-ec, -e -c, -c -e), + ones, -o and -O with their word, bash's long ones, -- or - ending them;
+    with c among them the first word after them is the script. ValueError for an option whose
+    argument is not known, or a shell that another program runs with {batch} in its script."""
+    name, start = os.path.basename(argv[0]), 1
+    if name == "busybox" and len(argv) > 1 and argv[1] in _SHELLS:
+        name, start = argv[1], 2
+    if name not in _SHELLS:
+        _nested_shell(argv)
+        return -1
+    c, i = False, start
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--", "-"):
+            i += 1
+            break
+        if len(a) < 2 or a[0] not in "-+":
+            break
+        if a.startswith("--"):
+            if a not in _SHELL_LONG_ARG + _SHELL_LONG:
+                raise ValueError(f"{argv[0]} takes option {a}, and reduce cannot tell for certain which word it then "
+                                 "reads as its script, to quote {batch} in it: set the option inside the script, or "
+                                 "drop it")
+            i += 2 if a in _SHELL_LONG_ARG else 1
+            continue
+        for letter in a[1:]:
+            if letter == "c":
+                c = True
+            elif letter in ("o", "O"):
+                i += 1  # its word: the option's name
+            elif letter not in _SHELL_FLAGS:
+                raise ValueError(f"{argv[0]} takes option {a[0]}{letter}, and reduce cannot tell for certain which "
+                                 "word it then reads as its script, to quote {batch} in it: set the option inside "
+                                 f"the script (sh -c 'set {a[0]}{letter}; ...'), or drop it")
+        i += 1
+    return i if c and i < len(argv) else -1
+
+
+def _nested_shell(argv):
+    """ValueError for a command that is no shell but runs one (env, timeout, ...) whose script would
+    hold {batch}: which of its words the shell gets cannot be told, to quote {batch} for it."""
+    for k in range(1, len(argv)):
+        if os.path.basename(argv[k]) not in _SHELLS or not any("{batch}" in a for a in argv[k + 1:]):
+            continue
+        try:
+            script = _shell_script(argv[k:])
+            if script < 0 or "{batch}" not in argv[k + script]:
+                continue
+        except ValueError:
+            pass
+        raise ValueError(f"{argv[0]} runs {argv[k]}, whose script would hold {{batch}}, and reduce quotes {{batch}} "
+                         "only in the script of a shell that is the command itself: write the command as sh -c '...' "
+                         "(env A=1 sh -c 'S' as sh -c 'A=1 S')")
+
+
 _FORMAT_EXT = {"": ".bin", "bin": ".bin", "npz": ".npz", "safetensors": ".safetensors"}
 HOW_TO_SAMPLE = ("these tests check the culprit samples as your Dataset yields them: define once, in a "
                  "conftest.py of yours,\n    @pytest.fixture\n    def reduce_sample():\n        return lambda "
@@ -1513,12 +1601,10 @@ class Fixture:
             return self.run_here(name, self.op, self.entry, self.seed)
         if not self.exec:
             return run_in_child(self.path(name), self.device, self.entry, self.memory, seed=self.seed)
-        path = self.path(os.path.splitext(name)[0] + self.ext)
-        shell = os.path.basename(self.args[0]) in _SHELLS
-        argv = [self.args[0]]
-        for i, a in enumerate(self.args[1:], 1):  # {batch} in the script of sh -c is shell-quoted
-            quoted = shlex.quote(path) if shell and i > 1 and self.args[i - 1] == "-c" else path
-            argv.append(a.replace("{batch}", quoted))
+        try:
+            argv = exec_argv(self.args, self.path(os.path.splitext(name)[0] + self.ext))
+        except ValueError as e:
+            raise FixtureError(f"{self.rel}/fixture.json: replay_args {self.args!r}: {e}") from None
         env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1", AMD_SERIALIZE_KERNEL="3", PYTHONUNBUFFERED="1")
         p = subprocess.run(argv, capture_output=True, env=env, timeout=900, check=False)
         if p.returncode != 0:
