@@ -16,6 +16,7 @@ import (
 
 	"reduce/fixtures"
 	"reduce/internal/signature"
+	"reduce/internal/trust"
 	"reduce/kernels"
 )
 
@@ -101,14 +102,18 @@ type Options struct {
 	// backend checks it with the step, and imports it once, before any
 	// replay.
 	StepClass *fixtures.Step
-	// TrustStep (--trust-step) lets the torch backend import a recorded
-	// step and its class from any file. Without it, only from a file under
-	// the working directory that is not a standard-library or installed
-	// module (reduce_replay.py's _StepTrust): a batch file may come from
-	// someone else, and names the code its step runs. A step that is not
-	// trusted is an error of New, before any replay. An Entry is the
-	// user's own choice, trusted as given.
-	TrustStep bool
+	// Trusted says the batch file is the user's (internal/trust's Check:
+	// written by their recorder, committed in their repository, or allowed
+	// with `reduce trust`): it replays the step and the class it names, with
+	// the interpreter that recorded it. Without it ForBatch refuses a step
+	// (Untrusted says why, and how to allow it) and leaves the interpreter
+	// it names unused: a batch file may come from someone else. An Entry,
+	// a Replay command and a Python are the user's own, used as given;
+	// reduce's own functions are never a step (trust.OwnStep).
+	Trusted bool
+	// Untrusted is why the file is not the user's, for ForBatch's error
+	// ("not in your trust store ...; not committed in ...").
+	Untrusted string
 	// Replay is the exec backend's command (--replay), split into words
 	// like a shell does (see SplitCommand); {batch} in it is replaced by
 	// the candidate file's path.
@@ -544,26 +549,39 @@ func (o Options) ForBatch() (Options, error) {
 		return o, err
 	}
 	o.Kind = kind
-	if chosenBy != "" {
-		o.notice(fmt.Sprintf("%s runs on the %s backend: using it", chosenBy, kind))
-	}
 	what, err := Step(o, b)
 	if err != nil {
 		return o, fmt.Errorf("%s: %w", o.File, err)
+	}
+	if kind == KindTorch && o.Entry == "" && o.Step != nil {
+		if err := o.stepAllowed(b); err != nil { // before any note that reads as if it would run
+			return o, fmt.Errorf("%s: %w", o.File, err)
+		}
+	}
+	if chosenBy != "" {
+		o.notice(fmt.Sprintf("%s runs on the %s backend: using it", chosenBy, kind))
 	}
 	if kind != KindTorch || o.Entry != "" {
 		o.Step, o.StepClass = nil, nil
 	} else if o.Step != nil {
 		o.notice("replaying " + what)
 	}
-	if exe := b.Meta["executable"]; o.Python == "" && kind == KindTorch && exe != "" {
+	if exe := b.Meta[fixtures.MetaExecutable]; o.Python == "" && kind == KindTorch && exe != "" {
 		if rest, ok := strings.CutPrefix(exe, "~/"); ok { // a committed fixture's, its home redacted
 			if home, err := os.UserHomeDir(); err == nil {
 				exe = filepath.Join(home, rest)
 			}
 		}
-		if _, err := os.Stat(exe); err == nil {
+		_, err := os.Stat(exe)
+		switch {
+		case err == nil && o.Trusted:
 			o.Python = exe // the user's own torch
+		case err == nil:
+			o.notice(fmt.Sprintf("the interpreter the file names (%s) is not run: the file is not yours (%s); replaying with the first of %s that has torch (--python names another)",
+				fixtures.Printable(exe), o.untrusted(), strings.Join(defaultPythons(), " and ")))
+		default:
+			o.notice(fmt.Sprintf("the interpreter that recorded the file (%s) is not here; replaying with the first of %s that has torch (--python names another)",
+				fixtures.Printable(exe), strings.Join(defaultPythons(), " and ")))
 		}
 	}
 	if o.Device == "" && kind == KindGo && b.Error != nil {
@@ -574,6 +592,35 @@ func (o Options) ForBatch() (Options, error) {
 	}
 	return o, nil
 }
+
+// ErrUntrusted is ForBatch's error for a batch that names a step to run
+// and is not the user's (Options.Trusted), or names one of reduce's own
+// functions as its step.
+var ErrUntrusted = errors.New("not run")
+
+// stepAllowed refuses the step the batch names where reduce may not run
+// it: any step of a file that is not the user's, saying what the file would
+// run and how to allow it (decided first: nothing the step names is looked
+// at, not even its file), and one of reduce's own functions, always.
+func (o Options) stepAllowed(b *fixtures.Batch) error {
+	if !o.Trusted {
+		return fmt.Errorf("%w: the file names code, and it is not yours (%s). It would run %s. A batch file from someone else runs nothing it names: read it (reduce inspect %s), then allow it once with `reduce trust %s`; or replay it with a step of yours, --entry MODULE:FUNCTION",
+			ErrUntrusted, o.untrusted(), strings.Join(b.Runs(), ", "), fixtures.ShellQuote(o.File), fixtures.ShellQuote(o.File))
+	}
+	for _, s := range []*fixtures.Step{o.Step, o.StepClass} {
+		if s == nil {
+			continue
+		}
+		if why := trust.OwnStep(s.Module, s.Qualname, s.File); why != "" {
+			return fmt.Errorf("%w: the recorded step %s: %s, and reduce's own functions are never a step (a file naming one would have reduce call it with the file's data): the file is damaged or was made to do so",
+				ErrUntrusted, fixtures.Printable(s.Module+":"+s.Qualname), fixtures.Printable(why))
+		}
+	}
+	return nil
+}
+
+// untrusted is why the file is not the user's, in words.
+func (o Options) untrusted() string { return cmp.Or(o.Untrusted, "no trust was decided for it") }
 
 // step is Step's rule on what it depends on: the backend, the op the batch
 // records ("" for none), the --entry given ("" for none) and the step the

@@ -600,6 +600,7 @@ func TestForBatch(t *testing.T) {
 	opBatch := func(f *fixtures.Failure) *fixtures.Batch {
 		return &fixtures.Batch{Op: "cross_entropy", Error: f, Tensors: named("input", "target")}
 	}
+	gone := filepath.Join(t.TempDir(), "python3")
 	stepBatch := func(executable string) *fixtures.Batch {
 		return &fixtures.Batch{Step: step, Error: cpu, Meta: map[string]string{"executable": executable}}
 	}
@@ -619,21 +620,32 @@ func TestForBatch(t *testing.T) {
 		{name: "op on a GPU, torch", o: Options{Batch: opBatch(cuda), Kind: KindTorch}, kind: KindTorch},
 		{name: "op, --replay", o: Options{Batch: opBatch(cpu), Replay: "step {batch}"}, kind: KindExec,
 			notes: []string{"--replay runs on the exec backend: using it"}},
-		{name: "step", o: Options{Batch: stepBatch(exe)}, kind: KindTorch, python: exe, step: step,
+		{name: "step", o: Options{Trusted: true, Batch: stepBatch(exe)}, kind: KindTorch, python: exe, step: step,
 			notes: []string{"the recorded step runs on the torch backend: using it", "replaying the recorded step train:step"}},
-		{name: "step, --backend torch", o: Options{Batch: stepBatch(exe), Kind: KindTorch}, kind: KindTorch, python: exe, step: step,
+		{name: "step, --backend torch", o: Options{Trusted: true, Batch: stepBatch(exe), Kind: KindTorch}, kind: KindTorch, python: exe, step: step,
 			notes: []string{"replaying the recorded step train:step"}},
-		{name: "step, its interpreter under a redacted home", o: Options{Batch: stepBatch("~/" + homeRel)}, kind: KindTorch, python: filepath.Join(home, homeRel), step: step,
+		{name: "step, its interpreter under a redacted home", o: Options{Trusted: true, Batch: stepBatch("~/" + homeRel)}, kind: KindTorch, python: filepath.Join(home, homeRel), step: step,
 			notes: []string{"the recorded step runs on the torch backend: using it", "replaying the recorded step train:step"}},
-		{name: "step, its interpreter gone", o: Options{Batch: stepBatch(filepath.Join(t.TempDir(), "python3"))}, kind: KindTorch, step: step,
+		{name: "step, its interpreter gone", o: Options{Trusted: true, Batch: stepBatch(gone)}, kind: KindTorch, step: step,
+			notes: []string{"the recorded step runs on the torch backend: using it", "replaying the recorded step train:step",
+				"the interpreter that recorded the file (" + gone + ") is not here; replaying with the first of " + strings.Join(defaultPythons(), " and ") + " that has torch (--python names another)"}},
+		{name: "step, --python", o: Options{Trusted: true, Batch: stepBatch(exe), Python: "python3"}, kind: KindTorch, python: "python3", step: step,
 			notes: []string{"the recorded step runs on the torch backend: using it", "replaying the recorded step train:step"}},
-		{name: "step, --python", o: Options{Batch: stepBatch(exe), Python: "python3"}, kind: KindTorch, python: "python3", step: step,
-			notes: []string{"the recorded step runs on the torch backend: using it", "replaying the recorded step train:step"}},
-		{name: "step, --entry", o: Options{Batch: stepBatch(exe), Entry: "m:f"}, kind: KindTorch, python: exe,
+		{name: "step, --entry", o: Options{Trusted: true, Batch: stepBatch(exe), Entry: "m:f"}, kind: KindTorch, python: exe,
 			notes: []string{"--entry runs on the torch backend: using it"}},
-		{name: "step, --replay", o: Options{Batch: stepBatch(exe), Replay: "step {batch}"}, kind: KindExec,
+		{name: "step, --replay", o: Options{Trusted: true, Batch: stepBatch(exe), Replay: "step {batch}"}, kind: KindExec,
 			notes: []string{"--replay runs on the exec backend: using it"}},
-		{name: "step, --backend go", o: Options{Batch: stepBatch(exe), Kind: KindGo},
+		// A file that is not the user's (Trusted false): its step runs not,
+		// its interpreter neither; a function of reduce's own never.
+		{name: "step, not the user's", o: Options{Batch: stepBatch(exe), Untrusted: "not in your trust store"},
+			err: "crash.bin: not run: the file names code, and it is not yours (not in your trust store). It would run the step train:step"},
+		{name: "step, not the user's, --entry", o: Options{Batch: stepBatch(exe), Untrusted: "not in your trust store", Entry: "m:f"}, kind: KindTorch,
+			notes: []string{"--entry runs on the torch backend: using it", "the interpreter the file names (" + exe + ") is not run: the file is not yours (not in your trust store); replaying with the first of " + strings.Join(defaultPythons(), " and ") + " that has torch (--python names another)"}},
+		{name: "op, not the user's, torch", o: Options{Batch: &fixtures.Batch{Op: "cross_entropy", Error: cpu, Tensors: named("input", "target"), Meta: map[string]string{"executable": exe}}, Kind: KindTorch},
+			kind: KindTorch, notes: []string{"the interpreter the file names (" + exe + ") is not run: the file is not yours (no trust was decided for it); replaying with the first of " + strings.Join(defaultPythons(), " and ") + " that has torch (--python names another)"}},
+		{name: "step of reduce's own", o: Options{Trusted: true, Batch: &fixtures.Batch{Step: &fixtures.Step{Module: "reduce_batch", Qualname: "save"}, Error: cpu}},
+			err: "crash.bin: not run: the recorded step reduce_batch:save: its module reduce_batch is reduce's own, and reduce's own functions are never a step"},
+		{name: "step, --backend go", o: Options{Trusted: true, Batch: stepBatch(exe), Kind: KindGo},
 			err: "crash.bin: the batch records the step train:step and no op, and the go backend runs only built-in ops"},
 		{name: "no op, no step", o: Options{Batch: &fixtures.Batch{}, Kind: KindTorch},
 			err: "crash.bin: the batch records no op and no step"},

@@ -5,7 +5,7 @@ import _ "embed"
 // Version is reduce's version: `reduce --version`, fixture.json's
 // environment, and the __version__ of every Python file below (the
 // collector's first line too), which TestPythonVersions holds equal to it.
-const Version = "0.20.0"
+const Version = "0.21.0"
 
 // PythonModule is reduce_batch.py, the file users vendor: the format,
 // save, load and record_on_failure. `reduce recorder` prints it.

@@ -301,6 +301,13 @@ func commandArgs(argv []string, batch string) ([]string, error) {
 var shells = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "ksh93": true,
 	"mksh": true, "ash": true, "hush": true, "yash": true, "posh": true}
 
+// otherShells are shells whose quoting is not POSIX's (csh's history, fish's
+// and rc's quotes): a command of theirs whose {batch} follows an option (its
+// script: -c, --command, -Command) is refused, as reduce could not quote it
+// for them; an argument of a script file is data, as it is for any program.
+var otherShells = map[string]bool{"csh": true, "tcsh": true, "fish": true, "rc": true, "es": true, "nu": true,
+	"pwsh": true, "powershell": true, "xonsh": true, "elvish": true, "cmd": true, "cmd.exe": true}
+
 // shellFlags are the short options that take no argument in any of
 // shells (besides c): POSIX's set options, i, s, l, p, r, and bash's
 // capitals. o and O take the next word. Any other letter may take one in
@@ -332,6 +339,10 @@ func shellScript(argv []string) (int, error) {
 		name, start = argv[1], 2
 	}
 	if !shells[name] {
+		k := slices.IndexFunc(argv[1:], func(a string) bool { return strings.Contains(a, BatchArg) })
+		if otherShells[name] && k > 0 && strings.HasPrefix(argv[k], "-") { // argv[k] is the word before {batch}'s
+			return -1, fmt.Errorf("%s is no POSIX shell, and reduce quotes %s for a POSIX shell only: write the command as sh -c '...'", name, BatchArg)
+		}
 		return -1, nestedShell(argv)
 	}
 	c := false

@@ -372,9 +372,9 @@ wait:
 
 // interrupt ends a process the supervisor stopped waiting for: its
 // interrupt (SIGINT to its group), and after the Runner's grace (cut short
-// when ctx is done during the grace of a timeout) its kill (SIGKILL). It
-// reports false when the process has still not exited killWait after the
-// kill.
+// when ctx is done during the grace of a timeout, or by a second signal,
+// SignalContext) its kill (SIGKILL). It reports false when the process has
+// still not exited killWait after the kill.
 func (r *Runner) interrupt(ctx context.Context, p proc, timedOut bool) bool {
 	exited := p.exited()
 	if g := r.grace(); g > 0 && p.interrupt() {
@@ -389,6 +389,7 @@ func (r *Runner) interrupt(ctx context.Context, p proc, timedOut bool) bool {
 			return true
 		case <-t.C:
 		case <-cancelC:
+		case <-killNow(ctx):
 		}
 	}
 	select {

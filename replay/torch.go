@@ -43,7 +43,7 @@ type torchBackend struct {
 	entry   string
 	step    string // the recorded step as JSON, when no entry overrides it
 	class   string // the class the step rebuilds (Options.StepClass) as JSON, or ""
-	trust   bool   // Options.TrustStep
+	trust   bool   // Options.Trusted
 	memory  int64  // Options.DeviceMemory
 	dir     string // holds reduce_replay.py and the files it imports (pythonFiles)
 	module  string // reduce_replay.py in dir
@@ -188,7 +188,7 @@ func newTorchBackend(o Options) (Backend, error) {
 	t := &torchBackend{
 		bound:  bound{src: o.src},
 		python: python, device: dev, kind: kind, entry: o.Entry, memory: o.DeviceMemory, runner: o.runner(),
-		noZyg: o.NoZygote, seenPIDs: map[int]bool{}, trust: o.TrustStep,
+		noZyg: o.NoZygote, seenPIDs: map[int]bool{}, trust: o.Trusted,
 	}
 	if o.Step != nil && o.Entry == "" {
 		step, err := json.Marshal(o.Step)
@@ -268,7 +268,7 @@ func (t *torchBackend) setUp(pool *Pool) error {
 }
 
 // checkEntry imports the --entry function, or the recorded step (checked
-// as every replay checks it: Options.TrustStep), once, as every replay
+// as every replay checks it: Options.Trusted), once, as every replay
 // would: one that cannot be imported is an error of New, as it is when the
 // zygote imports it at its start, rather than a harness failure of every
 // candidate.
@@ -424,7 +424,8 @@ func (t *torchBackend) pids() []int {
 
 // entryArgs are the worker's arguments that say what it runs: the exec
 // backend's program, the --entry function, else the recorded step (with
-// the class it rebuilds, and --trust-step), else (none) the batch's op.
+// the class it rebuilds, and --trusted: the file is the user's), else
+// (none) the batch's op.
 func (t *torchBackend) entryArgs() []string {
 	switch {
 	case t.program != nil:
@@ -437,7 +438,7 @@ func (t *torchBackend) entryArgs() []string {
 			args = append(args, "--step-class", t.class)
 		}
 		if t.trust {
-			args = append(args, "--trust-step")
+			args = append(args, "--trusted")
 		}
 		return args
 	}

@@ -177,9 +177,8 @@ func torchStepExample(t *testing.T, ex example) {
 	o := torchOptions(t, tmp)
 	o.Step = ex.batch.Step
 	o.Env = []string{"PYTHONPATH=" + dir}
-	// The worker runs in this package's folder, and the step lies in
-	// fixtures/examples: outside it (TestTorchStepTrust).
-	o.TrustStep = true
+	// The examples are the project's own recordings (TestTorchStepTrust).
+	o.Trusted = true
 	o.File = ex.path
 	if ex.want.Torch == "2" {
 		out, err := exec.Command(testenv.Python(t, "torch"), "-c", "import torch; print(torch.__version__.split('.')[0])").Output()
@@ -230,53 +229,66 @@ func torchStepExample(t *testing.T, ex example) {
 	t.Logf("%-20s torch cpu: %v (step %s)", ex.name, v.Signature, ex.batch.Step.Entry())
 }
 
-// TestTorchStepTrust: a recorded step is imported only from a file under the
-// worker's working directory (this package's folder, here) that is not a
-// standard-library or installed module; another is an error of New, before
-// any replay, naming the module, its file and --trust-step, with the zygote
-// and without. TrustStep replays it.
+// TestTorchStepTrust: the worker imports a recorded step only for a file
+// that is the user's (Options.Trusted: reduce decided, internal/trust), and
+// then from wherever its file lies; else New fails before any replay, with
+// the zygote and without, whatever the step (one of this package's folder,
+// where the worker runs, too). Never one of reduce's own functions.
 func TestTorchStepTrust(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
 	outside := t.TempDir()
 	marker := filepath.Join(outside, "ran")
+	source := []byte("import torch.nn.functional as F\n\n\ndef step(batch):\n" +
+		"    open(" + strconv.Quote(marker) + ", 'w').close()\n" +
+		"    return F.cross_entropy(batch['input'], batch['target'])\n")
 	step := filepath.Join(outside, "outstep.py")
-	if err := os.WriteFile(step, []byte("import torch.nn.functional as F\n\n\ndef step(batch):\n"+
-		"    open("+strconv.Quote(marker)+", 'w').close()\n"+
-		"    return F.cross_entropy(batch['input'], batch['target'])\n"), 0o644); err != nil {
+	inTree, err := filepath.Abs("trust_step_test_mine.py")
+	if err != nil {
 		t.Fatal(err)
 	}
+	for _, f := range []string{step, inTree} {
+		if err := os.WriteFile(f, source, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { os.Remove(inTree) })
 	b := exampleBatch(t, "four_class_targets")
 	b.Op, b.Attrs = "", nil
 	for _, c := range []struct {
-		step *fixtures.Step
-		want string
+		step    *fixtures.Step
+		trusted bool
+		want    string
 	}{
-		{&fixtures.Step{Module: "outstep", Qualname: "step", File: step, Cwd: outside},
-			"the recorded step outstep:step is not replayed: its module outstep (" + step + ") lies outside "},
-		{&fixtures.Step{Module: "subprocess", Qualname: "call"},
-			"the recorded step subprocess:call is not replayed: its module subprocess ("},
+		{&fixtures.Step{Module: "outstep", Qualname: "step", File: step, Cwd: outside}, false,
+			"the recorded step outstep:step is not run: reduce did not find the file yours"},
+		{&fixtures.Step{Module: "trust_step_test_mine", Qualname: "step", File: inTree}, false,
+			"the recorded step trust_step_test_mine:step is not run: reduce did not find the file yours"},
+		{&fixtures.Step{Module: "subprocess", Qualname: "call"}, false,
+			"the recorded step subprocess:call is not run: reduce did not find the file yours"},
+		{&fixtures.Step{Module: "reduce_batch", Qualname: "save"}, true,
+			"the recorded step reduce_batch:save is not run: its module reduce_batch is reduce's own"},
 	} {
 		for _, noZygote := range []bool{false, true} {
 			o := torchOptions(t, tmp)
-			o.Step, o.NoZygote, o.Batch = c.step, noZygote, b
+			o.Step, o.NoZygote, o.Batch, o.Trusted = c.step, noZygote, b, c.trusted
 			be, err := New(o)
 			if err == nil {
 				be.Close()
 				t.Errorf("New with the step %s (no zygote: %v): no error", c.step.Entry(), noZygote)
 				continue
 			}
-			if msg := err.Error(); !strings.Contains(msg, c.want) || !strings.Contains(msg, "give --trust-step") {
+			if msg := err.Error(); !strings.Contains(msg, c.want) {
 				t.Errorf("New with the step %s (no zygote: %v): %v", c.step.Entry(), noZygote, err)
 			}
 		}
 	}
 	if _, err := os.Stat(marker); err == nil {
-		t.Fatalf("a step that is not trusted ran")
+		t.Fatalf("a step of a file that is not the user's ran")
 	}
 	o := torchOptions(t, tmp)
 	o.Step = &fixtures.Step{Module: "outstep", Qualname: "step", File: step, Cwd: outside}
-	o.TrustStep = true
+	o.Trusted = true
 	v := replayOK(t, newBackend(t, o, b), whole)
 	if v.Signature.Expression != "IndexError: Target N is out of bounds." {
 		t.Errorf("the trusted step: %v\n%s", v.Signature, v.Result.Stderr)

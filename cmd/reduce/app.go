@@ -57,6 +57,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			replayCommand(),
 			recorderCommand(),
 			fixedCommand(),
+			trustCommand(),
 		},
 		// Errors are printed and mapped to exit codes by run, not by the
 		// library (which would call os.Exit from inside tests).

@@ -6,13 +6,14 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"reduce/fixtures"
+	"reduce/internal/trust"
 )
 
 func convertCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "convert",
 		Usage:     "import .npz / .npy / .safetensors into a batch file, or export one",
-		UsageText: "reduce convert IN -o OUT [--op NAME] [--attr k=v]... [--batch-dim name=N|none]... [--ids FILE]",
+		UsageText: "reduce convert IN -o OUT [--force] [--op NAME] [--attr k=v]... [--batch-dim name=N|none]... [--ids FILE]",
 		Description: "IN .npz, .npy (C or Fortran order) or .safetensors, OUT .bin: import. The op, attributes,\n" +
 			"batch axes and sample ids come from the file's metadata (safetensors __metadata__, or an\n" +
 			"npz member __reduce__.json) and the flags override them.\n" +
@@ -24,6 +25,7 @@ func convertCommand() *cli.Command {
 			"   reduce convert crash.bin -o crash.safetensors",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to `FILE` (.bin, .npz or .safetensors)"},
+			&cli.BoolFlag{Name: "force", Usage: "replace OUT if it exists (else exit 2); a symbolic link is replaced by the file, never written through"},
 			&cli.StringFlag{Name: "op", Usage: "the built-in operator `NAME` the batch was recorded for"},
 			&cli.StringSliceFlag{Name: "attr", Usage: "an operator attribute `KEY=VALUE` (JSON value or string); repeatable"},
 			&cli.StringSliceFlag{Name: "batch-dim", Usage: "the batch axis of a tensor, `NAME=N` or NAME=none for a shared tensor; repeatable"},
@@ -46,7 +48,7 @@ func convert(c *cli.Context) error {
 	if out == "" {
 		return usagef("convert: no output: give -o FILE")
 	}
-	var opt fixtures.ConvertOptions
+	opt := fixtures.ConvertOptions{Replace: c.Bool("force")}
 	if comp := fixtures.Compression(c.String("compression")); comp != fixtures.CompressionZstd && comp != fixtures.CompressionNone {
 		return usagef("--compression %q: want zstd or none", comp)
 	} else if c.IsSet("compression") {
@@ -84,9 +86,16 @@ func convert(c *cli.Context) error {
 		}
 		opt.SampleIDs = ids
 	}
+	var digest string
+	opt.Digest = &digest
 	notes, err := fixtures.Convert(in, out, opt)
 	if err != nil {
 		return usageErr(err)
+	}
+	if f, _ := fixtures.FormatOf(out); f == fixtures.FormatBin && digest != "" {
+		if _, err := trust.Carry(digest, out); err != nil { // a batch file of the user's: the output is theirs too
+			notes = append(notes, fmt.Sprintf("%s is not marked as yours (%v): reduce trust %s allows it", out, err, fixtures.ShellQuote(out)))
+		}
 	}
 	for _, n := range notes {
 		fmt.Fprintf(c.App.ErrWriter, "reduce: note: %s\n", n)

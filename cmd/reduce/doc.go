@@ -6,9 +6,10 @@
 //	reduce --batch crash.bin [flags]
 //	reduce inspect [--json] FILE
 //	reduce replay [--backend go|torch|exec] [--device DEV] [--json] FILE
-//	reduce convert IN -o OUT [--op NAME] [--attr k=v]... [--batch-dim name=N]... [--ids FILE]
+//	reduce convert IN -o OUT [--force] [--op NAME] [--attr k=v]... [--batch-dim name=N]... [--ids FILE]
 //	reduce recorder [--hooks] > reduce_batch.py
 //	reduce fixed DIR...
+//	reduce trust [--forget] PATH...
 //
 // # Output
 //
@@ -17,12 +18,12 @@
 //
 // # Trust
 //
-// A batch file is data, and may come from someone else. The step it records
-// is replayed only from a file under the working directory (your
-// repository) that is not a standard-library or installed module, else exit
-// 2 before any replay; --trust-step replays it from anywhere, and --entry
-// replays a function you name. inspect shows the step and the types the
-// file names, with control characters escaped.
+// A batch file is data, and may come from someone else. It runs what it
+// names (its step, the class it rebuilds, its interpreter) only when it is
+// yours: written by your recorder, committed in your repository, or allowed
+// with `reduce trust FILE` (internal/trust); else exit 2 before any replay.
+// --entry replays a function you name. inspect shows what the file would
+// run and whether it is yours, with control characters escaped.
 //
 // # Exit codes
 //

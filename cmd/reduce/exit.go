@@ -6,6 +6,8 @@ import (
 	"io"
 
 	"github.com/urfave/cli/v2"
+
+	"reduce/fixtures"
 )
 
 // Exit codes: part of the CLI contract (DESIGN.md, "The CLI").
@@ -66,9 +68,10 @@ func exitCode(err error) int {
 	return ExitUsage
 }
 
-// report prints err on one line, as `reduce: ...`.
+// report prints err on one line, as `reduce: ...`, its control characters
+// (from a file, maybe someone else's) escaped.
 func report(w io.Writer, err error) {
-	fmt.Fprintf(w, "reduce: %v\n", err)
+	fmt.Fprintf(w, "reduce: %s\n", fixtures.PrintableLines(err.Error()))
 }
 
 // action wraps a command's action so that an error it returns without a code

@@ -35,7 +35,7 @@ func fixedCommand() *cli.Command {
 				}
 			}
 			err := errors.Join(errs...)
-			if errors.Is(err, regress.ErrNotFixture) {
+			if errors.Is(err, regress.ErrNotFixture) || errors.Is(err, regress.ErrLink) {
 				return usageErr(err)
 			}
 			return err

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"reduce/fixtures"
 )
 
 // Every file of the bad corpus (fixtures/testdata/bad) is bad input to the
@@ -45,4 +47,34 @@ func TestBadFilesExitTwo(t *testing.T) {
 		assert.Equal(t, before, after, "%s is left as it was", name)
 	}
 	t.Logf("%d bad files: exit 2 from --batch and inspect, one line naming the file, nothing written", len(files))
+}
+
+// TestTerminalEscapes: a file's ids and recorded failure, printed by the
+// main job (the summary, its progress lines) and by replay, reach the
+// terminal escaped: a file from someone else sets no title, colour or
+// clipboard (OSC 52) there; --json as \u escapes, the bidi overrides too.
+func TestTerminalEscapes(t *testing.T) {
+	b, err := fixtures.Read("../../fixtures/examples/four_class_targets.bin")
+	require.NoError(t, err)
+	const hostile = "\x1b]0;PWNED\x07\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[31mred\x1b[0m\u202e"
+	b.SampleIDs = []string{"a", "b", hostile}
+	b.Error = &fixtures.Failure{Text: "IndexError: Target 4 is out of bounds. " + hostile}
+	path := filepath.Join(t.TempDir(), "escapes.bin")
+	require.NoError(t, fixtures.Write(path, b))
+	for _, args := range [][]string{
+		{"reduce", "--batch", path, "--out", filepath.Join(t.TempDir(), "out")},
+		{"reduce", "replay", path},
+		{"reduce", "--json", "--batch", path, "--out", filepath.Join(t.TempDir(), "out")},
+		{"reduce", "replay", "--json", path},
+		{"reduce", "replay", "--backend", "exec", "--replay", "sh -c 'echo \"$0\" >&2; exit 1' '" + hostile + "' {batch}", path},
+	} {
+		var stdout, stderr bytes.Buffer
+		run(args, &stdout, &stderr)
+		for _, out := range []string{stdout.String(), stderr.String()} {
+			assert.NotContains(t, out, "\x1b", "%v: a raw ESC\n%q", args[1:3], out)
+			assert.NotContains(t, out, "\u202e", "%v: a raw bidi override", args[1:3])
+		}
+		assert.True(t, strings.Contains(stdout.String()+stderr.String(), `\x1b]`) || strings.Contains(stdout.String(), `\u001b]`),
+			"%v: escaped, not dropped", args[1:3])
+	}
 }

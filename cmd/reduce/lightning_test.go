@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"reduce/internal/testenv"
+	"reduce/internal/trust"
 )
 
 // TestLightningCrashes is the README's PyTorch Lightning path on a real
@@ -18,9 +19,10 @@ import (
 // collate and model; reduce_hooks.lightning_callback, printed by `reduce
 // recorder --hooks` beside reduce_batch.py):
 // each crash is recorded by the callback, then reduced with `reduce --batch
-// crash.bin` and no other flag, from the project's folder. From another
-// folder, the LightningModule's script lies outside the directory reduce
-// runs in: exit 2 before any replay, unless --trust-step. The interpreter is
+// crash.bin` and no other flag, from the project's folder. The user's own
+// recording replays from another folder too; under another user's trust
+// store it runs nothing (exit 2, naming the class it would rebuild) until
+// `reduce trust` allows it. The interpreter is
 // testenv.PythonLightning's (REDUCE_PYTHON_LIGHTNING, or REDUCE_PYTHON with
 // lightning or pytorch_lightning installed); Debian's has no Lightning.
 func TestLightningCrashes(t *testing.T) {
@@ -55,18 +57,30 @@ func TestLightningCrashes(t *testing.T) {
 			assert.NotContains(t, string(out), "cannot be rebuilt", "%s", out)
 
 			if c.crash == "label" {
+				// The user's own recording replays from anywhere (a
+				// recording, not a place); on another user's machine (their
+				// store), it runs nothing until they allow it.
 				elsewhere := t.TempDir()
+				mine := exec.Command(bin, "replay", filepath.Join(proj, "crash.bin"))
+				mine.Dir = elsewhere
+				out, err := mine.CombinedOutput()
+				require.NoError(t, err, "%s", out)
+				assert.Contains(t, string(out), "verdict:   reproduces")
+				theirs := append(os.Environ(), trust.StoreEnv+"="+filepath.Join(t.TempDir(), "their store"))
 				refused := exec.Command(bin, "replay", filepath.Join(proj, "crash.bin"))
-				refused.Dir = elsewhere
-				out, err := refused.CombinedOutput()
+				refused.Dir, refused.Env = elsewhere, theirs
+				out, err = refused.CombinedOutput()
 				var exit *exec.ExitError
 				require.ErrorAs(t, err, &exit, "%s", out)
 				assert.Equal(t, ExitUsage, exit.ExitCode(), "%s", out)
-				assert.Contains(t, string(out), "reduce: replay: the recorded LightningModule class "+filepath.Join(proj, "train.py")+":")
-				assert.Contains(t, string(out), "its script ("+filepath.Join(proj, "train.py")+") lies outside "+elsewhere)
-				assert.Contains(t, string(out), "--trust-step")
-				trusted := exec.Command(bin, "replay", "--trust-step", filepath.Join(proj, "crash.bin"))
-				trusted.Dir = elsewhere
+				assert.Contains(t, string(out), "crash.bin: not run: the file names code, and it is not yours")
+				assert.Contains(t, string(out), "the class __main__:Classifier it rebuilds (file "+filepath.Join(proj, "train.py")+")", "what it would run: the module's class")
+				allow := exec.Command(bin, "trust", filepath.Join(proj, "crash.bin"))
+				allow.Env = theirs
+				out, err = allow.CombinedOutput()
+				require.NoError(t, err, "%s", out)
+				trusted := exec.Command(bin, "replay", filepath.Join(proj, "crash.bin"))
+				trusted.Dir, trusted.Env = elsewhere, theirs
 				out, err = trusted.CombinedOutput()
 				require.NoError(t, err, "%s", out)
 				assert.Contains(t, string(out), "verdict:   reproduces")

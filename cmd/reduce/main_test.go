@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,7 +14,9 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"reduce/fixtures"
+	"reduce/internal/regress"
 	"reduce/internal/testenv"
+	"reduce/internal/trust"
 	"reduce/replay"
 )
 
@@ -22,6 +25,23 @@ func TestMain(m *testing.M) {
 	// its worker.
 	if len(os.Args) > 1 && os.Args[1] == replay.WorkerCommand {
 		os.Exit(replay.Worker(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv))
+	}
+	// The tests' own trust store: what the recorders they run and their
+	// reduce record as the user's stays with them (testscripts have one
+	// each: TestScript).
+	if os.Getenv(trust.StoreEnv) == "" {
+		store, err := os.MkdirTemp("", "reduce-trust-")
+		if err != nil {
+			panic(err)
+		}
+		os.Setenv(trust.StoreEnv, store)
+		testStore = store
+	}
+	// The project's own recordings, committed (fixtures/examples): the
+	// tests' user allowed them, as a clone's user does with reduce trust (a
+	// commit is no proof for a batch file).
+	if err := trustExamples(); err != nil {
+		panic(err)
 	}
 	testscript.Main(removingBinary{m}, map[string]func(){
 		"reduce": func() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) },
@@ -32,8 +52,15 @@ func TestMain(m *testing.M) {
 // reduceBinary built for them, if any.
 type removingBinary struct{ m *testing.M }
 
+// testStore is the trust store TestMain made for the tests, removed with the
+// binary.
+var testStore string
+
 func (r removingBinary) Run() int {
 	code := r.m.Run()
+	if testStore != "" {
+		os.RemoveAll(testStore)
+	}
 	if benchBin != "" {
 		os.RemoveAll(filepath.Dir(benchBin))
 	}
@@ -56,6 +83,9 @@ func TestScript(t *testing.T) {
 		Dir:                 "testdata/script",
 		RequireExplicitExec: true,
 		Setup: func(env *testscript.Env) error {
+			// Each script's own trust store: what its recorder and its
+			// reduce record as the user's, and nothing else.
+			env.Setenv(trust.StoreEnv, filepath.Join(env.WorkDir, ".trust"))
 			env.Setenv("EXAMPLES", examples)
 			env.Setenv("BAD", bad)
 			if python, ok, _ := testenv.ScriptPython("torch"); ok {
@@ -73,10 +103,11 @@ func TestScript(t *testing.T) {
 			return ok, err
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"exits":  cmdExits,
-			"nodups": cmdNoDups,
-			"dropop": cmdDropOp,
-			"record": cmdRecord,
+			"exits":   cmdExits,
+			"nodups":  cmdNoDups,
+			"dropop":  cmdDropOp,
+			"record":  cmdRecord,
+			"failall": cmdFailAll,
 		},
 	})
 }
@@ -107,6 +138,28 @@ func cmdRecord(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(fixtures.Write(ts.MkAbs(args[1]), b))
 }
 
+// cmdFailAll is the script command `failall JOURNAL`: it edits the journal
+// of a reduction so that every answer in it says the candidate fails as the
+// header wants (and reported nothing), as a journal that does not hold.
+func cmdFailAll(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: failall JOURNAL")
+	}
+	lines := strings.Split(strings.TrimSpace(ts.ReadFile(args[0])), "\n")
+	var head map[string]json.RawMessage
+	ts.Check(json.Unmarshal([]byte(lines[0]), &head))
+	for i := 1; i < len(lines); i++ {
+		var e map[string]json.RawMessage
+		ts.Check(json.Unmarshal([]byte(lines[i]), &e))
+		e["signature"] = head["want"]
+		delete(e, "report")
+		line, err := json.Marshal(e)
+		ts.Check(err)
+		lines[i] = string(line)
+	}
+	ts.Check(os.WriteFile(ts.MkAbs(args[0]), []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+}
+
 // cmdExits is the script command `exits CODE PROG ARGS...`: it runs PROG
 // like exec and fails unless it exits with CODE. stdout and stderr are kept
 // for the commands after it.
@@ -131,12 +184,18 @@ func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// cmdNoDups is the script command `nodups FILE`: it fails when a line of
-// FILE occurs twice (a candidate replayed twice, in the resume scripts),
-// or when FILE is empty.
+// cmdNoDups is the script command `nodups FILE [N]`: it fails when more
+// than N lines of FILE (default 0) repeat an earlier one (a candidate
+// replayed twice, in the resume scripts), or when FILE is empty.
 func cmdNoDups(ts *testscript.TestScript, neg bool, args []string) {
+	allowed := 0
+	if len(args) == 2 {
+		n, err := strconv.Atoi(args[1])
+		ts.Check(err)
+		allowed, args = n, args[:1]
+	}
 	if neg || len(args) != 1 {
-		ts.Fatalf("usage: nodups FILE")
+		ts.Fatalf("usage: nodups FILE [N]")
 	}
 	lines := strings.Fields(ts.ReadFile(args[0]))
 	if len(lines) == 0 {
@@ -145,8 +204,30 @@ func cmdNoDups(ts *testscript.TestScript, neg bool, args []string) {
 	seen := map[string]int{}
 	for i, l := range lines {
 		if j, ok := seen[l]; ok {
-			ts.Fatalf("nodups: line %d repeats line %d: %s", i+1, j+1, l)
+			if allowed--; allowed < 0 {
+				ts.Fatalf("nodups: line %d repeats line %d: %s", i+1, j+1, l)
+			}
+			continue
 		}
 		seen[l] = i
 	}
+}
+
+// trustExamples records fixtures/examples' batch files as allowed in the
+// tests' trust store (`reduce trust fixtures/examples/*.bin`).
+func trustExamples() error {
+	store, err := trust.DefaultStore()
+	if err != nil {
+		return err
+	}
+	files, err := filepath.Glob(filepath.Join("..", "..", "fixtures", "examples", "*.bin"))
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if _, err := regress.Allow(store, f, false); err != nil {
+			return fmt.Errorf("trust %s: %w", f, err)
+		}
+	}
+	return nil
 }

@@ -18,8 +18,8 @@ import (
 // collate, a model with learned positions, an optimizer, a loop): each crash
 // is recorded by the real loop with record_on_failure(batch, step=...) and
 // no op, then reduced with `reduce --batch crash.bin` and no other flag,
-// from the project's folder: the user's repository, where the step's file
-// lies (a step from elsewhere needs --trust-step: trust.txtar). The
+// from the project's folder: the user's recording (a file from someone else
+// needs reduce trust: trust.txtar). The
 // interpreter is REDUCE_PYTHON's (make test runs this with Debian's torch
 // and with PyPI's).
 func TestProjectCrashes(t *testing.T) {

@@ -4,17 +4,17 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
+	"reduce/fixtures"
 	"reduce/internal/progress"
 	"reduce/internal/reduction"
 	"reduce/internal/regress"
 	"reduce/internal/signature"
+	"reduce/replay"
 	"reduce/shrink"
 )
 
@@ -49,7 +49,10 @@ func mainJob(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	read, b, err := readBatch(c, path)
+	// Before anything is made to clean up, and stopped after all of it is.
+	ctx, stop := replay.SignalContext(context.Background())
+	defer stop()
+	read, b, v, err := readBatch(c, path)
 	if err != nil {
 		return err
 	}
@@ -57,13 +60,12 @@ func mainJob(c *cli.Context) error {
 	if b.Samples == 0 {
 		return usagef("%s: the batch has no samples to reduce", path)
 	}
-	be, err := newBackend(c, path, b)
+	be, err := newBackend(c, path, b, v)
 	if err != nil {
 		return err
 	}
 	defer be.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	o.Mine = v.Mine
 
 	rep := progress.New(c.App.Writer, c.App.ErrWriter, c.Bool("json"), c.Bool("quiet"))
 	defer rep.Close()
@@ -98,7 +100,7 @@ func unknownCommand(c *cli.Context, arg string) error {
 	case c.IsSet("batch"):
 		return usagef("unexpected argument %q: the batch is --batch %s, and the main job takes no arguments (see reduce --help)", arg, c.String("batch"))
 	case looksLikeFile(arg):
-		return usagef("unknown command %q: did you mean --batch %s?", arg, regress.ShellQuote(arg))
+		return usagef("unknown command %q: did you mean --batch %s?", arg, fixtures.ShellQuote(arg))
 	}
 	var names []string
 	for _, cmd := range c.App.VisibleCommands() {

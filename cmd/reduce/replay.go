@@ -1,11 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/signal"
+	"io"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -13,6 +13,7 @@ import (
 	"reduce/fixtures"
 	"reduce/internal/reduction"
 	"reduce/internal/signature"
+	"reduce/internal/trust"
 	"reduce/replay"
 )
 
@@ -24,7 +25,7 @@ func backendFlags() []cli.Flag {
 		&cli.StringFlag{Name: "device", Usage: "go: cpu or cuda (CUDA emulation); torch: the torch `DEVICE` (cpu, cuda, cuda:N); default from the recorded failure"},
 		&cli.StringFlag{Name: "python", Usage: "the Python `INTERPRETER` that has torch (default: the one that recorded the batch, else /usr/bin/python3 or python3 on PATH)"},
 		&cli.StringFlag{Name: "entry", Usage: "torch backend: call `MODULE:FUNCTION` with the loaded batch instead of the built-in op (alone, it chooses --backend torch); a path's folder goes first on sys.path"},
-		&cli.BoolFlag{Name: "trust-step", Usage: "torch backend: replay the step the batch records (and the class it rebuilds) from any file; without it, only from a file under the working directory that is not a standard-library or installed module"},
+		&cli.BoolFlag{Name: "trust-step", Hidden: true}, // gone: reduce trust FILE
 		&cli.StringFlag{Name: "replay", Usage: "exec backend: the `COMMAND` to run, {batch} standing for the candidate file (alone, it chooses --backend exec)"},
 		&cli.StringFlag{Name: "replay-format", Value: "bin", Usage: "exec backend: candidate `FORMAT`: bin, npz or safetensors"},
 		&cli.DurationFlag{Name: "timeout", Value: replay.DefaultTimeout, Usage: "stop a replay after `DURATION` (SIGINT, then SIGKILL) and count it as a timeout"},
@@ -49,7 +50,11 @@ func backendFlags() []cli.Flag {
 // leave unset comes from b (replay.Options.ForBatch: the backend, the step,
 // the interpreter, the device), which refuses a batch the backend has
 // nothing to run for before anything is replayed; its notes go to stderr.
-func newBackend(c *cli.Context, path string, b *fixtures.Batch) (replay.Backend, error) {
+// v says whether the batch is the user's, so that it runs what it names.
+func newBackend(c *cli.Context, path string, b *fixtures.Batch, v trust.Verdict) (replay.Backend, error) {
+	if c.Bool("trust-step") {
+		return nil, usagef("--trust-step is gone: a file runs what it names once you trust it: reduce trust %s (it prints what it runs)", fixtures.ShellQuote(path))
+	}
 	gpus, err := replay.ParseGPUs(c.String("gpus"))
 	if err != nil {
 		return nil, usagef("--gpus %q: %v", c.String("gpus"), err)
@@ -65,12 +70,12 @@ func newBackend(c *cli.Context, path string, b *fixtures.Batch) (replay.Backend,
 	seed := c.Int64("seed")
 	o, err := replay.Options{
 		Batch: b, File: path, Kind: kind, Device: c.String("device"), Python: c.String("python"),
-		Entry: c.String("entry"), TrustStep: c.Bool("trust-step"), Replay: c.String("replay"),
+		Entry: c.String("entry"), Trusted: v.Mine, Untrusted: v.How, Replay: c.String("replay"),
 		ReplayFormat: fixtures.Format(c.String("replay-format")), Jobs: c.Int("jobs"), GPUs: gpus, Timeout: c.Duration("timeout"),
 		NoZygote: c.Bool("no-zygote"), NoCompile: c.Bool("no-compile"), WarmImport: c.StringSlice("warm-import"), Blocking: &blocking, Seed: &seed,
 		Notice: func(msg string) {
 			if !c.Bool("quiet") {
-				fmt.Fprintf(c.App.ErrWriter, "reduce: %s\n", msg)
+				fmt.Fprintf(c.App.ErrWriter, "reduce: %s\n", fixtures.Printable(msg))
 			}
 		},
 		Launcher: replay.Launcher(c.String("launcher")), SlurmArgs: c.String("slurm-args"), SharedDir: c.String("shared-dir"),
@@ -148,18 +153,18 @@ func replayOnce(c *cli.Context) error {
 	if err != nil {
 		return usagef("--match: %v", err)
 	}
-	read, b, err := readBatch(c, c.Args().First())
+	ctx, stop := replay.SignalContext(context.Background()) // stopped last, after the cleanup
+	defer stop()
+	read, b, mine, err := readBatch(c, c.Args().First())
 	if err != nil {
 		return err
 	}
 	path := read.Path
-	be, err := newBackend(c, path, b)
+	be, err := newBackend(c, path, b, mine)
 	if err != nil {
 		return err
 	}
 	defer be.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	v, err := be.Replay(ctx, &fixtures.View{}) // the batch itself
 	if err != nil {
 		if ctx.Err() != nil {
@@ -169,13 +174,24 @@ func replayOnce(c *cli.Context) error {
 	}
 	check := reduction.CheckReplay(path, b, v, level)
 	if c.Bool("json") {
-		enc := json.NewEncoder(c.App.Writer)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(check); err != nil {
+		if err := writeJSON(c.App.Writer, check); err != nil {
 			return err
 		}
 	} else {
 		check.WriteText(c.App.Writer)
 	}
 	return withCode(ExitNoRepro, check.Err())
+}
+
+// writeJSON writes v as one line of JSON, a file's strings' control
+// characters (bidi overrides too) as \u escapes (fixtures.EscapeJSON).
+func writeJSON(w io.Writer, v any) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(v)
+	if err == nil {
+		_, err = w.Write(fixtures.EscapeJSON(b.Bytes()))
+	}
+	return err
 }

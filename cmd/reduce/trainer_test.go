@@ -78,7 +78,9 @@ func TestTrainerCrashes(t *testing.T) {
 	}
 
 	// Files that name a class trainer_step must not build, written as
-	// record_trainer writes its own (the project's reduce_hooks:trainer_step).
+	// record_trainer writes its own (the project's reduce_hooks:trainer_step):
+	// the user's own files, so the class is checked, and refused, before
+	// anything builds it.
 	t.Run("refused", func(t *testing.T) {
 		t.Parallel()
 		proj := project(t)
@@ -93,8 +95,8 @@ for path, module, qualname in [("popen.bin", "subprocess", "Popen"), ("args.bin"
 		out, err := run.CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		for file, want := range map[string]string{
-			"popen.bin": "the recorded Trainer model class subprocess:Popen is not replayed: its module subprocess",
-			"args.bin":  "the recorded Trainer model class transformers:TrainingArguments is not replayed: it is not a PreTrainedModel subclass",
+			"popen.bin": "the recorded Trainer model class subprocess:Popen is not run: it is not a PreTrainedModel subclass",
+			"args.bin":  "the recorded Trainer model class transformers:TrainingArguments is not run: it is not a PreTrainedModel subclass",
 		} {
 			cmd := exec.Command(bin, "--batch", file, "--json", "-q", "--out", t.TempDir())
 			cmd.Dir, cmd.Env = proj, env

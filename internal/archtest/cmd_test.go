@@ -12,8 +12,10 @@ import (
 )
 
 // maxCommandLines is docs/ARCHITECTURE.md's bound on cmd/reduce without its
-// tests: the command line only, its logic below it.
-const maxCommandLines = 900
+// tests: the command line only, its logic below it. About 90 lines a
+// command: 1,000 for the main job and six commands (trust, the sixth, is
+// wiring of internal/trust and regress.Allow).
+const maxCommandLines = 1000
 
 // TestCommandLineOnly counts the lines of cmd/reduce's non-test Go files.
 func TestCommandLineOnly(t *testing.T) {

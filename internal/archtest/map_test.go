@@ -46,6 +46,7 @@ var rules = map[string]rule{
 		"reduce/internal/reduction": "the reduction calls it, not the other way", "os/exec": "it never replays by itself"}},
 	"reduce/internal/reduction": {never: map[string]string{"github.com/urfave/cli/": "flags are cmd/reduce's",
 		"os/exec": "the backend starts processes"}},
+	"reduce/internal/trust": {leaf: true},
 	"reduce/internal/progress": {never: map[string]string{"github.com/urfave/cli/": "flags are cmd/reduce's",
 		"os/exec": "it runs nothing"}},
 	"reduce/replay": {never: map[string]string{"reduce/internal/reduction": "it does not decide what to try next",

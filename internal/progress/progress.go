@@ -4,6 +4,7 @@
 package progress
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,11 +12,12 @@ import (
 	"sync"
 	"time"
 
-	"reduce/internal/reduction"
-	"reduce/shrink"
-
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
+
+	"reduce/fixtures"
+	"reduce/internal/reduction"
+	"reduce/shrink"
 )
 
 // Reporter tells a person at the terminal how the main job goes, and a
@@ -35,7 +37,8 @@ type Reporter struct {
 	start  time.Time
 
 	mu      sync.Mutex
-	enc     *json.Encoder
+	enc     *json.Encoder // into buf, escaped into stdout (Event)
+	buf     bytes.Buffer
 	bar     *progressbar.ProgressBar
 	phase   string
 	replays int
@@ -48,7 +51,7 @@ type Reporter struct {
 func New(stdout, stderr io.Writer, jsonLines, quiet bool) *Reporter {
 	p := &Reporter{stderr: stderr, stdout: stdout, json: jsonLines, quiet: quiet, start: time.Now()}
 	if jsonLines {
-		p.enc = json.NewEncoder(stdout)
+		p.enc = json.NewEncoder(&p.buf)
 		p.enc.SetEscapeHTML(false)
 	}
 	if f, ok := stderr.(*os.File); ok && !quiet && term.IsTerminal(int(f.Fd())) {
@@ -69,7 +72,7 @@ func New(stdout, stderr io.Writer, jsonLines, quiet bool) *Reporter {
 func (p *Reporter) Handle(ev reduction.Event) {
 	switch e := ev.(type) {
 	case *reduction.Log:
-		p.logf("%s", e.Text)
+		p.logf("%s", fixtures.Printable(e.Text)) // it may quote the file
 		return
 	case *reduction.PhaseStarted:
 		p.setPhase(string(e.Phase), e.Units)
@@ -89,7 +92,13 @@ func (p *Reporter) Event(v any) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_ = p.enc.Encode(v)
+	// A file's ids and texts as JSON escapes, the bidi overrides and C1
+	// controls included: the same values, nothing a terminal acts on, as
+	// inspect --json writes them.
+	p.buf.Reset()
+	if p.enc.Encode(v) == nil {
+		_, _ = p.stdout.Write(fixtures.EscapeJSON(p.buf.Bytes()))
+	}
 }
 
 // logf writes a line of progress on stderr, above the bar on a terminal.

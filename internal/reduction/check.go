@@ -3,6 +3,7 @@ package reduction
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"reduce/fixtures"
 	"reduce/internal/regress"
@@ -62,8 +63,14 @@ func CheckReplay(path string, b *fixtures.Batch, v replay.Verdict, level signatu
 }
 
 // WriteText writes c for a person: where it replayed, the signatures, the
-// verdict.
+// verdict; control characters escaped, as Result.WriteText escapes them.
 func (c Check) WriteText(w io.Writer) {
+	var b strings.Builder
+	c.writeText(&b)
+	io.WriteString(w, fixtures.PrintableLines(b.String()))
+}
+
+func (c Check) writeText(w io.Writer) {
 	fmt.Fprintf(w, "%s: replayed with %s on %s in %.3fs", c.File, c.Backend, c.Device, c.Seconds)
 	if c.JobID != "" {
 		fmt.Fprintf(w, " (slurm job %s on %s)", c.JobID, c.Node)

@@ -7,10 +7,9 @@ import (
 	"sync"
 
 	"reduce/internal/regress"
-	"reduce/shrink"
-
 	"reduce/internal/signature"
 	"reduce/replay"
+	"reduce/shrink"
 )
 
 // confirm replays the original Options.Confirm times, as trials 0, 1, ...
@@ -54,7 +53,7 @@ func (r *run) confirm(ctx context.Context) error {
 		switch {
 		case !signature.Failing(sig):
 		case a.outcome != shrink.Fail:
-			r.other(sig, v, nil)
+			r.other(sig, a.printed.Message, nil)
 		case fails > 0:
 			fails++
 		default:
@@ -69,17 +68,19 @@ func (r *run) confirm(ctx context.Context) error {
 			}
 			r.judge.Recorded = false
 			fails++
-			switch {
-			case r.batch.Error != nil && a.note == "":
+			if r.batch.Error != nil && a.note == "" {
 				r.message = signature.Message([]byte(r.batch.Error.Text), r.judge.Want)
-			case v != nil:
-				r.message = signature.Message(v.Result.Stderr, r.judge.Want)
+			} else {
+				// The replay's own failure is the one kept (judge.Want is
+				// sig): its line as printed, journaled with the answer.
+				r.message = a.printed.Message
 			}
 		}
-		if r.raised == nil && v != nil && r.batch.Op == "" && a.outcome == shrink.Fail {
+		if r.raised == nil && r.batch.Op == "" && a.outcome == shrink.Fail {
 			// Whose code raised the failure kept, for the report (a
-			// step's own check, or torch's): the replay's traceback says.
-			r.raised = signature.RaisedAt(v.Result.Stderr)
+			// step's own check, or torch's): the replay's traceback says,
+			// journaled with the answer.
+			r.raised = a.printed.Raised
 		}
 	}
 	r.logf("confirm: %d of %d replays reproduce %s", fails, n, r.judge.Want)

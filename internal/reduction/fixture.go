@@ -1,6 +1,7 @@
 package reduction
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -15,6 +16,7 @@ import (
 	"reduce/fixtures"
 	"reduce/internal/regress"
 	"reduce/internal/signature"
+	"reduce/internal/trust"
 	"reduce/kernels"
 	"reduce/replay"
 )
@@ -48,12 +50,116 @@ func (r *run) writeFixtures(found []Finding) ([]string, error) {
 			// of --out, never a fixture kept in silence.
 			return nil, errorf(ErrUsage, "%v: give another --out, or remove that directory", err)
 		}
+		if errors.Is(err, regress.ErrLink) {
+			return nil, errorf(ErrUsage, "%v", err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("write fixture under --out %s: %w", r.o.Out, err)
 		}
 		dirs[i] = dir
+		if r.o.Mine {
+			if err := signFixture(dir); err != nil {
+				r.logf("the fixture %s is not marked as yours (%v): its tests run what it names once you allow it, reduce trust %s",
+					dir, err, fixtures.ShellQuote(dir))
+			}
+		} else if f, err := regress.ReadFixture(dir); err == nil {
+			// Its batches carry what the batch names, which a fixture of
+			// the user's would run: a batch from elsewhere makes none.
+			if runs, err := f.Runs(); err == nil && len(runs) > 0 {
+				r.logf("the fixture %s is not marked as yours, its batch being from elsewhere: its tests run %s once you allow it, reduce trust %s",
+					dir, strings.Join(runs, "; "), fixtures.ShellQuote(dir))
+			}
+		}
 	}
 	return dirs, nil
+}
+
+// signFixture records the fixture in dir as the user's in their trust
+// store (Options.Mine), so that its tests run the step it names.
+func signFixture(dir string) error {
+	store, err := trust.DefaultStore()
+	if err != nil {
+		return err
+	}
+	f, err := regress.ReadFixture(dir)
+	if err != nil {
+		return err
+	}
+	_, err = f.Sign(store, trust.KindFixture)
+	return err
+}
+
+// failedHere makes sure that the minimal batch of every finding failed in
+// a replay of this run before its fixture is written: a fixture is the
+// failure shown, never an answer taken on trust (failsHere).
+func (r *run) failedHere(ctx context.Context, found []Finding) error {
+	for _, f := range found {
+		if err := r.failsHere(ctx, f.Batch, "the minimal batch"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// failsHere makes sure that b, built by run.build, failed in a replay of
+// this run. Without --resume every answer is this run's, and nothing is
+// replayed again. With it, a batch whose failing answer was read from the
+// journal is replayed now, its trials until one reproduces, uncounted (the
+// fixture counts the answers its reduction used, as an uninterrupted run
+// does), once: one that does not reproduce means that the journal's
+// answers do not hold (edited, or the step changed since), ErrResume, and
+// nothing is written; an interrupted run, which cannot replay, writes
+// nothing either, ErrInterrupted. what names b in messages.
+func (r *run) failsHere(ctx context.Context, b *fixtures.Batch, what string) error {
+	if !r.o.Resume {
+		return nil
+	}
+	r.mu.Lock()
+	key, c, done := r.built[b], r.cands[b], r.replayedAgain[r.built[b]]
+	r.mu.Unlock()
+	if c == nil {
+		return fmt.Errorf("%s was built by no candidate, so it cannot be replayed again", what)
+	}
+	trials := max(r.o.Trials, 1)
+	for t := range trials {
+		if sig, _, ok := r.journal.answerAt(key, t); ok && r.judge.Rule(sig).Outcome == signature.Reproduces {
+			done = done || !r.journal.resumedAt(key, t)
+			break
+		}
+	}
+	if done {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return errorf(ErrInterrupted, "interrupted before %s %s, whose failure the journal %s gave, was replayed in this run; nothing written: continue with --resume", what, key, r.journal.path)
+	}
+	var got []string
+	for t := 0; t < trials && !done; t++ {
+		v, err := r.be.Replay(ctx, c.view())
+		if ctx.Err() != nil {
+			return errorf(ErrInterrupted, "interrupted while replaying %s %s, whose failure the journal %s gave; nothing written: continue with --resume", what, key, r.journal.path)
+		}
+		if err != nil {
+			return fmt.Errorf("replay %s: %w", r.o.Source, err)
+		}
+		if err := r.guard(&v); err != nil {
+			return err
+		}
+		done = r.judge.Rule(v.Signature).Outcome == signature.Reproduces
+		got = append(got, v.Signature.String())
+	}
+	if !done {
+		return errorf(ErrResume, "--resume: journal %s: its answers do not hold: %s %s fails there, and replayed now it gave %s, not %s; nothing written: run without --resume (it starts afresh)",
+			r.journal.path, what, key, strings.Join(got, "; "), r.judge.Want)
+	}
+	r.mu.Lock()
+	if r.replayedAgain == nil {
+		r.replayedAgain = map[string]bool{}
+	}
+	r.replayedAgain[key] = true
+	r.mu.Unlock()
+	r.logf("resume: %s %s, failing in the journal, fails in a replay of this run too", what, key)
+	return nil
 }
 
 // removePartials removes, once a reduction has completed, the partial
@@ -254,10 +360,13 @@ func (r *run) environment(set replay.Settings) regress.RecordEnv {
 }
 
 // collectorError is bad usage of --out for a conftest.py there that is not
-// reduce's collector, else err.
+// reduce's collector, or is a symbolic link, else err.
 func collectorError(err error) error {
 	if errors.Is(err, regress.ErrForeignCollector) {
 		return errorf(ErrUsage, "--out: %v", err)
+	}
+	if errors.Is(err, regress.ErrLink) {
+		return errorf(ErrUsage, "%v", err)
 	}
 	return fmt.Errorf("write the collector under --out: %w", err)
 }

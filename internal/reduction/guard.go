@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"reduce/internal/regress"
 	"reduce/internal/signature"
 	"reduce/replay"
 )
@@ -31,7 +32,8 @@ const maxInfraRun = 5
 // lockOut creates --out where needed and takes its lock, so that a second
 // run on it stops at once (exit 2, naming the pid that holds it) rather
 // than rewrite the first's journal. release gives the lock back and
-// removes the file. Every --out problem is bad usage, ErrUsage. A
+// removes the file. Every --out problem is bad usage, ErrUsage, a lock
+// file that is a symbolic link too (never followed: regress.OpenNoFollow). A
 // filesystem without locks (NFS mounted nolock, some Lustre) runs unlocked,
 // with a note that says so.
 func lockOut(out string) (release func(), note string, err error) {
@@ -41,7 +43,10 @@ func lockOut(out string) (release func(), note string, err error) {
 	}
 	path := filepath.Join(out, lockName)
 	for range 10 {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		f, err := regress.OpenNoFollow(path, os.O_RDWR|os.O_CREATE, 0o644)
+		if errors.Is(err, regress.ErrLink) {
+			return nil, "", errorf(ErrUsage, "%v", err)
+		}
 		if err != nil {
 			return nil, "", errorf(ErrUsage, "--out %s: %v: %s", out, unwrapPath(err), fix)
 		}
@@ -92,13 +97,14 @@ func guardErrorf(format string, args ...any) error {
 	return &guardError{msg: fmt.Sprintf(format, args...)}
 }
 
-// same reports that the open file f is the file at path.
+// same reports that the open file f is the file at path (not a link to
+// it).
 func same(f *os.File, path string) bool {
 	a, err := f.Stat()
 	if err != nil {
 		return false
 	}
-	b, err := os.Stat(path)
+	b, err := os.Lstat(path)
 	return err == nil && os.SameFile(a, b)
 }
 

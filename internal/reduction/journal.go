@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"reduce/internal/regress"
 	"reduce/internal/signature"
 	"reduce/replay"
 )
@@ -19,8 +20,9 @@ import (
 // answered, by its description and trial, with the signature its replay
 // showed; in memory, and appended to a file as the answers come, one JSON
 // line each. An interrupted reduction keeps the file; --resume reads it
-// back, so that no candidate answered before is replayed again; a
-// reduction that completes removes it.
+// back, so that no candidate answered before is replayed again (but a
+// culprit set or a minimal batch whose failure only the journal showed,
+// once, failsHere); a reduction that completes removes it.
 //
 // The header line pins what the answers depend on (the file, the
 // backend's settings, trials, match level): a journal written under
@@ -36,12 +38,36 @@ type journal struct {
 	loaded  map[answerKey]bool // answers read from the file by --resume, not used yet
 }
 
-// journalAnswer is what a replay showed: its signature, and the worker's
+// journalAnswer is what a replay showed: its signature, the worker's
 // report (a built-in op's outputs, or its failure on the CPU), from which
-// the fixtures' expectations come.
+// the fixtures' expectations come, and what else the fixtures take from
+// its output (printed); resumed says it was read from the file, an answer
+// of an earlier run that this one did not replay.
 type journalAnswer struct {
-	sig    signature.Signature
-	report *replay.Report
+	sig     signature.Signature
+	report  *replay.Report
+	printed printed
+	resumed bool
+}
+
+// printed is what the reduction reads from a failing replay's output
+// besides its signature: the failure's line (signature.Message) and where
+// its exception was raised (signature.RaisedAt). It is journaled with the
+// answer, so that a resumed reduction, which has no output of the answers
+// it takes from the journal, writes the fixture an uninterrupted one
+// writes.
+type printed struct {
+	Message string           `json:"message,omitempty"`
+	Raised  *signature.Raise `json:"raised,omitempty"`
+}
+
+// printedOf is what v's output says besides its signature s; nothing for
+// a replay that passed.
+func printedOf(v *replay.Verdict, s signature.Signature) printed {
+	if v == nil || !signature.Failing(s) {
+		return printed{}
+	}
+	return printed{Message: signature.Message(v.Result.Stderr, s), Raised: signature.RaisedAt(v.Result.Stderr)}
 }
 
 type answerKey struct {
@@ -49,11 +75,12 @@ type answerKey struct {
 	trial int
 }
 
-// journalVersion 4: answers keyed by candidate description and trial, each
-// with the worker's report, from which the fixtures' expectations come; an
-// edit's description names its donors, and a step's dropped elements take
-// their values.
-const journalVersion = 4
+// journalVersion 5: answers keyed by candidate description and trial, each
+// with the worker's report, from which the fixtures' expectations come, and
+// what the fixtures read from the replay's output (printed); an edit's
+// description names its donors, and a step's dropped elements take their
+// values.
+const journalVersion = 5
 
 // journalHeader is the first line of a journal.
 type journalHeader struct {
@@ -72,6 +99,7 @@ type journalEntry struct {
 	Trial     int                 `json:"trial"`
 	Signature signature.Signature `json:"signature"`
 	Report    *replay.Report      `json:"report,omitempty"`
+	printed
 }
 
 // journalPath is where the journal of a reduction of the file with the
@@ -82,12 +110,16 @@ func journalPath(out, srcHash string) string {
 }
 
 // openJournal starts the journal at path. With resume it must exist, match
-// head, and its answers are loaded; without, any old one is replaced.
+// head, and its answers are loaded; without, any old one is replaced. A
+// symbolic link at path is bad usage, never followed.
 // replaced reports that a journal was there and was started afresh.
 func openJournal(path string, head journalHeader, resume bool) (j *journal, replaced bool, err error) {
 	j = &journal{path: path, answers: map[answerKey]journalAnswer{}, loaded: map[answerKey]bool{}}
 	head.Journal = journalVersion
 	if resume {
+		if err := regress.NoLink(path); err != nil {
+			return nil, false, errorf(ErrUsage, "%v", err)
+		}
 		data, err := os.ReadFile(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, false, errorf(ErrResume, "--resume: no journal at %s (it is kept when a reduction with the same --out is interrupted); run without --resume", path)
@@ -98,7 +130,7 @@ func openJournal(path string, head journalHeader, resume bool) (j *journal, repl
 		if err := j.load(data, head); err != nil {
 			return nil, false, errorf(ErrResume, "--resume: journal %s: %v", path, err)
 		}
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
+		f, err := regress.OpenNoFollow(path, os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			return nil, false, fmt.Errorf("--resume: %w", err)
 		}
@@ -113,13 +145,16 @@ func openJournal(path string, head journalHeader, resume bool) (j *journal, repl
 		j.f = f
 		return j, false, nil
 	}
-	if _, err := os.Stat(path); err == nil {
+	if _, err := os.Lstat(path); err == nil {
 		replaced = true
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, false, errorf(ErrUsage, "--out: %v: give a directory reduce can create and write", err)
 	}
-	f, err := os.Create(path)
+	f, err := regress.OpenNoFollow(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666) // os.Create, refusing a link
+	if errors.Is(err, regress.ErrLink) {
+		return nil, false, errorf(ErrUsage, "%v", err)
+	}
 	if err != nil {
 		return nil, false, errorf(ErrUsage, "--out %s: %v: give a directory reduce can create and write", filepath.Dir(path), unwrapPath(err))
 	}
@@ -167,7 +202,7 @@ func (j *journal) load(data []byte, head journalHeader) error {
 			return fmt.Errorf("line %d is not an answer", n)
 		}
 		k := answerKey{e.Key, e.Trial}
-		j.answers[k] = journalAnswer{e.Signature, e.Report}
+		j.answers[k] = journalAnswer{sig: e.Signature, report: e.Report, printed: e.printed, resumed: true}
 		j.loaded[k] = true
 	}
 	return sc.Err()
@@ -177,26 +212,25 @@ func (j *journal) load(data []byte, head journalHeader) error {
 // describes, if any: one of an earlier run (fromFile, the first time it
 // is used: the reduction counts it as resumed) or one of this run's (the
 // same candidate asked again, by another phase or another search).
-func (j *journal) lookup(key string, trial int) (s signature.Signature, ok, fromFile bool) {
+func (j *journal) lookup(key string, trial int) (a journalAnswer, ok, fromFile bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	k := answerKey{key, trial}
-	a, ok := j.answers[k]
-	s = a.sig
+	a, ok = j.answers[k]
 	if ok && j.loaded[k] {
 		delete(j.loaded, k)
 		fromFile = true
 	}
-	return s, ok, fromFile
+	return a, ok, fromFile
 }
 
 // record keeps an answer. A journal that cannot be written is not worth
 // stopping the reduction for: the answer is kept in memory.
-func (j *journal) record(key string, trial int, s signature.Signature, rep *replay.Report) {
-	line, err := json.Marshal(journalEntry{Key: key, Trial: trial, Signature: s, Report: rep})
+func (j *journal) record(key string, trial int, s signature.Signature, rep *replay.Report, p printed) {
+	line, err := json.Marshal(journalEntry{Key: key, Trial: trial, Signature: s, Report: rep, printed: p})
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.answers[answerKey{key, trial}] = journalAnswer{s, rep}
+	j.answers[answerKey{key, trial}] = journalAnswer{sig: s, report: rep, printed: p}
 	if j.f != nil && err == nil {
 		if _, err := j.f.Write(append(line, '\n')); err != nil {
 			j.f.Close()
@@ -212,6 +246,15 @@ func (j *journal) answerAt(key string, trial int) (signature.Signature, *replay.
 	defer j.mu.Unlock()
 	a, ok := j.answers[answerKey{key, trial}]
 	return a.sig, a.report, ok
+}
+
+// resumedAt says whether the answer kept for trial of the candidate key
+// describes is an earlier run's, read from the file: no replay of this
+// run showed it.
+func (j *journal) resumedAt(key string, trial int) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.answers[answerKey{key, trial}].resumed
 }
 
 // close ends the journal; remove deletes its file (the reduction

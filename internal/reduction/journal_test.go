@@ -26,9 +26,12 @@ func TestJournal(t *testing.T) {
 	// A built-in op's replay reports its outputs, or its failure on the CPU.
 	outputs := &replay.Report{Outputs: []replay.Output{{Name: "output", DType: "float32", Shape: []int64{}, Values: []float64{1.5}, Sum: 1.5, SumAbs: 1.5}}}
 	cpu := &replay.Report{CPU: &replay.CPUFailure{Exception: "IndexError", Message: "Target 4 is out of bounds."}}
-	j.record("{0-3}", 0, fail, cpu)
-	j.record("{0-1}", 0, pass, outputs)
-	j.record("{0-1}", 1, fail, nil)
+	// A failing replay's line and where it raised, which the fixtures
+	// read from its output, are kept with it.
+	said := printed{Message: "IndexError: Target 4 is out of bounds.", Raised: &signature.Raise{By: signature.RaisedByCode, File: "train.py", Function: "step"}}
+	j.record("{0-3}", 0, fail, cpu, said)
+	j.record("{0-1}", 0, pass, outputs, printed{})
+	j.record("{0-1}", 1, fail, nil, printed{})
 	_, rep, ok := j.answerAt("{0-1}", 0)
 	require.True(t, ok)
 	assert.Equal(t, outputs, rep, "a report is its trial's")
@@ -36,12 +39,13 @@ func TestJournal(t *testing.T) {
 	assert.Nil(t, rep)
 	// Answers of this run are found again, by key and trial, and are not
 	// counted as resumed.
-	s, ok, fromFile := j.lookup("{0-3}", 0)
+	a, ok, fromFile := j.lookup("{0-3}", 0)
 	require.True(t, ok)
 	assert.False(t, fromFile)
-	assert.Equal(t, fail, s)
-	s, _, _ = j.lookup("{0-1}", 1)
-	assert.Equal(t, fail, s, "each trial has its own answer")
+	assert.Equal(t, fail, a.sig)
+	assert.False(t, j.resumedAt("{0-3}", 0), "this run's answer")
+	a, _, _ = j.lookup("{0-1}", 1)
+	assert.Equal(t, fail, a.sig, "each trial has its own answer")
 	_, ok, fromFile = j.lookup("{0-3}", 1)
 	assert.False(t, ok, "trial 1 was never answered")
 	assert.False(t, fromFile, "nothing of this run is resumed")
@@ -53,11 +57,11 @@ func TestJournal(t *testing.T) {
 		defer j.close(false)
 		resumed := 0
 		lookup := func(key string, trial int) (signature.Signature, bool, bool) {
-			s, ok, fromFile := j.lookup(key, trial)
+			a, ok, fromFile := j.lookup(key, trial)
 			if fromFile {
 				resumed++
 			}
-			return s, ok, fromFile
+			return a.sig, ok, fromFile
 		}
 		s, ok, fromFile := lookup("{0-3}", 0)
 		require.True(t, ok)
@@ -65,6 +69,9 @@ func TestJournal(t *testing.T) {
 		assert.Equal(t, fail, s)
 		_, _, fromFile = lookup("{0-3}", 0)
 		assert.False(t, fromFile, "counted once")
+		a, _, _ := j.lookup("{0-3}", 0)
+		assert.Equal(t, said, a.printed, "what the replay printed is journaled with its answer")
+		assert.True(t, j.resumedAt("{0-3}", 0), "an earlier run's answer, used or not")
 		s, _, _ = lookup("{0-1}", 1)
 		assert.Equal(t, fail, s, "the answer of trial 1 maps back to trial 1")
 		s, _, _ = lookup("{0-1}", 0)
@@ -110,7 +117,7 @@ func TestJournal(t *testing.T) {
 		require.NoError(t, os.WriteFile(cut, append(data, []byte(`{"key":"{1}","trial":0,"sig`)...), 0o644))
 		j, _, err := openJournal(cut, head, true)
 		require.NoError(t, err)
-		j.record("{1}", 0, pass, nil)
+		j.record("{1}", 0, pass, nil, printed{})
 		j.close(false)
 		// The cut line was dropped, so the new answer is a line of its own.
 		j, _, err = openJournal(cut, head, true)

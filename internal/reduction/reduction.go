@@ -2,14 +2,10 @@ package reduction
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -18,6 +14,7 @@ import (
 	"reduce/fixtures"
 	"reduce/internal/regress"
 	"reduce/internal/signature"
+	"reduce/internal/trust"
 	"reduce/kernels"
 	"reduce/replay"
 	"reduce/shrink"
@@ -32,6 +29,12 @@ type Options struct {
 	// Out is the directory the fixtures and the journal are written under
 	// (--out).
 	Out string
+	// Mine says the recorded batch is the user's (internal/trust's Check):
+	// the fixtures written from it are recorded as theirs in the trust
+	// store, so that their tests run the step they name. A fixture of a
+	// batch from elsewhere is not: its tests run what it names once the
+	// user allows it (`reduce trust DIR`).
+	Mine bool
 	// Confirm is how many times the original is replayed before the
 	// reduction (default 2).
 	Confirm int
@@ -94,8 +97,9 @@ var (
 	// ErrInterrupted: ctx was canceled. When the Result has fixtures, the
 	// best result so far was written, marked partial.
 	ErrInterrupted = errors.New("interrupted")
-	// ErrResume: --resume cannot continue: no journal, or one written for
-	// another reduction.
+	// ErrResume: --resume cannot continue: no journal, one written for
+	// another reduction, or one whose answers do not hold (a failure it
+	// gives does not reproduce when replayed, failsHere).
 	ErrResume = errors.New("--resume")
 	// ErrUsage: bad input (a batch without samples, bad options).
 	ErrUsage = errors.New("bad input")
@@ -278,6 +282,9 @@ type run struct {
 	// (reportOf).
 	built map[*fixtures.Batch]string
 	cands map[*fixtures.Batch]*candidate // and the candidate itself (compileProbe)
+	// replayedAgain holds the candidates, by key, whose failure the journal
+	// gave and a replay of this run showed again (failsHere).
+	replayedAgain map[string]bool
 	// passed holds the recorded samples seen in a batch of whole samples
 	// that passed: values they hold are known to be no cause (outliers).
 	passed map[int64]bool
@@ -365,6 +372,11 @@ func run0(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) 
 		return nil, errorf(ErrUsage, "reduction: confirm %d, trials %d, jobs %d, max findings %d: want at least 1", o.Confirm, o.Trials, o.Jobs, o.MaxFindings)
 	case b.Samples == 0:
 		return nil, errorf(ErrUsage, "%s: the batch has no samples to reduce", o.Source)
+	}
+	if ctx.Err() != nil {
+		// Stopped before it started (a signal while the backend started):
+		// --out, and a journal there, are left as they were.
+		return nil, errorf(ErrInterrupted, "interrupted before the reduction started; nothing was written")
 	}
 	source, err := identify(o.Source)
 	if err != nil {
@@ -456,6 +468,10 @@ func run0(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) 
 			return nil, err
 		}
 		interrupted = ctx.Err() != nil
+	}
+	if err := r.failedHere(ctx, found); err != nil {
+		r.journal.close(false)
+		return nil, err
 	}
 	dirs, err := r.writeFixtures(found)
 	r.journal.close(err == nil && !interrupted)
@@ -561,6 +577,9 @@ type answered struct {
 	note    string
 	src     int
 	verdict *replay.Verdict // nil when the journal answered
+	// printed is what the replay's output said besides its signature,
+	// from the journal when it answered.
+	printed printed
 }
 
 // answer gives trial of candidate c: the journal's answer when it has one,
@@ -575,12 +594,12 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int, others bool) 
 	key := c.key(r.batch.Samples)
 	kt := keyWithTrial(key, trial)
 	a := answered{src: fromReplay}
-	s, ok, fromFile := r.journal.lookup(key, trial)
+	ja, ok, fromFile := r.journal.lookup(key, trial)
 	switch {
 	case ok && fromFile:
-		a.sig, a.src = s, fromJournal
+		a.sig, a.printed, a.src = ja.sig, ja.printed, fromJournal
 	case ok:
-		a.sig, a.src = s, fromCache
+		a.sig, a.printed, a.src = ja.sig, ja.printed, fromCache
 	default:
 		verdict, err := r.be.Replay(ctx, c.view())
 		if ctx.Err() != nil {
@@ -594,6 +613,7 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int, others bool) 
 			return answered{}, err
 		}
 		a.sig, a.verdict = verdict.Signature, &verdict
+		a.printed = printedOf(&verdict, a.sig)
 	}
 	// The judgement: the kept failure is Fail, no failure is Pass, and a
 	// different failure is Unresolved: it is counted, reported, and never
@@ -634,7 +654,7 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int, others bool) 
 		}
 		r.mu.Unlock()
 		if others && a.outcome == shrink.Unresolved {
-			r.other(a.sig, a.verdict, c.wholeSamples())
+			r.other(a.sig, a.printed.Message, c.wholeSamples())
 		}
 	}
 	r.mu.Lock()
@@ -656,7 +676,7 @@ func (r *run) answer(ctx context.Context, c *candidate, trial int, others bool) 
 	// Its effects wait before the journal holds it: another call that
 	// finds it there and is used applies them.
 	r.learn(ctx, kt, learned, true)
-	r.journal.record(key, trial, a.sig, verdict.Report)
+	r.journal.record(key, trial, a.sig, verdict.Report, a.printed)
 	ev := &Replayed{Event: "replay", Phase: phase, Key: kt, Size: c.size, Outcome: a.outcome,
 		Signature: a.sig, Seconds: verdict.Duration.Seconds()}
 	if verdict.Launcher != "" && verdict.Launcher != replay.LauncherLocal {
@@ -677,10 +697,10 @@ func (r *run) count(add func(*PhaseCount)) Phase {
 
 func keyWithTrial(key string, trial int) string { return fmt.Sprintf("%s#%d", key, trial) }
 
-// other counts a different failure met, v the replay that met it (nil
-// when the journal answered); failures that differ only in a number a
+// other counts a different failure met, message its line as the answer
+// printed it (printed.Message); failures that differ only in a number a
 // probe changed are one.
-func (r *run) other(s signature.Signature, v *replay.Verdict, rows []int64) {
+func (r *run) other(s signature.Signature, message string, rows []int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.phase == PhaseShape || r.phase == PhaseBoundary || r.phase == PhaseRange || r.phase == PhaseHistory {
@@ -695,8 +715,8 @@ func (r *run) other(s signature.Signature, v *replay.Verdict, rows []int64) {
 		o = &regress.OtherFailure{Signature: s}
 		r.others[key] = o
 	}
-	if o.Message == "" && v != nil {
-		o.Message = signature.Message(v.Result.Stderr, s)
+	if o.Message == "" {
+		o.Message = message
 	}
 	if o.Count == 0 && rows != nil {
 		var b strings.Builder
@@ -749,16 +769,8 @@ func volatileValues(b *fixtures.Batch) []string {
 	return signature.VolatileValues(out)
 }
 
-// hashFile is the hex SHA-256 of the file at path, read as a stream.
+// hashFile is the hex SHA-256 of the file at path (trust.Digest's).
 func hashFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	d, err := trust.Digest(path)
+	return strings.TrimPrefix(d, "sha256:"), err
 }

@@ -47,6 +47,9 @@ type stepBackend struct {
 	// cancel, when set, is called at the cancelAt-th replay.
 	cancel   func()
 	cancelAt int
+	// stderr, when set, is what the candidate's process printed (its
+	// verdict's Result.Stderr); step says the same in a signature.
+	stderr func(b *fixtures.Batch) []byte
 }
 
 func newStep(s step) *stepBackend {
@@ -82,7 +85,11 @@ func (s *stepBackend) Replay(ctx context.Context, v *fixtures.View) (replay.Verd
 	s.mu.Lock()
 	s.passed[key] = sig.Family == signature.FamilyPass
 	s.mu.Unlock()
-	return replay.Verdict{Signature: sig, Backend: s.settings.Kind, Device: "cpu"}, nil
+	verdict := replay.Verdict{Signature: sig, Backend: s.settings.Kind, Device: "cpu"}
+	if s.stderr != nil {
+		verdict.Result.Stderr = s.stderr(b)
+	}
+	return verdict, nil
 }
 
 // kernelStep runs the batch's built-in op on the CPU, in this process, and

@@ -183,6 +183,12 @@ func (r *run) reduceSet(ctx context.Context, set []int) (Finding, error) {
 		return Finding{}, err
 	}
 	f := Finding{Indices: set, IDs: r.idsOf(set), Batch: sub}
+	// Resumed, the set's failure may be the journal's alone: seen again
+	// before its elements are searched, so that a journal that does not
+	// hold is refused now rather than after the diagnoses.
+	if err := r.failsHere(ctx, sub, "the culprit set"); err != nil && ctx.Err() == nil {
+		return f, err
+	}
 	r.setPhase(PhaseNeighbours, int(r.batch.Samples)-len(set))
 	wrows, wb, err := r.without(ctx, set)
 	if err != nil || ctx.Err() != nil {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"reduce/fixtures"
 	"reduce/internal/regress"
 	"reduce/internal/signature"
 	"reduce/replay"
@@ -68,8 +69,16 @@ func (res *Result) Summary() Summary {
 
 // WriteText writes res for a person: the failure, the mode, each culprit
 // set with its diagnosis, the other failures, the replays; the fixture's
-// path is the last line.
+// path is the last line. Ids, names and texts come from the file (maybe
+// someone else's): every control character is printed escaped
+// (fixtures.PrintableLines), so that none drives the terminal.
 func (res *Result) WriteText(w io.Writer) {
+	var b strings.Builder
+	res.writeText(&b)
+	io.WriteString(w, fixtures.PrintableLines(b.String()))
+}
+
+func (res *Result) writeText(w io.Writer) {
 	if res.Message != "" {
 		fmt.Fprintf(w, "failure: %s\n", res.Message)
 	}

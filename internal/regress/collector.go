@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/google/renameio/v2"
+
+	"reduce/fixtures"
 )
 
 // CollectorFile is the file WriteCollector keeps at the root of the
@@ -31,12 +33,16 @@ var ErrForeignCollector = errors.New("a conftest.py that is not reduce's")
 
 // CheckCollector returns an error wrapping ErrForeignCollector when out
 // holds a conftest.py that reduce did not write; nil when it holds reduce's
-// (of any version) or none. The reduction checks it before any replay.
+// (of any version) or none; an error wrapping ErrLink when it is a
+// symbolic link. The reduction checks it before any replay.
 func CheckCollector(out string) error {
 	path := filepath.Join(out, CollectorFile)
-	f, err := os.Open(path)
+	f, err := OpenNoFollow(path, os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
+	}
+	if errors.Is(err, ErrLink) {
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("the collector %s: %w", path, err)
@@ -67,7 +73,7 @@ func WriteCollector(out string, src []byte) error {
 		return err
 	}
 	path := filepath.Join(out, CollectorFile)
-	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, src) {
+	if have, err := readNoFollow(path); err == nil && bytes.Equal(have, src) {
 		return nil
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
@@ -88,15 +94,20 @@ var ErrNotFixture = errors.New("not a regression fixture of this reduce")
 // the minimal batch guards the fix from then on. It reports whether the
 // status changed (false: it was fixed already). The status is no part of
 // the fixture's identity: its name stays right. The error wraps
-// ErrNotFixture for a directory without a fixture.json of RecordVersion.
+// ErrNotFixture for a directory without a fixture.json of RecordVersion,
+// ErrLink for a fixture.json that is a symbolic link (dir itself, as the
+// user named it, is followed).
 func MarkFixed(dir string) (bool, error) {
 	path := filepath.Join(dir, RecordFile)
-	data, err := os.ReadFile(path)
+	data, err := readNoFollow(path)
+	if errors.Is(err, ErrLink) {
+		return false, err
+	}
 	if err != nil {
 		if held, _ := filepath.Glob(filepath.Join(dir, "*", RecordFile)); len(held) > 0 {
 			// The folder of --out: the fixtures are its directories.
 			return false, fmt.Errorf("%s: %w: it holds fixtures, one per directory; name the one whose bug is fixed, such as reduce fixed %s",
-				dir, ErrNotFixture, ShellQuote(filepath.Dir(held[0])))
+				dir, ErrNotFixture, fixtures.ShellQuote(filepath.Dir(held[0])))
 		}
 		return false, fmt.Errorf("%s: %w (%v)", dir, ErrNotFixture, err)
 	}
@@ -110,7 +121,7 @@ func MarkFixed(dir string) (bool, error) {
 	}
 	if rec.Version != RecordVersion {
 		return false, fmt.Errorf("%s: %w (%s version %d, this reduce writes %d): regenerate it with `reduce --batch %s`",
-			dir, ErrNotFixture, RecordFile, rec.Version, RecordVersion, ShellQuote(rec.Source.File))
+			dir, ErrNotFixture, RecordFile, rec.Version, RecordVersion, fixtures.ShellQuote(rec.Source.File))
 	}
 	switch rec.Status {
 	case StatusFixed:

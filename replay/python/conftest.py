@@ -48,3 +48,14 @@ def without_source_lines(text):
     move between torch releases while the message stays: DefaultCPUAllocator's check is
     alloc_cpu.cpp:75 in torch 1.13 and alloc_cpu.cpp:127 in 2.15."""
     return None if text is None else re.sub(r"(\.(?:cpp|cu|h)):\d+\]", r"\1]", text)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def trust_store(tmp_path_factory):
+    """The tests' own trust store (REDUCE_TRUST_DIR), for the whole session so that it is in place
+    before any fixture records (a module's, too): what the recorder or reduce records as the user's
+    stays in the tests, and nothing a test writes becomes the machine's user's."""
+    store = tmp_path_factory.mktemp("trust")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("REDUCE_TRUST_DIR", str(store))
+        yield store

@@ -16,7 +16,7 @@ import sys
 import time
 import zlib
 
-__version__ = "0.20.0"  # reduce's version (replay.Version), which printed this file
+__version__ = "0.21.0"  # reduce's version (replay.Version), which printed this file
 __all__ = ["DTYPES", "FORMAT_VERSION", "Batch", "BatchFileError", "State", "load", "read_manifest", "read_raw",
            "record_on_failure", "record_trainer", "save"]
 FORMAT_VERSION = 3  # reads 1 to 3; writes 1 for a flat dict of tensors without step, state or padding, 3 for a window
@@ -314,7 +314,11 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
     _need(len(mbytes := encode_manifest(manifest)) <= MAX_MANIFEST, ValueError, "manifest: %d bytes, at most %d are "
           "allowed", len(mbytes), MAX_MANIFEST)
     head = _HEADER.pack(MAGIC, version, 0, len(mbytes), zlib.crc32(mbytes) & 0xFFFFFFFF, 0) + mbytes
-    _atomic_write(os.fspath(path), [head + bytes(_align(len(head)) - len(head))] + blobs)  # the payloads start at P
+    digest = _atomic_write(os.fspath(path), [head + bytes(_align(len(head)) - len(head))] + blobs)  # payloads at P
+    try:  # the file is the user's, so that reduce runs the step it names, with no flag
+        _sign(path, digest)
+    except OSError as e:  # the recording is kept all the same
+        notes.append(f"{path}: not marked as yours in {trust_dir()} ({e}): reduce asks you to `reduce trust` it")
     for note in notes if _failed != "kept" else ():  # a batch kept before its step is saved quietly
         _warn(note)
     if "state" in manifest and _failed != "kept":
@@ -333,13 +337,15 @@ def _replace_leaves(node, by_name):
             node["items"][i] = by_name[c["name"]]
         else:
             _replace_leaves(c, by_name)
-def _atomic_write(path, chunks):
-    directory = os.path.dirname(os.path.abspath(path))
+def _atomic_write(path, chunks):  # returns the SHA-256 of the bytes written, "sha256:<hex>"
+    directory, digest = os.path.dirname(os.path.abspath(path)), importlib.import_module("hashlib").sha256()
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(8).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.writelines(chunks)
+            for chunk in chunks:
+                digest.update(chunk)
+                f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -350,6 +356,20 @@ def _atomic_write(path, chunks):
     with contextlib.suppress(OSError):  # make the rename durable; not possible everywhere (Windows)
         os.fsync(dfd := os.open(directory, os.O_RDONLY))
         os.close(dfd)
+    return "sha256:" + digest.hexdigest()
+_signed = {}  # path -> the digest save() recorded as the user's for the file it wrote there (keep="disk" forgets it)
+def trust_dir():  # the user's trust store, where what their recorder writes is theirs (internal/trust: DefaultStore)
+    env, xdg, home = (os.environ.get(k, "") for k in ("REDUCE_TRUST_DIR", "XDG_DATA_HOME", "HOME"))
+    d = env or os.path.join(xdg if os.path.isabs(xdg) else os.path.join(home, ".local", "share"), "reduce", "trusted")
+    _need(os.path.isabs(d), OSError, "no trust store: set REDUCE_TRUST_DIR (or HOME) to an absolute path")
+    return d
+def _sign(path, digest=None):  # README, "A batch file from someone else"; without a digest, forget path's
+    if digest is None:  # keep="disk": the batch kept for a step that ended goes, and its entry with it
+        return os.unlink(os.path.join(trust_dir(), _signed.pop(os.path.abspath(path))[7:] + ".json"))
+    os.makedirs(trust_dir(), 0o700, exist_ok=True)
+    entry = {"digest": digest, "kind": "recording", "path": os.path.abspath(path)}
+    _atomic_write(os.path.join(trust_dir(), digest[7:] + ".json"), [json.dumps(entry).encode()])
+    _signed[entry["path"]] = digest
 def _is_scalar(v): return isinstance(v, _SCALARS) and not (isinstance(v, float) and not math.isfinite(v))
 def _type_path(obj):  # module:qualname, each part as _CLASS_RE reads it ("f.<locals>.Rec": "f._locals_.Rec")
     t = obj if isinstance(obj, type) else type(obj)
@@ -905,7 +925,10 @@ class record_on_failure:
         return self
     def __exit__(self, exc_type, exc, tb):
         if exc is None or not isinstance(exc, Exception):
-            _ = self.keep and os.path.lexists(self.kept) and os.unlink(self.kept)
+            if self.keep and os.path.lexists(self.kept):
+                os.unlink(self.kept)
+                with contextlib.suppress(OSError, KeyError):
+                    _sign(self.kept)
             return False  # KeyboardInterrupt, SystemExit, GeneratorExit: nothing to record
         if os.environ.get("REDUCE_REPLAY"):  # recording would write over the very batch being reduced
             _warn(f"not recording to {self.path}: this is a replay of reduce's (REDUCE_REPLAY is set)")

@@ -1,4 +1,4 @@
-# reduce collector 0.20.0: written by reduce at the root of its --out, and rewritten by it: do not edit.
+# reduce collector 0.21.0: written by reduce at the root of its --out, and rewritten by it: do not edit.
 """The regression fixtures' test side, and the runtime that replays a recorded batch outside reduce.
 
 Under pytest, this file (the conftest.py that reduce writes at the root of `--out`, by default
@@ -40,7 +40,7 @@ try:
 except ImportError:  # reduce's worker: the runtime, without the collector
     pytest = None
 
-__version__ = "0.20.0"  # reduce's version (replay.Version)
+__version__ = "0.21.0"  # reduce's version (replay.Version)
 RECORD_VERSION = 2  # the fixture.json layout this collector reads (regress.RecordVersion)
 
 # The runtime by its name, wherever this file was imported from (a conftest.py): a recorded step that
@@ -219,10 +219,11 @@ def _step_paths(step, tree=None):
     """(folders, cwd): the folders the recorded step is imported from, first first (the root of
     its module's package, the folder of its file for a top-level module; then the working
     directory it ran in, as when the user ran their script), and that working directory. With a
-    tree to trust (step_check's) that holds the step's file at the place it had in the recorded
-    checkout (_checkout_move: another checkout of the repository, whose code is the one under
-    test), every recorded folder moves into the tree and one outside the recorded checkout is
-    left out; a tree that does not hold it leaves them as recorded, for step_check to refuse."""
+    tree (step_check's: the worker's working directory, pytest's root directory) that holds the
+    step's file at the place it had in the recorded checkout (_checkout_move: another checkout of
+    the repository, whose code is the one under test), every recorded folder moves into the tree
+    and one outside the recorded checkout is left out; a tree that does not hold it leaves them as
+    recorded."""
     folders, cwd = [], step.get("cwd") or None
     f, mod = step.get("file"), step.get("module", "")
     rels = [os.path.basename(f)] if f and mod == "__main__" else _module_rels(mod)
@@ -305,9 +306,10 @@ def _script(path, tree=None, within=None):
     return path
 
 
-# Set by reduce's worker (unless --trust-step) and by the collector: step_check(step, target, what)
-# raises HarnessError for a recorded step (or class) it does not trust, before resolve_step imports
-# anything for it (StepTrust).
+# Set by reduce's worker and by the collector: step_check(step, target, what) raises HarnessError for
+# a recorded step (or class) of a file that is not the user's, before resolve_step imports anything
+# for it (Trust). None: the caller's own call (reduce_collect.replay), which trusts as given; a
+# function of reduce's own is refused all the same.
 step_check = None
 
 
@@ -317,6 +319,8 @@ def resolve_step(step, chdir=False, what="step"):
     imported by name, or from its file when it was defined in the script that was run. Raises
     HarnessError naming the module and the sys.path tried. `what` names it in errors (a
     LightningModule class is resolved the same way)."""
+    if step_check is not None and not step_check.mine:  # refused before a folder goes on sys.path or is made current
+        step_check(step, "{}:{}".format(step.get("module"), step.get("qualname")), what)
     tree = getattr(step_check, "tree", None)
     paths, cwd = _step_paths(step, tree)
     for d in reversed(paths):
@@ -334,6 +338,9 @@ def resolve_step(step, chdir=False, what="step"):
         target = "{}:{}".format(step["module"], step["qualname"])
     if step_check is not None:
         step_check(step, target, what)
+    elif reduce_own(step, target):
+        raise HarnessError(f"the recorded {what} {target} is not run: {reduce_own(step, target)}, and reduce's own "
+                           "functions are never a step")
     try:
         return resolve_entry(target)
     except HarnessError as e:
@@ -346,58 +353,207 @@ def resolve_step(step, chdir=False, what="step"):
         raise HarnessError("the recorded {} {}: {}".format(what, target, why.replace("(sys.path: ", "(sys.path tried: ")))
 
 
-class StepTrust:
-    """step_check of reduce's worker without --trust-step, and of the collector (its tree pytest's
-    root directory): a recorded step (or class) is
-    imported only when every file whose code its import would run (its module's, and its
-    parent packages' __init__.py) lies under `tree` (the worker's working directory when it
-    started: reduce's, the user's repository) and is not a standard-library or installed module
-    (site-packages or dist-packages, the interpreter's stdlib or prefix, a built-in or frozen
-    module). The files are found as the import would find them (sys.modules, then the finders of
-    sys.meta_path over the sys.path resolve_step set up) without running any of them. A module
-    that is not found is let through: its import fails by itself, and runs nothing.
-    reduce_hooks' steps beside this file are reduce's own (the worker's copy); the class one
-    rebuilds comes through resolve_class."""
+class Trust:
+    """step_check: what a recording (or a fixture) may run of what it names. `mine`: the file is
+    the user's (trusted: reduce's worker is told so by reduce, which decided, internal/trust; the
+    collector decides per fixture, Fixture.trust), else `why` says why not and how to allow it.
+    Never a function of reduce's own (reduce_own), the user's file or not. `tree` is where the
+    recorded folders of a step from another checkout move to (_step_paths): the worker's working
+    directory, pytest's root directory."""
 
-    def __init__(self, tree, runner="reduce"):
-        self.tree = os.path.realpath(tree)
-        self.runner = runner  # "reduce" (the worker) or "pytest" (the collector): who says no
+    def __init__(self, tree, mine=False, why="", runner="reduce"):
+        self.tree, self.mine, self.why, self.runner = os.path.realpath(tree), mine, why, runner
 
     def __call__(self, step, target, what):
-        hooks = getattr(sys.modules.get("reduce_hooks"), "__file__", None)
-        if step.get("module") == "reduce_hooks" and step.get("qualname") in _HOOK_STEPS and hooks and \
-                os.path.dirname(os.path.abspath(hooks)) == os.path.dirname(os.path.abspath(__file__)):
+        if not self.mine:  # decided first: nothing the step names is looked at, not even its file
+            raise HarnessError(f"the recorded {what} {_printable(target)} is not run: "
+                               f"{self.why or 'the file is not yours'}")
+        own = reduce_own(step, target)
+        if own:
+            raise HarnessError(f"the recorded {what} {_printable(target)} is not run: {own}, and reduce's own "
+                               "functions are never a step (a file naming one would have reduce call it with the "
+                               "file's data): the file is damaged or was made to do so")
+        if self.runner != "pytest" or (step.get("module") == "reduce_hooks" and step.get("qualname") in _HOOK_STEPS):
             return
-        if step.get("module") == "__main__":
-            files = [("its script", target.rpartition(":")[0])]
-        else:
-            files = _module_files(step.get("module", ""))
-        for name, origin in files:
-            why = self.untrusted(origin)
-            if why and self.runner == "pytest":
-                raise HarnessError(
-                    f"the recorded {what} {target} is not replayed: {name} ({origin}) {why}. A fixture replays "
-                    "its recorded step only from a file of the repository under test (pytest's root directory) "
-                    "that is not installed, since a fixture may come from someone else: run pytest in the "
-                    "repository that holds the step")
-            if why:
-                raise HarnessError(
-                    f"the recorded {what} {target} is not replayed: {name} ({origin}) {why}. reduce replays a "
-                    "recorded step only from a file under the directory it runs in that is not installed, since a "
-                    "batch file may come from someone else: to replay it anyway, give --trust-step; or replay a "
-                    "step of yours with --entry MODULE:FUNCTION")
+        # Not trust: a fixture tests the repository pytest runs in, not another checkout of it
+        # (_step_paths moved the recorded folders into it where it holds the step).
+        mod = step.get("module", "")
+        for name, origin in [("its script", target.rpartition(":")[0])] if mod == "__main__" else _module_files(mod):
+            real = os.path.realpath(origin) if origin and os.path.isabs(origin) else None
+            if real and not _under(real, self.tree) and not _installed(real, self.tree):
+                raise HarnessError(_printable(
+                    f"the recorded {what} {target} is not run here: {name} ({origin}) lies outside {self.tree}, "
+                    "pytest's root directory: a fixture tests the repository it is run in; run pytest at the root of "
+                    "the repository that holds the step (or give it --rootdir=THAT_ROOT)"))
 
-    def untrusted(self, origin):
-        """Why a module's file is not to be run, or None."""
-        if origin in ("built-in", "frozen") or not origin or not os.path.isabs(origin):
-            return "is a built-in or frozen module" if origin in ("built-in", "frozen") else "has no file"
-        real = os.path.realpath(origin)
-        if _installed(real, self.tree):
-            return "is a standard-library or installed module"
-        if not _under(real, self.tree):
-            where = "pytest's root directory" if self.runner == "pytest" else "the directory reduce runs in"
-            return f"lies outside {self.tree}, {where}"
+
+def reduce_own(step, target=None):
+    """Why the recorded step ({module, qualname, file}) is one of reduce's own functions, or None:
+    its module is one of reduce's (the last part of its dotted name: a vendored copy in a package
+    too), or the file its name resolves to (target's, or the module's as the import would find it)
+    is named after one or begins as one of reduce's files do. reduce_hooks' steps, named by that
+    module, are steps (the worker's copy replays them). trust.OwnStep is Go's side."""
+    mod, qual = str(step.get("module") or ""), str(step.get("qualname") or "")
+    if mod == "reduce_hooks" and qual in _HOOK_STEPS:
         return None
+    if mod.rpartition(".")[2] in _OWN_MODULES:
+        return f"its module {mod} is reduce's own"
+    files = [step.get("file")] + ([target.rpartition(":")[0]] if target and mod == "__main__" else []) + [
+        origin for _, origin in (_module_files(mod) if mod and mod != "__main__" else ())]
+    for f in [f for f in files if f and os.path.isabs(f)]:
+        if os.path.splitext(os.path.basename(f))[0] in _OWN_MODULES:
+            return f"its file {_printable(os.path.basename(f))} is reduce's own"
+        if _head(f).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(_OWN_MARKS):
+            return f"its file {_printable(f)} is a copy of one of reduce's"
+    return None
+
+
+def _head(path, n=256):
+    """The first n bytes of a regular file, b"" of anything else: opened without blocking and never
+    through a link (a file names the path, which may be a FIFO or a terminal)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return b""
+    with os.fdopen(fd, "rb") as f:
+        return f.read(n) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+
+
+def _printable(s):
+    """s with every character that could drive a terminal or reorder the text around it (C0 and C1
+    controls, DEL, the bidirectional controls, the line and paragraph separators) escaped, as
+    fixtures.Printable does: a file's text in a message."""
+    return _CONTROLS.sub(lambda m: repr(m.group())[1:-1] if m.group() in "\t\n\r" else
+                         f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x80 else f"\\u{ord(m.group()):04x}", str(s))
+
+
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+
+
+_OWN_MODULES = ("reduce_batch", "reduce_hooks", "reduce_collect", "reduce_replay")  # trust.OwnModules
+_OWN_MARKS = (b'"""Record a failing PyTorch batch for `reduce`', b'"""Framework hooks for `reduce`',
+              b"# reduce collector ", b'"""The replay worker and fork server of reduce\'s torch backend')
+
+
+def _open_status(data):
+    """A fixture record's bytes with its first "status": "fixed" read as "status": "open": the
+    status decides nothing that runs, and marking a fixture fixed (by hand, or `reduce fixed`)
+    keeps it the user's (trust.openStatus)."""
+    return re.sub(rb'"status"[ \t\n\r]*:[ \t\n\r]*"fixed"', b'"status": "open"', data, count=1)  # JSON's white space
+
+
+def file_digest(path):
+    """The SHA-256 of the file's bytes, as "sha256:<hex>"; of a fixture's record, with its
+    status open (trust.Digest)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        if os.path.basename(path) == "fixture.json":
+            h.update(_open_status(f.read()))
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return "sha256:" + h.hexdigest()
+
+
+def stored(digest):
+    """The user's trust store's entry for digest (reduce_batch.trust_dir: what their recorder, their
+    reduce or `reduce trust` recorded as theirs), or None: an entry is a regular file, never a link,
+    whose JSON names that digest (trust.Store.Lookup)."""
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest or "") or not hasattr(reduce_batch, "trust_dir"):
+        return None  # (a reduce_batch.py older than the store keeps none: Fixture.trust says so)
+    try:
+        path = os.path.join(reduce_batch.trust_dir(), digest[len("sha256:"):] + ".json")
+    except OSError:  # no store: no HOME
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            entry = json.loads(f.read(1 << 20))
+        except ValueError:
+            return None
+    return entry if isinstance(entry, dict) and entry.get("digest") == digest else None
+
+
+def _git(cwd, *args, why=None):
+    """git's output, run read-only in cwd (no optional locks, no prompt, no filesystem monitor: a
+    repository's config may name one, and it would run), or None when it fails; why (a list)
+    receives git's reason then."""
+    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+    try:
+        p = subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", cwd, *args], capture_output=True, env=env,
+                           timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        p = subprocess.CompletedProcess(args, 1, b"", str(e).encode())
+    if p.returncode != 0 and why is not None:
+        why.append((p.stderr.decode("utf-8", "replace").strip().splitlines() or [f"exit {p.returncode}"])[0])
+    return p.stdout if p.returncode == 0 else None
+
+
+def committed(root, path, digest):
+    """(repository, whether the file at path is committed with its bytes (a fixture's record, its
+    status aside) at HEAD of the git repository whose work tree holds root (never one found from
+    the file's own folder, which may carry a .git of its own), a Git LFS pointer naming its digest
+    too, and why not); trust.Committed. Without a repository, git's reason stands for it."""
+    import hashlib
+
+    top = _git(root, "rev-parse", "--show-toplevel", why=(reason := []))
+    if top is None:  # in none, or one git refuses (another user's: safe.directory)
+        return "".join(reason), False, ""
+    top = os.fsdecode(top.rstrip(b"\n"))
+    real_top, real = os.path.realpath(top), os.path.realpath(path)
+    if not _under(real, real_top):
+        return top, False, "the file lies outside it"
+    rel = os.path.relpath(real, real_top).replace(os.sep, "/")
+    out = _git(real_top, "ls-tree", "-z", "-l", "--full-tree", "HEAD", "--", rel)
+    meta = (out or b"").split(b"\0")[0].partition(b"\t")[0].split()
+    obj = meta[2].decode("ascii", "replace") if len(meta) == 4 else ""
+    h = {40: hashlib.sha1, 64: hashlib.sha256}.get(len(obj))
+    if meta[1:2] != [b"blob"] or meta[0] not in (b"100644", b"100755") or h is None:
+        return top, False, "not at its HEAD"
+    h = h(b"blob %d\0" % os.path.getsize(real))
+    with open(real, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    if h.hexdigest() == obj:
+        return top, True, ""
+    if os.path.basename(real) == "fixture.json":  # its status aside (file_digest)
+        blob = _git(real_top, "cat-file", "blob", obj)
+        if blob is not None and "sha256:" + hashlib.sha256(_open_status(blob)).hexdigest() == digest:
+            return top, True, ""
+    pointer = _git(real_top, "cat-file", "blob", obj) if meta[3].isdigit() and int(meta[3]) <= 1024 else None
+    lines = (pointer or b"").decode("ascii", "replace").splitlines()
+    if lines[:1] and lines[0].startswith("version https://git-lfs.github.com/spec/") and f"oid {digest}" in lines:
+        return top, True, ""
+    return top, False, "changed since its HEAD"
+
+
+def trusted(path, root):
+    """(mine, how): whether the file at path, of a fixture directory, is the user's, so that the
+    fixture runs what it names (the README's "A batch file from someone else"): its bytes in their
+    trust store (stored), or committed with these bytes in the git repository that root lies in
+    (committed); `how` says which, or why not. internal/trust's Check is Go's side. A batch file
+    is the store's alone (trust.Of, replay)."""
+    digest = file_digest(path)
+    entry = stored(digest)
+    if entry is not None:
+        return True, {"recording": "written by your recorder", "fixture": "written by your reduce",
+                      "allowed": "allowed with reduce trust"}.get(entry.get("kind"), "in your trust store")
+    repo, ok, why = committed(root, path, digest)
+    if ok:
+        return True, f"committed in {repo}"
+    where = f"not committed in {repo} ({why})" if os.path.isabs(repo or "") else \
+        f"not committed in a git repository of {root} (git: {repo or 'not found'})"
+    try:
+        store = f"not in your trust store ({reduce_batch.trust_dir()})"
+    except OSError as e:
+        store = str(e)
+    return False, f"{store}; {where}"
 
 
 _HOOK_STEPS = ("lightning_step", "trainer_step")  # reduce_hooks' steps, each with its `rebuilds` kind
@@ -415,11 +571,11 @@ _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
 def resolve_class(entry, kind):
     """The class a step of reduce_hooks rebuilds (recorded as a step entry: {module, qualname,
     file, cwd}), returned only when it is what that step expects (kind, a key of _CLASS_KINDS): a
-    subclass of the kind's base class, defined in the user's tree (step_check's, as resolve_step
-    imports a step; any file under --trust-step) or, where the kind names one, in that installed
-    package (transformers and its submodules, every file the import runs found installed before
-    any runs). issubclass is checked after the import and before anything instantiates it: a
-    batch file names the class, and may come from someone else. HarnessError otherwise."""
+    subclass of the kind's base class, named by a file that is the user's (step_check, as
+    resolve_step imports a step), defined in their code or, where the kind names one, in that
+    installed package (transformers and its submodules, every file the import runs found installed
+    before any runs, never a folder of that name). issubclass is checked after the import and
+    before anything instantiates it. HarnessError otherwise."""
     import importlib
 
     what, packages, base_name, installed = _CLASS_KINDS[kind]
@@ -433,6 +589,8 @@ def resolve_class(entry, kind):
     if not (_DOTTED.match(mod) and _DOTTED.match(qual)):
         raise HarnessError(f"the recorded {what} {target!r} is not a module:qualname of Python names: the file is "
                            "damaged or was not written by reduce_hooks")
+    if step_check is not None:
+        step_check(entry, target, what)  # the user's file, and no function of reduce's
     if installed and (mod == installed or mod.startswith(installed + ".")):
         files = _module_files(mod)
         if not files:
@@ -440,11 +598,11 @@ def resolve_class(entry, kind):
                                f"import: install it (pip install {installed}), or replay with --python naming the "
                                "interpreter that recorded the batch")
         for name, origin in files:
-            if step_check is not None and origin not in ("built-in", "frozen") and not (
+            if origin not in ("built-in", "frozen") and not (
                     origin and os.path.isabs(origin) and _installed(os.path.realpath(origin), tree)):
-                raise HarnessError(f"the recorded {what} {target} is not replayed: {name} ({origin}) is not the "
-                                   f"installed {installed}, which alone is trusted under that name; to replay it "
-                                   "anyway, give --trust-step")
+                raise HarnessError(f"the recorded {what} {target} is not run: {name} ({origin}) is not the "
+                                   f"installed {installed}, which alone is taken under that name: rename the folder "
+                                   "that shadows it")
         try:
             cls = resolve_entry(target)
         except HarnessError as e:
@@ -453,7 +611,7 @@ def resolve_class(entry, kind):
         cls = resolve_step(entry, what=what)
     bases = []
     for p in packages:  # the installed package's base class, not one of a folder of the same name
-        if step_check is not None and not all(origin in ("built-in", "frozen") or _installed(
+        if not all(origin in ("built-in", "frozen") or _installed(
                 os.path.realpath(origin), tree) for _, origin in _module_files(p) if origin):
             continue
         try:
@@ -466,7 +624,7 @@ def resolve_class(entry, kind):
         raise HarnessError(f"the recorded {what} {target} is a {base_name}, and {sys.executable} cannot import "
                            f"{' or '.join(packages)}: install it")
     if not (isinstance(cls, type) and issubclass(cls, tuple(bases))):
-        raise HarnessError(f"the recorded {what} {target} is not replayed: it is not a {base_name} subclass, the only "
+        raise HarnessError(f"the recorded {what} {target} is not run: it is not a {base_name} subclass, the only "
                            f"kind of class reduce_hooks' step rebuilds from a file (which may come from someone "
                            f"else); a file written by reduce_hooks names the model it trained")
     return cls
@@ -726,9 +884,19 @@ def replay(path, device="cpu", entry=None, step=None):
     it, step(batch, state) with a recorded state), or else its op through run_op; then
     synchronize the device. Returns the output; a failure of the step is the exception it
     raises, HarnessError when the batch cannot run. After a device-side assert the process's
-    CUDA context is unusable: run_in_child replays in a child process."""
-    batch, fn = load_candidate(path, device, entry, step)
-    return run_loaded(batch, fn, device)
+    CUDA context is unusable: run_in_child replays in a child process. The step a file records runs
+    only where the file is the user's (its bytes in their trust store, as `reduce --batch` decides:
+    trust.Of), and never a function of reduce's own; an entry or step given is the caller's own."""
+    global step_check
+    old = step_check
+    if entry is None and step is None:
+        step_check = Trust(os.getcwd(), stored(file_digest(path)) is not None,
+                           "not in your trust store: reduce trust FILE allows it, once you have read what it runs")
+    try:
+        batch, fn = load_candidate(path, device, entry, step)
+        return run_loaded(batch, fn, device)
+    finally:
+        step_check = old
 
 
 # Device memory (--device-memory) ---------------------------------------------------------------
@@ -838,8 +1006,8 @@ sys.path[:0] = [sys.argv[1], os.getcwd()]
 spec = importlib.util.spec_from_file_location("reduce_collect", sys.argv[2])
 rc = sys.modules["reduce_collect"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rc)
-rc.step_check = rc.StepTrust(os.environ["REDUCE_STEP_ROOT"], "pytest") if os.environ.get("REDUCE_STEP_ROOT") else None
-rc._child_replay(*sys.argv[3:])
+rc.step_check = rc.Trust(sys.argv[3], sys.argv[4] == "mine", sys.argv[5], "pytest") if sys.argv[3] else None
+rc._child_replay(*sys.argv[6:])
 """
 
 
@@ -937,11 +1105,12 @@ def run_in_child(path, device="cpu", entry=None, device_memory=0, timeout=900, s
     resolve). `seed` seeds torch's generators before the step, as reduce's --seed does. The child
     runs with REDUCE_REPLAY=1, as reduce's replays do: a record_on_failure in the step records
     nothing there."""
+    trust = [getattr(step_check, "tree", ""), "mine" if getattr(step_check, "mine", False) else "",
+             getattr(step_check, "why", "")]  # the child trusts what this process does
     cmd = [sys.executable, "-c", _CHILD_CODE, os.path.dirname(os.path.abspath(reduce_batch.__file__)),
-           os.path.abspath(__file__), os.path.abspath(os.fspath(path)), str(device), entry or "",
+           os.path.abspath(__file__), *trust, os.path.abspath(os.fspath(path)), str(device), entry or "",
            str(int(device_memory or 0)), "" if seed is None else str(int(seed))]
-    env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1", AMD_SERIALIZE_KERNEL="3", REDUCE_REPLAY="1",
-               REDUCE_STEP_ROOT=getattr(step_check, "tree", ""))  # the child trusts what this process does
+    env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1", AMD_SERIALIZE_KERNEL="3", REDUCE_REPLAY="1")
     # A session of its own: a timeout kills the child with whatever it started (loader workers).
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                          start_new_session=True)
@@ -1377,7 +1546,8 @@ def _failure_class(name):
         return ChildFailure
     cls = _exception_class(name)
     if cls is None:
-        raise ImportError(f"cannot import the recorded exception class {name} (is its module on sys.path?)")
+        raise ImportError(f"cannot import the recorded exception class {_printable(name)} (is its module on "
+                          "sys.path?)")
     return cls
 
 
@@ -1438,6 +1608,10 @@ def _shell_script(argv):
     if name == "busybox" and len(argv) > 1 and argv[1] in _SHELLS:
         name, start = argv[1], 2
     if name not in _SHELLS:
+        first = next((i for i, a in enumerate(argv) if "{batch}" in a), 0)
+        if name in _OTHER_SHELLS and first > 1 and argv[first - 1].startswith("-"):  # in the script -c and the like give
+            raise ValueError(f"{name} is no POSIX shell, and reduce quotes {{batch}} for a POSIX shell only: write "
+                             "the command as sh -c '...'")
         _nested_shell(argv)
         return -1
     c, i = False, start
@@ -1466,6 +1640,10 @@ def _shell_script(argv):
                                  f"the script (sh -c 'set {a[0]}{letter}; ...'), or drop it")
         i += 1
     return i if c and i < len(argv) else -1
+
+
+# Shells whose quoting is not POSIX's: a command of theirs holding {batch} is refused (exec.go's otherShells).
+_OTHER_SHELLS = ("csh", "tcsh", "fish", "rc", "es", "nu", "pwsh", "powershell", "xonsh", "elvish", "cmd", "cmd.exe")
 
 
 def _nested_shell(argv):
@@ -1497,6 +1675,42 @@ HOW_TO_LOADER = ("this test checks the batches your DataLoader yields: define on
                  "batch_size=..., collate_fn=...)  # as training builds it")
 
 
+# The message patterns reduce writes (regress.messagePattern): up to 16 words of 3 to 64 letters
+# joined by .*?, or the one of an out-of-memory failure; no other regular expression of a file is run.
+_WORDS_PATTERN = re.compile(r"[A-Za-z_]{3,64}(?:\.\*\?[A-Za-z_]{3,64}){0,15}\Z")
+_OOM_PATTERN = "(?i)out of memory|can't allocate memory|OutOfMemoryError"
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")  # a file of the fixture's own folder (regress.plainName)
+_ROOT = [os.getcwd()]  # the repository under test: pytest's root directory once pytest_configure ran
+
+
+def fixture_files(folder, record, rel):
+    """fixture.json and the batch files a fixture's record names (with their copies in its exec
+    command's format), each checked to be a plain name of a regular file of the fixture's own
+    folder: a fixture directory is data, and names nothing outside it (regress.ReadFixture)."""
+    import stat
+
+    names = ["batch.bin"] + [b.get("file") if isinstance(b, dict) else b for b in (
+        [record["boundary"]] if record.get("boundary") else []) + list(record.get("neighbours") or [])]
+    ext, out = _FORMAT_EXT.get(record.get("replay_format") or "", ".bin"), ["fixture.json"]
+    for name in names:
+        if not isinstance(name, str) or not _PLAIN_NAME.match(name):
+            raise FixtureError(f"{rel}/fixture.json names the batch file {name!r}: a fixture names files of its own "
+                               "folder only, by plain name")
+        for n in (name, os.path.splitext(name)[0] + ext):
+            if n in out:
+                continue
+            try:
+                st = os.lstat(os.path.join(folder, n))
+            except FileNotFoundError:
+                if n == name:
+                    raise FixtureError(f"{rel}/{n}: missing (its fixture.json names it)") from None
+                continue  # the exec format's copy: written for the batches the command runs
+            if not stat.S_ISREG(st.st_mode):
+                raise FixtureError(f"{rel}/{n} is not a regular file: a fixture's files are its own, never links")
+            out.append(n)
+    return out
+
+
 class FixtureError(Exception):
     """A fixture.json that this collector cannot run: an older or newer layout, a bad field."""
 
@@ -1510,6 +1724,8 @@ class Fixture:
     def __init__(self, path):
         self.dir = os.path.dirname(os.path.abspath(path))
         self.rel = os.path.relpath(self.dir)
+        if os.path.islink(path):
+            raise FixtureError(f"{self.rel}/fixture.json is a symbolic link: a fixture's files are its own, never links")
         with open(path, encoding="utf-8") as f:
             r = json.load(f)
         if not isinstance(r, dict):
@@ -1520,7 +1736,8 @@ class Fixture:
             raise FixtureError(
                 "{} was written by an older reduce (fixture.json version 1, with a generated test_*.py that "
                 "this collector does not run): regenerate it with `reduce --batch {} --out {}` (the batch it was "
-                "reduced from), then remove this directory".format(self.rel, source, os.path.dirname(self.rel) or "."))
+                "reduced from), then remove this directory".format(  # the file's name quoted: it is the record's
+                    self.rel, shlex.quote(_escaped(str(source))), shlex.quote(os.path.dirname(self.rel) or ".")))
         if self.version != RECORD_VERSION:
             raise FixtureError(f"{self.rel}: fixture.json version {self.version!r}, this collector (reduce "
                                f"{__version__}) reads version {RECORD_VERSION}: write the collector again with the "
@@ -1540,6 +1757,9 @@ class Fixture:
         # pattern reduce computed.
         self.failure = (cpu or {}).get("exception") or sig.get("exception") or None
         self.pattern = r.get("message_pattern") or None
+        if self.pattern is not None and not (self.pattern == _OOM_PATTERN or _WORDS_PATTERN.match(str(self.pattern))):
+            raise FixtureError(f"{self.rel}/fixture.json: message_pattern {self.pattern!r} is none that reduce writes "
+                               "(words joined by .*?): a pattern from someone else could make the test run forever")
         self.message = None if self.pattern or not cpu else cpu.get("message") or None
         self.family = sig.get("family", "")
         # In a child process: a command of the user's, a failure on a device (or a crash, no
@@ -1554,6 +1774,54 @@ class Fixture:
         self.passing = [(b["file"], b.get("outputs")) for b in ([r["boundary"]] if r.get("boundary") else [])
                         + (r.get("neighbours") or [])]
         self.compare = r.get("size") is None and r.get("shape") is None and bool(r.get("boundary"))
+        self.files = fixture_files(self.dir, r, self.rel)
+        self.trust = self._trust()
+
+    def _trust(self):
+        """The Trust its batches run under: a fixture that names code (an --entry, a command, a
+        step its batches record) runs it only when every file of it is the user's (trusted: their
+        reduce wrote it from their batch, they allowed it with `reduce trust`, or their repository
+        commits it); else FixtureError says what it would run and how to allow it. A fixture of a
+        built-in op names nothing to run, and runs as data."""
+        runs = ([f"the --entry function {self.entry}"] if self.entry else []) + (
+            [f"the command {shlex.join(map(str, self.args))}"] if isinstance(self.args, list) and self.args else [])
+        for name in self.files:
+            if name.endswith(".bin"):
+                try:
+                    m = reduce_batch.read_manifest(self.path(name))[0]
+                except (OSError, reduce_batch.BatchFileError) as e:
+                    raise FixtureError(f"{self.rel}/{name}: {e}") from e
+                step = m.get("step") if not m.get("op") and isinstance(m.get("step"), dict) else None
+                what = step and "the step {}:{} (file {})".format(step.get("module"), step.get("qualname"),
+                                                                  step.get("file") or "none recorded")
+                if what and what not in runs:
+                    runs.append(what)
+        if not runs:
+            return Trust(_ROOT[0], False, "the fixture names no step: it runs a built-in op", "pytest")
+        if not hasattr(reduce_batch, "trust_dir"):
+            raise FixtureError(f"{_printable(self.rel)}: the reduce_batch.py this collector imported ("
+                               f"{getattr(reduce_batch, '__version__', 'an older one')}, {reduce_batch.__file__}) "
+                               f"is older than the collector ({__version__}) and keeps no trust store: write it again "
+                               "with `reduce recorder > reduce_batch.py`")
+        for name in self.files:
+            mine, how = trusted(self.path(name), _ROOT[0])
+            if not mine:
+                raise FixtureError(_printable(
+                    "{}: not run: the fixture names code, and {}/{} is not yours ({}). Its tests would run {}. A "
+                    "fixture from someone else runs nothing it names: read it, then allow it once with `reduce trust "
+                    "{}` (the fixtures reduce writes from your recordings, and those your repository commits, need "
+                    "no trust)".format(self.rel, self.rel, name, how, "; ".join(runs), shlex.quote(self.rel))))
+        return Trust(_ROOT[0], True, "", "pytest")
+
+    @contextlib.contextmanager
+    def trusted(self):
+        """The fixture's Trust in force (step_check) while its batches run, here or in a child."""
+        global step_check
+        old, step_check = step_check, self.trust
+        try:
+            yield
+        finally:
+            step_check = old
 
     def no_device(self):
         """Why the batches cannot run here (a device this machine lacks), or ""."""
@@ -1579,7 +1847,7 @@ class Fixture:
         elif self.record.get("predates"):
             why += (" (The cause predates this batch: a fix before this step leaves it failing as recorded against "
                     "the recorded state.)")
-        return why
+        return _printable(why)
 
     def path(self, name):
         return os.path.join(self.dir, name)
@@ -1589,10 +1857,11 @@ class Fixture:
         function, else the op, else the recorded step. Returns the outputs."""
         if entry is not None and os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())
-        batch, fn = load_candidate(self.path(name), entry=entry)
-        if seed is not None:
-            _torch().manual_seed(seed)
-        return fn(batch) if fn is not None else run_op(op, batch.tensors, batch.attrs)
+        with self.trusted():
+            batch, fn = load_candidate(self.path(name), entry=entry)
+            if seed is not None:
+                _torch().manual_seed(seed)
+            return fn(batch) if fn is not None else run_op(op, batch.tensors, batch.attrs)
 
     def run(self, name):
         """Run a batch as the fixture says: its outputs (in this process), their summary (in a child
@@ -1600,7 +1869,8 @@ class Fixture:
         if not self.child:
             return self.run_here(name, self.op, self.entry, self.seed)
         if not self.exec:
-            return run_in_child(self.path(name), self.device, self.entry, self.memory, seed=self.seed)
+            with self.trusted():
+                return run_in_child(self.path(name), self.device, self.entry, self.memory, seed=self.seed)
         try:
             argv = exec_argv(self.args, self.path(os.path.splitext(name)[0] + self.ext))
         except ValueError as e:
@@ -1896,7 +2166,7 @@ if pytest is not None:
         def collect(self):
             try:
                 fx = Fixture(str(self.path))
-            except (FixtureError, OSError, ValueError) as e:
+            except Exception as e:  # noqa: BLE001  (a record of any shape is data: one failing item, the run goes on)
                 yield BrokenFixture.from_parent(self, name="fixture", error=e)
                 return
             yield MinimalBatch.from_parent(self, name="minimal_batch", fixture=fx)
@@ -1931,7 +2201,7 @@ if pytest is not None:
         def repr_failure(self, excinfo, style=None):
             e = excinfo.value
             if isinstance(e, (FixtureError, DifferentFailure, BugBack, HarnessError, ChildFailure, AssertionError)):
-                return str(e)
+                return "\n".join(map(_printable, str(e).split("\n")))  # a fixture's text may be someone else's
             return super().repr_failure(excinfo, style="short")
 
     class BrokenFixture(FixtureItem):
@@ -1940,8 +2210,8 @@ if pytest is not None:
             self.error = error
 
         def runtest(self):
-            raise self.error if isinstance(self.error, FixtureError) else FixtureError(
-                f"{self.path}: {type(self.error).__name__}: {self.error}")
+            raise self.error if isinstance(self.error, FixtureError) else FixtureError(_printable(
+                f"{self.path}: not a fixture this collector can read: {type(self.error).__name__}: {self.error}"))
 
     class MinimalBatch(FixtureItem):
         """The minimal batch: xfail(strict=True, raises=<the recorded class>) while the fixture is
@@ -2003,20 +2273,31 @@ if pytest is not None:
         check_loader(loader, case)
 
     def pytest_configure(config):
-        # A fixture is data too: its recorded step is imported only from a file of the repository
-        # (pytest's root directory) that is not installed, as reduce's worker imports it.
+        # A fixture is data too: it runs what it names only where it is the user's (Fixture.trust,
+        # in force while its batches run); nothing else the session runs may resolve a step.
         global step_check
-        step_check = StepTrust(str(config.rootpath), "pytest")
+        _ROOT[0] = str(config.rootpath)
+        step_check = Trust(_ROOT[0], False, "no fixture of yours runs it", "pytest")
 
     def pytest_collect_file(parent, file_path):
         if file_path.name == "fixture.json":
             return FixtureFile.from_parent(parent, path=file_path)
 
     def pytest_ignore_collect(collection_path, config):
-        # A fixture directory of an older reduce holds a generated test_*.py: its fixture.json's item
-        # says to regenerate it, and the file, which imports helpers reduce_batch no longer has, is
-        # not imported.
-        if collection_path.name.startswith("test_") and collection_path.suffix == ".py" and (
-                collection_path.parent / "fixture.json").is_file():
+        # A fixture directory is data: its fixture.json alone is collected, and nothing else in it is
+        # imported (an older reduce's generated test_*.py: its fixture.json's item says to regenerate
+        # it). pytest itself imports a conftest.py or __init__.py of a directory it collects, before
+        # any item: a fixture directory that holds one (from someone else) is not collected at all.
+        if collection_path.name != "fixture.json" and (collection_path.parent / "fixture.json").is_file():
             return True
+        if collection_path.is_dir() and (collection_path / "fixture.json").is_file():
+            held = [n for n in ("conftest.py", "__init__.py") if os.path.lexists(collection_path / n)]
+            if held:
+                import warnings
+
+                warnings.warn(pytest.PytestCollectionWarning(
+                    f"{collection_path} holds {' and '.join(held)}: not collected: a fixture directory is data, and "
+                    "pytest would import the Python file in it; reduce writes none there, so it comes from "
+                    "someone else: remove it, after reading it"))
+                return True
         return None

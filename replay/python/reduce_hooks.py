@@ -36,7 +36,7 @@ import sys
 
 import reduce_batch
 
-__version__ = "0.20.0"  # reduce's version (replay.Version), as reduce_batch.__version__
+__version__ = "0.21.0"  # reduce's version (replay.Version), as reduce_batch.__version__
 
 _theirs = getattr(reduce_batch, "__version__", "an older one")
 if _theirs != __version__:

@@ -4,10 +4,10 @@ reduce embeds this file, reduce_batch.py (the recorder users vendor), reduce_hoo
 reduce_collect.py (the runtime of a recorded batch, which the fixtures' collector is too) and
 writes them into one directory; this file imports its siblings from there. Commands:
 
-    reduce_replay.py replay FILE [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION | --step JSON [--step-class JSON]] [--trust-step] [--device-memory BYTES]
-    reduce_replay.py zygote [--device D] [--entry MODULE:FUNCTION | --step JSON [--step-class JSON] | --exec JSON [--warm-import M,...]] [--trust-step] [--slots N] [--slot-env JSON] [--device-memory BYTES]
+    reduce_replay.py replay FILE [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION | --step JSON [--step-class JSON]] [--trusted] [--device-memory BYTES]
+    reduce_replay.py zygote [--device D] [--entry MODULE:FUNCTION | --step JSON [--step-class JSON] | --exec JSON [--warm-import M,...]] [--trusted] [--slots N] [--slot-env JSON] [--device-memory BYTES]
     reduce_replay.py info FILE...
-    reduce_replay.py entry [MODULE:FUNCTION | --entry MODULE:FUNCTION | --step JSON [--step-class JSON]] [--trust-step]
+    reduce_replay.py entry [MODULE:FUNCTION | --entry MODULE:FUNCTION | --step JSON [--step-class JSON]] [--trusted]
 
 `replay` runs one candidate batch in this process; `zygote` imports torch once and forks a
 child per candidate (the protocol is _Zygote's); with --exec its children run the exec
@@ -15,12 +15,11 @@ backend's Python command (`python step.py {batch}`) as the interpreter would (_r
 candidate that fails exits as the interpreter would (1 and the traceback, or death by a
 signal); HARNESS_EXIT says that it never ran (replay.HarnessExitCode on the Go side).
 
-A batch file is data (see reduce_collect.StepTrust): a recorded step, and the LightningModule
-class that reduce_hooks.lightning_step rebuilds, are imported only from a file of the directory tree the
-worker starts in (reduce's working directory: the user's repository) that is not a
-standard-library or installed module, unless --trust-step says otherwise; a named tuple or
-mapping in a batch is rebuilt with its class only when the step's import already brought that
-class (reduce_collect.imported_type), never by importing what the file names.
+A batch file is data (see reduce_collect.Trust): a recorded step, and the class a step of
+reduce_hooks rebuilds, are imported only with --trusted, which reduce gives for a file that is the
+user's (internal/trust decided), and never a function of reduce's own; a named tuple or mapping in
+a batch is rebuilt with its class only when the step's import already brought that class
+(reduce_collect.imported_type), never by importing what the file names.
 """
 
 import ctypes
@@ -52,15 +51,16 @@ def _trust_args(p):
     p.add_argument("--step-class", type=_step_arg,
                    help="the class the recorded step rebuilds (a LightningModule), as JSON: checked and imported "
                         "with the step")
-    p.add_argument("--trust-step", action="store_true",
-                   help="import a recorded step (and class) from any file, not only one of the working directory's "
-                        "tree that is not installed")
+    p.add_argument("--trusted", action="store_true",
+                   help="the file is the user's (reduce decided): import the step (and class) it records")
 
 
-def _set_trust(trust):
-    """Install (or, with trust, remove) the step check; returns the one it replaces."""
+def _set_trust(trusted):
+    """Install the step check of a file that is (trusted) or is not the user's; returns the one it
+    replaces."""
     old = rc.step_check
-    rc.step_check = None if trust else rc.StepTrust(os.getcwd())
+    rc.step_check = rc.Trust(os.getcwd(), trusted, "reduce did not find the file yours (reduce trust FILE "
+                                                    "allows one)")
     return old
 
 
@@ -394,7 +394,7 @@ def _check_device(device):
 
 
 def _cmd_replay(args):
-    """replay FILE|- [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION | --step JSON [--step-class JSON]] [--trust-step] [--device-memory BYTES]: run one candidate
+    """replay FILE|- [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION | --step JSON [--step-class JSON]] [--trusted] [--device-memory BYTES]: run one candidate
     batch; - reads a plan (load_view) on stdin instead of a file."""
     import argparse
 
@@ -406,7 +406,7 @@ def _cmd_replay(args):
     _trust_args(p)
     p.add_argument("--device-memory", type=int, default=0, help="bytes the op may allocate (0: no limit)")
     o = p.parse_args(args)
-    old = _set_trust(o.trust_step)
+    old = _set_trust(o.trusted)
     try:
         return _replay_command(o)
     finally:
@@ -1134,7 +1134,7 @@ def _cmd_zygote(args):
                 import torch._inductor.compile_fx  # noqa: F401
         except Exception:
             pass
-    _set_trust(o.trust_step)  # the children inherit it
+    _set_trust(o.trusted)  # the children inherit it
     if o.entry:
         try:
             rc.resolve_entry(o.entry)  # imported once here; a failure is every child's to report
@@ -1162,7 +1162,7 @@ def _cmd_zygote(args):
 
 
 def _cmd_entry(args):
-    """entry [MODULE:FUNCTION | --entry MODULE:FUNCTION | --step JSON [--step-class JSON]] [--trust-step]: import
+    """entry [MODULE:FUNCTION | --entry MODULE:FUNCTION | --step JSON [--step-class JSON]] [--trusted]: import
     the --entry function, or the recorded step (checked as a replay checks it), as a replay would, once, before any
     replay."""
     import argparse
@@ -1178,7 +1178,7 @@ def _cmd_entry(args):
         sys.stderr.write("usage: reduce_replay.py entry MODULE:FUNCTION\n")
         return 2
     _cwd_on_path()
-    old = _set_trust(o.trust_step)
+    old = _set_trust(o.trusted)
     try:
         _resolve(o)
     except rc.HarnessError as e:

@@ -133,16 +133,17 @@ def test_without_state_the_file_holds_no_weights(transformers, tmp_path):
 
 
 def test_the_class_must_be_a_pretrained_model(transformers, tmp_path, monkeypatch):
-    """resolve_class for trainer_step: transformers' own PreTrainedModel subclasses and the
-    user's tree's; refused: another transformers class, another installed module's class, a
-    class of the tree that is not a PreTrainedModel (before anything builds it)."""
+    """resolve_class for trainer_step, of a file that is the user's: transformers' own
+    PreTrainedModel subclasses and the user's; refused: another transformers class, another
+    installed module's class, a class of theirs that is not a PreTrainedModel (before anything
+    builds it), one of reduce's own; and any class of a file that is not theirs."""
     marker = tmp_path / "marker"
     (tmp_path / "mymodels.py").write_text(
         "import transformers\n\n\n"
         "class Mine(transformers.BertForSequenceClassification):\n    pass\n\n\n"
         "class Plain:\n    def __init__(self, *a, **k):\n        open(%r, 'w').close()\n" % str(marker))
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(rc, "step_check", rc.StepTrust(str(tmp_path)))
+    monkeypatch.setattr(rc, "step_check", rc.Trust(str(tmp_path), True))
     cls = transformers.BertForSequenceClassification
     assert rc.resolve_class({"module": cls.__module__, "qualname": cls.__qualname__}, "transformers") is cls
     mine = rc.resolve_class({"module": "mymodels", "qualname": "Mine", "file": str(tmp_path / "mymodels.py")},
@@ -154,7 +155,8 @@ def test_the_class_must_be_a_pretrained_model(transformers, tmp_path, monkeypatc
          "it is not a PreTrainedModel subclass"),
         ({"module": "mymodels", "qualname": "Plain", "file": str(tmp_path / "mymodels.py")},
          "it is not a PreTrainedModel subclass"),
-        ({"module": "subprocess", "qualname": "Popen"}, "its module subprocess"),
+        ({"module": "subprocess", "qualname": "Popen"}, "it is not a PreTrainedModel subclass"),
+        ({"module": "reduce_batch", "qualname": "save"}, "its module reduce_batch is reduce's own"),
         ({"module": "transformers.modeling_utils", "qualname": "os.system"}, "it is not a PreTrainedModel subclass"),
         ({"module": "transformers", "qualname": "NoSuchModel"}, "has no attribute 'NoSuchModel'"),
         ({"module": "transformers/../x.py", "qualname": "X"}, "is not a module:qualname of Python names"),
@@ -165,6 +167,10 @@ def test_the_class_must_be_a_pretrained_model(transformers, tmp_path, monkeypatc
     state = rb.State({"trainer": {"model_class": {"module": "mymodels", "qualname": "Plain"}, "config": "{}"}})
     with pytest.raises(rc.HarnessError, match="is not a PreTrainedModel subclass"):
         reduce_hooks.trainer_step({"input_ids": torch.ones(1, 2, dtype=torch.long)}, state)
+    monkeypatch.setattr(rc, "step_check", rc.Trust(str(tmp_path), False, "not yours"))
+    with pytest.raises(rc.HarnessError, match="Trainer model class transformers.models.bert.modeling_bert:"
+                                               "BertForSequenceClassification is not run: not yours"):
+        rc.resolve_class({"module": cls.__module__, "qualname": cls.__qualname__}, "transformers")
     assert not marker.exists()
 
 

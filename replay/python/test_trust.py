@@ -1,8 +1,8 @@
 """A batch file is data: load() imports and calls nothing a file names, and reduce's worker
-imports a recorded step (or the LightningModule class lightning_step rebuilds) only from a file of
-the directory tree it runs in that is not a standard-library or installed module. Each hostile file
-here, read as load() read it before, runs a command that creates a marker file. Runs on every
-torch make test runs it with."""
+imports a recorded step (or the class a step of reduce_hooks rebuilds) only when reduce found the
+file the user's (--trusted), never a function of reduce's own: a recording, not a place. Each
+hostile file here, read as load() read it before, runs a command that creates a marker file. Runs
+on every torch make test runs it with."""
 
 import collections
 import collections.abc
@@ -109,44 +109,71 @@ def _write(path, text):
         f.write(textwrap.dedent(text))
 
 
-def test_step_trust(tmp_path):
-    """Which recorded steps the worker's check lets through, and why it refuses the others."""
+def test_trust_is_a_recording_not_a_place(tmp_path):
+    """What the check (rc.Trust) lets through: every step of a file that is the user's, wherever it
+    lies, and none of one that is not, its own tree's included; never a function of reduce's own
+    (a file naming __main__:save with a file reduce_batch.py had the worker call the repository's
+    vendored reduce_batch.save with the file's path and data), whatever the file's trust. A step's
+    file that is a FIFO is never opened (it would block)."""
     repo, outside = tmp_path / "repo", tmp_path / "outside"
     _write(repo / "mine.py", "def step(b):\n    return b\n")
-    _write(repo / "pkg" / "__init__.py", "")
-    _write(repo / "pkg" / "steps.py", "def step(b):\n    return b\n")
     _write(outside / "theirs.py", "def step(b):\n    return b\n")
-    _write(repo / "venv" / "lib" / "python3" / "site-packages" / "vendored.py", "def step(b):\n    return b\n")
-    check = rc.StepTrust(str(repo))
-    sys.path[:0] = [str(repo), str(outside), str(repo / "venv" / "lib" / "python3" / "site-packages")]
+    _write(repo / "helpers.py", open(rb.__file__).read())  # the recorder vendored under another name
+    _write(repo / "regress" / "conftest.py", open(rc.__file__).read())  # the collector
+    steps = [({"module": "mine", "qualname": "step"}, "mine:step"),
+             ({"module": "theirs", "qualname": "step"}, "theirs:step"),
+             ({"module": "__main__", "qualname": "step", "file": str(repo / "mine.py")}, str(repo / "mine.py") + ":step"),
+             ({"module": "subprocess", "qualname": "call"}, "subprocess:call")]
+    own = [({"module": "reduce_batch", "qualname": "save"}, "its module reduce_batch is reduce's own"),
+           ({"module": "vendor.reduce_batch", "qualname": "save"}, "its module vendor.reduce_batch is reduce's own"),
+           ({"module": "reduce_hooks", "qualname": "record_trainer"}, "its module reduce_hooks is reduce's own"),
+           ({"module": "__main__", "qualname": "save", "file": "/home/someone/proj/reduce_batch.py"},
+            "its file reduce_batch.py is reduce's own"),
+           ({"module": "helpers", "qualname": "save", "file": str(repo / "helpers.py")}, "is a copy of one of reduce's"),
+           ({"module": "conftest", "qualname": "run_in_child", "file": str(repo / "regress" / "conftest.py")},
+            "is a copy of one of reduce's")]
+    mine, theirs = rc.Trust(str(repo), True), rc.Trust(str(repo), False, "not in your trust store")
+    for step, target in steps:
+        mine(step, target, "step")  # nothing raised
+        with pytest.raises(rc.HarnessError, match="is not run: not in your trust store"):
+            theirs(step, target, "step")
+    mine({"module": "reduce_hooks", "qualname": "lightning_step"}, "reduce_hooks:lightning_step", "step")
+    with pytest.raises(rc.HarnessError, match="is not run: not in your trust store"):
+        theirs({"module": "reduce_hooks", "qualname": "lightning_step"}, "reduce_hooks:lightning_step", "step")
+    for step, why in own:  # the user's file or not (theirs: refused first as not theirs, nothing looked at)
+        target = "%s:%s" % (step.get("file") or step["module"], step["qualname"])
+        with pytest.raises(rc.HarnessError, match="reduce's own functions are never a step") as e:
+            mine(step, target, "step")
+        assert why in str(e.value), e.value
+        with pytest.raises(rc.HarnessError, match="is not run: not in your trust store"):
+            theirs(step, target, "step")
+    assert rc.reduce_own({"module": "mine", "qualname": "step", "file": str(repo / "mine.py")}) is None
+    for name in ("reduce_batch", "reduce_hooks", "reduce_collect", "reduce_replay"):  # the marks follow the files
+        copy = repo / ("copy_of_" + name + ".py")
+        copy.write_bytes(open(os.path.join(HERE, name + ".py"), "rb").read())
+        assert rc.reduce_own({"module": copy.stem, "qualname": "save", "file": str(copy)}), name
+    fifo = tmp_path / "fifo.py"
+    os.mkfifo(str(fifo))
+    assert rc.reduce_own({"module": "__main__", "qualname": "step", "file": str(fifo)}) is None  # returns, unblocked
+    assert rc._printable("a\x1b]0;T\x07\u202e\tb") == "a\\x1b]0;T\\x07\\u202e\\tb"
+
+
+def test_resolve_step_refuses_before_it_moves(tmp_path):
+    """A step of a file that is not the user's is refused before its folders go on sys.path or
+    its working directory is made current: the collector runs in the user's test session."""
+    elsewhere = tmp_path / "elsewhere"
+    _write(elsewhere / "theirs.py", "def step(b):\n    return b\n")
+    old, path, cwd = rc.step_check, list(sys.path), os.getcwd()
+    rc.step_check = rc.Trust(str(tmp_path / "repo"), False, "not yours")
     try:
-        for module in ("mine", "pkg.steps", "no_such_module_anywhere", "pkg.no_such_module"):
-            check({"module": module, "qualname": "step"}, "%s:step" % module, "step")  # nothing raised
-        check({"module": "__main__", "qualname": "step", "file": str(repo / "mine.py")},
-              str(repo / "mine.py") + ":step", "step")
-        check({"module": "reduce_hooks", "qualname": "lightning_step"}, "reduce_hooks:lightning_step", "step")
-        for step, why in [
-            ({"module": "subprocess", "qualname": "call"}, "its module subprocess (%s) is a standard-library or "
-             "installed module" % subprocess.__file__),
-            ({"module": "os.path", "qualname": "join"}, "its package os ("),
-            ({"module": "sys", "qualname": "exit"}, "its module sys (built-in) is a built-in or frozen module"),
-            ({"module": "theirs", "qualname": "step"}, "its module theirs (%s) lies outside %s, the directory reduce "
-             "runs in" % (outside / "theirs.py", repo)),
-            ({"module": "__main__", "qualname": "step", "file": str(outside / "theirs.py")},
-             "its script (%s) lies outside" % (outside / "theirs.py")),
-            ({"module": "vendored", "qualname": "step"}, "is a standard-library or installed module"),
-            ({"module": "torch.nn.functional", "qualname": "cross_entropy"}, "its package torch ("),
-            # reduce_batch's other functions are not steps: the worker's copy lies outside the tree.
-            ({"module": "reduce_batch", "qualname": "save"}, "its module reduce_batch ("),
-        ]:
-            target = "%s:%s" % (step.get("file") or step["module"], step["qualname"])
-            with pytest.raises(rc.HarnessError, match="give --trust-step") as e:
-                check(step, target, "step")
-            assert str(e.value).startswith("the recorded step %s is not replayed: " % target), e.value
-            assert why in str(e.value), e.value
+        with pytest.raises(rc.HarnessError, match="is not run: not yours"):
+            rc.resolve_step({"module": "theirs", "qualname": "step", "file": str(elsewhere / "theirs.py"),
+                             "cwd": str(elsewhere)}, chdir=True)
+        assert sys.path == path and os.getcwd() == cwd and "theirs" not in sys.modules
     finally:
-        del sys.path[:3]
-        sys.modules.pop("pkg", None)
+        rc.step_check = old
+        sys.path[:] = path
+        os.chdir(cwd)
 
 
 def _run(args, cwd, env=None):
@@ -155,44 +182,52 @@ def _run(args, cwd, env=None):
     return p.returncode, p.stdout.decode(), p.stderr.decode()
 
 
-def test_worker_refuses_a_step_from_elsewhere(tmp_path):
-    """The worker's replay, entry and zygote commands: a step outside the tree it runs in, or an
-    installed function, is a harness error naming it and --trust-step, and runs nothing;
-    --trust-step replays it."""
+def test_worker_runs_a_step_only_when_told_the_file_is_mine(tmp_path):
+    """The worker's replay, entry and zygote commands: without --trusted (reduce gives it for a file
+    that is the user's), a recorded step is a harness error naming it, and runs nothing, the step in
+    the tree it runs in too (the in-tree rule trusted a place); with it, the step replays, wherever
+    its file lies."""
     repo, outside = tmp_path / "repo", tmp_path / "outside"
     marker = tmp_path / "marker"
-    _write(outside / "theirs.py", """\
+    step_source = """\
         import torch.nn.functional as F
 
 
         def step(batch):
             open(%r, "w").close()
             return F.cross_entropy(batch["input"], batch["target"])
-        """ % str(marker))
-    os.makedirs(str(repo))
-    sys.path.insert(0, str(outside))
-    try:
-        import theirs
-    finally:
-        del sys.path[0]
-    x, y = torch.randn(3, 4), torch.tensor([0, 1, 4])
-    path = str(repo / "theirs.bin")
-    rb.save(path, {"input": x, "target": y}, step=theirs.step, error=ERROR, provenance=False)
+        """ % str(marker)
+    _write(outside / "theirs.py", step_source)
+    _write(repo / "mine.py", step_source)
+    paths = {}
+    for folder, name in ((outside, "theirs"), (repo, "mine")):
+        sys.path.insert(0, str(folder))
+        try:
+            module = __import__(name)
+        finally:
+            del sys.path[0]
+            sys.modules.pop(name, None)
+        x, y = torch.randn(3, 4), torch.tensor([0, 1, 4])
+        paths[name] = str(repo / (name + ".bin"))
+        rb.save(paths[name], {"input": x, "target": y}, step=module.step, error=ERROR, provenance=False)
     call = str(repo / "call.bin")
     rb.save(call, {"touch": x, str(marker): y}, step="subprocess:call", error=ERROR, provenance=False)
-    step = json.dumps(rb.load(path).step)
-    for args in (["replay", path], ["replay", path, "--step", step], ["entry", "--step", step], ["replay", call]):
-        code, out, err = _run(args, repo)
-        assert code == rr.HARNESS_EXIT, (args, err)
-        assert "is not replayed: " in err and "give --trust-step" in err, err
-    z = subprocess.run([sys.executable, MODULE, "zygote", "--step", step], cwd=str(repo), stdin=subprocess.DEVNULL,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
-    hello = json.loads(z.stdout.decode().splitlines()[0])
-    assert "its module theirs (%s) lies outside" % (outside / "theirs.py") in hello["entry_error"], hello
-    assert not marker.exists()
-    code, out, err = _run(["replay", path, "--trust-step"], repo)
-    assert code == 1 and err.rstrip().endswith(ERROR), err
-    assert marker.exists()
+    for path in (paths["theirs"], paths["mine"]):
+        step = json.dumps(rb.load(path).step)
+        for args in (["replay", path], ["replay", path, "--step", step], ["entry", "--step", step], ["replay", call]):
+            code, out, err = _run(args, repo)
+            assert code == rr.HARNESS_EXIT, (args, err)
+            assert "is not run: reduce did not find the file yours" in err, err
+        z = subprocess.run([sys.executable, MODULE, "zygote", "--step", step], cwd=str(repo), stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+        hello = json.loads(z.stdout.decode().splitlines()[0])
+        assert "is not run: reduce did not find the file yours" in hello["entry_error"], hello
+        assert not marker.exists()
+    for path in (paths["theirs"], paths["mine"]):
+        code, out, err = _run(["replay", path, "--trusted"], repo)
+        assert code == 1 and err.rstrip().endswith(ERROR), err
+        assert marker.exists()
+        marker.unlink()
 
 
 def test_the_step_gets_the_types_its_import_brought(tmp_path):
@@ -253,7 +288,7 @@ def test_the_step_gets_the_types_its_import_brought(tmp_path):
         del sys.path[0]
         for m in ("steps", "lazypkg", "lazypkg.tokens"):
             sys.modules.pop(m, None)
-    code, out, err = _run(["replay", path], repo)
+    code, out, err = _run(["replay", path, "--trusted"], repo)
     assert code == 1 and err.rstrip().endswith(ERROR), err
     assert "steps:NotThere is rebuilt without its class" in err
     # The generated tests' replay in their own process, as the worker's.
@@ -267,20 +302,24 @@ def test_the_step_gets_the_types_its_import_brought(tmp_path):
 
 
 def test_lightning_class_is_checked(tmp_path):
-    """lightning_step rebuilds the class the file's state names, as cls(**hparams): a class the
-    worker does not trust is refused before it is imported or called. subprocess:Popen with
-    hparams {"args": [...]} ran a command."""
+    """lightning_step rebuilds the class the file's state names, as cls(**hparams): the class of a
+    file that is not the user's is refused before it is imported, and one of the user's that is no
+    LightningModule before it is called. subprocess:Popen with hparams {"args": [...]} ran a
+    command."""
     marker = tmp_path / "marker"
     state = rb.State({"lightning": {"module_class": {"module": "subprocess", "qualname": "Popen"},
                                     "hparams": {"args": ["touch", str(marker)]}}})
-    old = rr._set_trust(False)
-    try:
-        with pytest.raises(rc.HarnessError, match="the recorded LightningModule class subprocess:Popen is not "
-                                                   "replayed: its module subprocess .* give --trust-step"):
-            reduce_hooks.lightning_step({"x": torch.ones(2)}, state)
-    finally:
-        rc.step_check = old
-    assert not marker.exists()
+    for trusted, why in ((False, "the recorded LightningModule class subprocess:Popen is not run: reduce did not "
+                                 "find the file yours"),
+                         (True, "subprocess:Popen is not run: it is not a LightningModule subclass|subprocess:Popen is "
+                                "a LightningModule, and .* cannot import")):
+        old = rr._set_trust(trusted)
+        try:
+            with pytest.raises(rc.HarnessError, match=why):
+                reduce_hooks.lightning_step({"x": torch.ones(2)}, state)
+        finally:
+            rc.step_check = old
+        assert not marker.exists()
 
 
 @pytest.mark.parametrize("layout", ["module", "src_module", "script", "sub_script"])
@@ -303,7 +342,7 @@ def test_a_second_checkout_replays_its_own_step(tmp_path, layout):
     module = "__main__" if layout.endswith("script") else "mytrain"
     step = {"module": module, "qualname": "train_step", "file": f, "cwd": str(first)}
     old, path, cwd = rc.step_check, list(sys.path), os.getcwd()
-    rc.step_check = rc.StepTrust(str(second), "pytest")
+    rc.step_check = rc.Trust(str(second), True, "", "pytest")
     try:
         for m in ("mytrain", "settings_of_test"):
             sys.modules.pop(m, None)
@@ -316,7 +355,6 @@ def test_a_second_checkout_replays_its_own_step(tmp_path, layout):
         with pytest.raises(rc.HarnessError) as e:
             rc.resolve_step(dict(step))(None)
         assert "pytest's root directory" in str(e.value) or "cannot import" in str(e.value), e.value
-        assert "--trust-step" not in str(e.value), e.value
     finally:
         rc.step_check = old
         sys.path[:] = path
@@ -328,9 +366,10 @@ def test_a_second_checkout_replays_its_own_step(tmp_path, layout):
 def test_a_rebuilt_class_is_the_kind_its_step_builds(tmp_path):
     """The worker's start-up check of the class a file names for reduce_hooks' step to rebuild
     (--step-class): lightning_step's must be a LightningModule, trainer_step's a PreTrainedModel
-    (of the installed transformers, or of the tree), whichever the tree or --trust-step lets
-    through, and a step of the user's rebuilds none; refused before any replay, the class never
-    called, and a transformers package of the tree never imported for the installed one."""
+    (of the installed transformers, or of the user's code), of a file that is the user's
+    (--trusted), never one of reduce's own, and a step of the user's rebuilds none; refused before
+    any replay, the class never called, and a transformers package of the tree never imported for
+    the installed one."""
     repo = tmp_path / "repo"
     marker = tmp_path / "marker"
     _write(repo / "plain.py", "class Plain:\n    def __init__(self, *a, **k):\n        open(%r, 'w').close()\n"
@@ -344,20 +383,43 @@ def test_a_rebuilt_class_is_the_kind_its_step_builds(tmp_path):
     trainer = {"module": "reduce_hooks", "qualname": "trainer_step"}
     plain = {"module": "plain", "qualname": "Plain", "file": str(repo / "plain.py"), "cwd": str(repo)}
     for tree, step, cls, flags, why in [
-        (repo, lightning, plain, [], "the recorded LightningModule class plain:Plain is not replayed: it is not a "
+        (repo, lightning, plain, [], "the recorded step reduce_hooks:lightning_step is not run: reduce did not find "
+         "the file yours|the recorded LightningModule class plain:Plain is not run: reduce did not find the file yours"),
+        (repo, lightning, plain, ["--trusted"], "the recorded LightningModule class plain:Plain is not run: it is not a "
          "LightningModule subclass|plain:Plain is a LightningModule, and .* cannot import lightning.pytorch"),
-        (repo, trainer, plain, [], "the recorded Trainer model class plain:Plain is not replayed: it is not a "
+        (repo, trainer, plain, ["--trusted"], "the recorded Trainer model class plain:Plain is not run: it is not a "
          "PreTrainedModel subclass|plain:Plain is a PreTrainedModel, and .* cannot import transformers"),
-        (repo, trainer, {"module": "subprocess", "qualname": "Popen"}, [], "Trainer model class subprocess:Popen is not "
-         "replayed: its module subprocess .* give --trust-step"),
-        (repo, trainer, {"module": "subprocess", "qualname": "Popen"}, ["--trust-step"], "subprocess:Popen is not replayed: "
+        (repo, trainer, {"module": "subprocess", "qualname": "Popen"}, [], "is not run: reduce did not find the file "
+         "yours"),
+        (repo, trainer, {"module": "subprocess", "qualname": "Popen"}, ["--trusted"], "subprocess:Popen is not run: "
          "it is not a PreTrainedModel subclass|subprocess:Popen is a PreTrainedModel, and .* cannot import"),
-        (other, trainer, {"module": "transformers", "qualname": "Evil"}, [], "transformers:Evil is not replayed: its "
-         "module transformers .* is not the installed transformers"),
-        (repo, {"module": "steps", "qualname": "step", "file": str(repo / "steps.py"), "cwd": str(repo)}, plain, [],
-         r"names a class to rebuild \(plain:Plain\), and its step steps:step rebuilds none"),
+        (other, trainer, {"module": "transformers", "qualname": "Evil"}, ["--trusted"], "transformers:Evil is not "
+         "run: its module transformers .* is not the installed transformers"),
+        (repo, trainer, {"module": "reduce_batch", "qualname": "save"}, ["--trusted"], "reduce_batch:save is not run: "
+         "its module reduce_batch is reduce's own"),
+        (repo, {"module": "steps", "qualname": "step", "file": str(repo / "steps.py"), "cwd": str(repo)}, plain,
+         ["--trusted"], r"names a class to rebuild \(plain:Plain\), and its step steps:step rebuilds none"),
     ]:
         code, out, err = _run(["entry", "--step", json.dumps(step), "--step-class", json.dumps(cls)] + flags, tree)
         assert code == rr.HARNESS_EXIT, (step, cls, err)
         assert re.search(why, err), err
         assert not marker.exists(), (step, cls)
+
+
+@pytest.mark.parametrize("env,xdg,home,want", [
+    ("", "", "/home/someone", "/home/someone/.local/share/reduce/trusted"),
+    ("", "relative/data", "/home/someone", "/home/someone/.local/share/reduce/trusted"),
+    ("", "/data", "/home/someone", "/data/reduce/trusted"),
+    ("/elsewhere", "/data", "/home/someone", "/elsewhere"),
+    ("", "", "", None), ("", "", "relative", None), ("relative", "", "/home/x", None),
+])
+def test_trust_dir(monkeypatch, env, xdg, home, want):
+    """The store's directory, as internal/trust's DefaultStore chooses it (TestDefaultStore): only an
+    absolute path, never one relative to a working directory (another process, another store)."""
+    for k, v in (("REDUCE_TRUST_DIR", env), ("XDG_DATA_HOME", xdg), ("HOME", home)):
+        monkeypatch.setenv(k, v)
+    if want is None:
+        with pytest.raises(OSError, match="no trust store"):
+            rb.trust_dir()
+    else:
+        assert rb.trust_dir() == want
