@@ -24,13 +24,20 @@ TORCH2_PYTHON ?= $$(scripts/pypi-torch-venv.sh dir)/bin/python
 
 export REDUCE_PYTHON := $(PYTHON)
 
+# The tests' trust store (README, "A batch file from someone else"): what
+# the recorders and reductions the tests run record as the user's goes
+# there, never into the user's own store; emptied by make test, so that the
+# committed fixtures run as committed ones, as in CI.
+TEST_TRUST_DIR ?= $(abspath .test-trust)
+test test-go test-go-torch2 test-python fuzz-short test-slurm bench bench-slurm: export REDUCE_TRUST_DIR = $(TEST_TRUST_DIR)
+
 # Every go test names its timeout first: go's default (10 minutes) stops a
 # package that a loaded machine makes slow (cmd/reduce takes about 9 minutes
 # under the race detector on two busy cores). Well above what each takes.
 TEST_TIMEOUT  ?= 45m
 BENCH_TIMEOUT ?= 90m
 
-.PHONY: all build test test-go test-go-torch2 test-python fuzz-short fuzz bench demo deps deps-torch2 vet clean
+.PHONY: all build test test-trust test-go test-go-torch2 test-python fuzz-short fuzz bench demo deps deps-torch2 vet clean
 .PHONY: slurm-up slurm-down test-slurm bench-slurm
 
 # The one-node Slurm cluster of the --launcher slurm tests (scripts/slurm-local.sh;
@@ -69,7 +76,10 @@ vet:
 
 # REDUCE_REQUIRE_TORCH turns the torch-dependent tests' skips into failures:
 # under make test, a missing torch is a broken setup, not a reason to pass.
-test: deps deps-torch2 vet test-go test-go-torch2 test-python fuzz-short test-slurm
+test: deps deps-torch2 vet test-trust test-go test-go-torch2 test-python fuzz-short test-slurm
+
+test-trust:
+	rm -rf $(TEST_TRUST_DIR)
 
 test-go:
 	REDUCE_REQUIRE_TORCH=1 $(GO) test -timeout $(TEST_TIMEOUT) -race -count=1 ./...
