@@ -29,7 +29,7 @@ export REDUCE_PYTHON := $(PYTHON)
 # there, never into the user's own store; emptied by make test, so that the
 # committed fixtures run as committed ones, as in CI.
 TEST_TRUST_DIR ?= $(abspath .test-trust)
-test test-go test-go-torch2 test-python fuzz-short test-slurm bench bench-slurm: export REDUCE_TRUST_DIR = $(TEST_TRUST_DIR)
+test test-go test-go-torch2 test-python test-wheel fuzz-short test-slurm bench bench-slurm: export REDUCE_TRUST_DIR = $(TEST_TRUST_DIR)
 
 # Every go test names its timeout first: go's default (10 minutes) stops a
 # package that a loaded machine makes slow (cmd/reduce takes about 9 minutes
@@ -37,7 +37,7 @@ test test-go test-go-torch2 test-python fuzz-short test-slurm bench bench-slurm:
 TEST_TIMEOUT  ?= 45m
 BENCH_TIMEOUT ?= 90m
 
-.PHONY: all build test test-trust test-go test-go-torch2 test-python fuzz-short fuzz bench demo deps deps-torch2 vet clean
+.PHONY: all build test test-trust test-wheel test-go test-go-torch2 test-python fuzz-short fuzz bench demo wheel deps deps-torch2 vet clean
 .PHONY: slurm-up slurm-down test-slurm bench-slurm
 
 # The one-node Slurm cluster of the --launcher slurm tests (scripts/slurm-local.sh;
@@ -76,7 +76,7 @@ vet:
 
 # REDUCE_REQUIRE_TORCH turns the torch-dependent tests' skips into failures:
 # under make test, a missing torch is a broken setup, not a reason to pass.
-test: deps deps-torch2 vet test-trust test-go test-go-torch2 test-python fuzz-short test-slurm
+test: deps deps-torch2 vet test-trust test-go test-go-torch2 test-python test-wheel fuzz-short test-slurm
 
 test-trust:
 	rm -rf $(TEST_TRUST_DIR)
@@ -107,15 +107,15 @@ test-go-torch2:
 		-run 'TestProject|TestLightning|TestTrainer|TestTorchrun|TestCompiled|TestRegressionLife|TestUpstream|TestExamplesReduce' ./cmd/reduce/ ./internal/regress/
 
 # The Python tests under the interpreter $(1), with the variables $(2). Then
-# the committed fixtures, through the collector they hold (their conftest.py,
-# as a user's repository has it) with reduce_batch.py importable
-# (REDUCE_BATCH_PATH); the fixtures reduced from examples recorded for a step
-# of their own import it (fixtures/examples/example_steps.py) by name: its
-# folder goes on PYTHONPATH.
+# the committed fixtures, collected by the package's pytest plugin (-p, the
+# package on PYTHONPATH: as a user's repository with the package installed
+# has them, no conftest.py); the fixtures reduced from examples recorded for
+# a step of their own import it (fixtures/examples/example_steps.py) by
+# name: its folder goes on PYTHONPATH too.
 define python-tests
 	$(2) REDUCE_REQUIRE_TORCH=1 $(1) -m pytest -q -p no:cacheprovider replay/python
-	if [ -d fixtures/regress ]; then REDUCE_BATCH_PATH=replay/python PYTHONPATH="$(CURDIR)/fixtures/examples$${PYTHONPATH:+:$$PYTHONPATH}" \
-		$(1) -m pytest -q -p no:cacheprovider fixtures/regress || [ $$? -eq 5 ]; fi
+	if [ -d fixtures/regress ]; then PYTHONPATH="$(CURDIR)/replay/python:$(CURDIR)/fixtures/examples$${PYTHONPATH:+:$$PYTHONPATH}" \
+		$(1) -m pytest -q -p no:cacheprovider -p reduce_batch.plugin fixtures/regress || [ $$? -eq 5 ]; fi
 endef
 
 # Under both torches: Debian's 1.13 ($(PYTHON)), which has no Lightning, and
@@ -124,6 +124,14 @@ endef
 test-python:
 	$(call python-tests,$(PYTHON))
 	$(call python-tests,$(TORCH2_PYTHON),REDUCE_REQUIRE_LIGHTNING=1 REDUCE_REQUIRE_TRANSFORMERS=1)
+
+# The wheel as a user installs it, under both torches: a fresh virtual
+# environment with only torch and pytest, a crash recorded, reduced, and the
+# fixture's life run by `pytest regress/` with no conftest.py there
+# (scripts/wheel-check.sh).
+test-wheel: wheel
+	scripts/wheel-check.sh $(PYTHON)
+	scripts/wheel-check.sh $(TORCH2_PYTHON)
 
 # test-slurm starts the local cluster, runs the tests that need it and stops
 # the cluster again, also when they fail. They run alone (-p 1): they check
@@ -175,6 +183,15 @@ bench-slurm:
 	$(SLURM_LOCAL) start
 	status=0; $(SLURM_ENV) $(GO) test -timeout $(BENCH_TIMEOUT) -run='^$$' -bench='^BenchmarkSlurmVsLocal$$' -benchtime=40x ./replay/ || status=$$?; \
 	$(SLURM_LOCAL) stop; exit $$status
+
+# The platform wheel: the Python package reduce_batch and the reduce
+# executable, of reduce's version, for this machine's platform or another's
+# (make wheel GOOS=linux GOARCH=arm64; darwin/amd64, darwin/arm64).
+GOOS   ?= $(shell $(GO) env GOOS)
+GOARCH ?= $(shell $(GO) env GOARCH)
+wheel:
+	CGO_ENABLED=0 GOOS=$(GOOS) GOARCH=$(GOARCH) $(GO) build -trimpath -o dist/$(GOOS)-$(GOARCH)/reduce ./cmd/reduce
+	$(PYTHON) scripts/build-wheel.py --binary dist/$(GOOS)-$(GOARCH)/reduce --goos $(GOOS) --goarch $(GOARCH) --out dist
 
 # The main job on the seed example (four classes, targets [0, 2, 4]) with the
 # go backend; the fixture goes under out/regress.

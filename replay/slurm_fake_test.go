@@ -80,5 +80,5 @@ func TestSlurmFakeTorchFilesTravel(t *testing.T) {
 	v := replayOK(t, be, whole)
 	assert.Equal(t, signature.FamilyHostCheck, v.Signature.Family, "%s\n%s", v.Result.Stderr, v.Result.Launch.Log)
 	assert.Equal(t, "IndexError: Target N is out of bounds.", v.Signature.Expression)
-	assert.Regexp(t, `/reduce-run-\w+/reduce_collect\.py", line \d+, in run_op`, string(v.Result.Stderr))
+	assert.Regexp(t, `/reduce-run-\w+/reduce_batch-[\d.]+\.zip/reduce_batch/ops\.py", line \d+, in run_op`, string(v.Result.Stderr))
 }

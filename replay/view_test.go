@@ -17,14 +17,14 @@ import (
 // listRunDirEntry is an --entry module that writes the names in its run
 // directory to $REPLAY_RUN_DIR_LOG, then runs the batch's op.
 const listRunDirEntry = `import os
-import reduce_collect
+import reduce_batch.ops
 
 
 def run(b):
     names = sorted(os.listdir(os.environ["REDUCE_RUN_DIR"]))
     with open(os.environ["REPLAY_RUN_DIR_LOG"], "a") as f:
         f.write("[" + " ".join(names) + "]\n")
-    return reduce_collect.run_op(b.op, b.tensors, b.attrs)
+    return reduce_batch.ops.run_op(b.op, b.tensors, b.attrs)
 `
 
 // viewSource writes batch to path uncompressed and returns it as read

@@ -121,7 +121,8 @@ func looksLikeFile(arg string) bool {
 // reductionOptions maps the main job's flags.
 func reductionOptions(c *cli.Context, path string) (reduction.Options, error) {
 	o := reduction.Options{Source: path, Out: c.String("out"), Confirm: c.Int("confirm"), Trials: c.Int("trials"),
-		Jobs: c.Int("jobs"), Resume: c.Bool("resume"), NoCompile: c.Bool("no-compile")}
+		Jobs: c.Int("jobs"), Resume: c.Bool("resume"), NoCompile: c.Bool("no-compile"),
+		Plugin: replay.PluginInstalled(c.String("python"))}
 	var err error
 	if o.Match, err = signature.ParseMatchLevel(c.String("match")); err != nil {
 		return o, usagef("--match: %v", err)

@@ -1,6 +1,7 @@
 package reduction
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,11 +22,28 @@ import (
 	"reduce/replay"
 )
 
+// writeCollector writes what collects the fixtures under Out, unless the
+// package is installed (Options.Plugin): the conftest.py and the package's
+// zip it imports the plugin from. With the plugin, a conftest.py of
+// reduce's of another version is still rewritten (it would collect the
+// fixtures a second time), and one of this version kept.
+func (r *run) writeCollector() error {
+	if r.o.Plugin {
+		if old, err := regress.ReadCollector(r.o.Out); err != nil || old == nil || bytes.Equal(old, replay.CollectorModule) {
+			return err
+		}
+	}
+	if err := regress.WriteVendored(r.o.Out, replay.ZipName, replay.PackageZip()); err != nil {
+		return err
+	}
+	return regress.WriteCollector(r.o.Out, replay.CollectorModule)
+}
+
 // writeFixtures writes one regression fixture per finding, and the
 // collector at the root of Out, and returns the fixtures' directories, in
 // the order of the findings.
 func (r *run) writeFixtures(found []Finding) ([]string, error) {
-	if err := regress.WriteCollector(r.o.Out, replay.CollectorModule); err != nil {
+	if err := r.writeCollector(); err != nil {
 		return nil, collectorError(err)
 	}
 	culprits := make([]regress.Culprit, len(found))

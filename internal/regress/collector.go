@@ -60,6 +60,19 @@ func CheckCollector(out string) error {
 	return nil
 }
 
+// ReadCollector returns reduce's conftest.py at the root of out, nil when
+// there is none; an error where CheckCollector has one.
+func ReadCollector(out string) ([]byte, error) {
+	if err := CheckCollector(out); err != nil {
+		return nil, err
+	}
+	data, err := readNoFollow(filepath.Join(out, CollectorFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return data, err
+}
+
 // WriteCollector writes src, the collector (replay.CollectorModule), as
 // conftest.py at the root of out, atomically, unless it is there already
 // with these bytes: reduce's collector of another version is rewritten, a
@@ -81,6 +94,41 @@ func WriteCollector(out string, src []byte) error {
 	}
 	if err := renameio.WriteFile(path, src, 0o644); err != nil {
 		return fmt.Errorf("write the collector: %w", err)
+	}
+	return nil
+}
+
+// VendoredDir is the folder under --out that holds the package's zip
+// beside a conftest.py that imports the plugin from it (WriteVendored).
+const VendoredDir = ".reduce"
+
+// WriteVendored writes data, the Python package as a zip (replay.ZipName,
+// name), as VendoredDir/name under out, atomically, unless it is there with
+// these bytes; reduce's zips of other versions there are removed. No
+// symbolic link is followed: out/VendoredDir or the file being one is an
+// error wrapping ErrLink.
+func WriteVendored(out, name string, data []byte) error {
+	dir := filepath.Join(out, VendoredDir)
+	path := filepath.Join(dir, name)
+	if err := NoLink(dir); err != nil {
+		return err
+	}
+	if have, err := readNoFollow(path); err == nil && bytes.Equal(have, data) {
+		return nil
+	} else if errors.Is(err, ErrLink) {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write the vendored package: %w", err)
+	}
+	if err := renameio.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("write the vendored package: %w", err)
+	}
+	old, _ := filepath.Glob(filepath.Join(dir, "reduce_batch-*.zip"))
+	for _, o := range old {
+		if o != path && NoLink(o) == nil {
+			os.Remove(o)
+		}
 	}
 	return nil
 }

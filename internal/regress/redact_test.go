@@ -318,7 +318,7 @@ func TestRedactBatchFiles(t *testing.T) {
 	// from them), the interpreter of the step's directory kept absolute.
 	py := testenv.Python(t, "torch", "pytest")
 	root := t.TempDir()
-	require.NoError(t, WriteCollector(root, collectorSource(t)))
+	writeCollector(t, root)
 	const secret = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345 from alice@corp-mail.acme.net on 10.12.34.56"
 	withSecrets := func(r *Regression) {
 		r.Batch.Error = &fixtures.Failure{Exception: "IndexError", Text: "Traceback (most recent call last):\n  File \"/home/alice/proj/train.py\", line 3\n" +

@@ -70,7 +70,7 @@ func TestCollectorFromElsewhere(t *testing.T) {
 	t.Setenv(trust.StoreEnv, filepath.Join(t.TempDir(), "store"))
 	work := t.TempDir()
 	root := filepath.Join(work, "repo")
-	require.NoError(t, WriteCollector(root, collectorSource(t)))
+	writeCollector(t, root)
 	marker := func(name string) string { return filepath.Join(work, "marker-"+name) }
 	mystep := filepath.Join(root, "mystep.py")
 	require.NoError(t, os.WriteFile(mystep, markerStep(marker("step")), 0o644))
@@ -274,7 +274,7 @@ func TestTrustAgrees(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(py, "-c", `import json, sys
 sys.path.insert(0, sys.argv[1])
-import reduce_batch, reduce_collect as rc
+import reduce_batch, reduce_batch.trust as rc
 out = [{"dir": reduce_batch.trust_dir()}]
 for p in sys.argv[3:]:
     d = rc.file_digest(p)

@@ -59,6 +59,20 @@ var (
 // step: a failure raised there is the harness's, not the user's.
 var harnessFiles = map[string]bool{"reduce_batch.py": true, "reduce_replay.py": true}
 
+// harnessPackageFiles are the same files in the package (reduce_batch/,
+// installed, in a folder or in its zip): the recorder and the worker.
+var harnessPackageFiles = map[string]bool{"__init__.py": true, "worker.py": true}
+
+// packageFile reports whether path is a file of reduce's package, and
+// returns the name a record keeps of it (reduce_batch/steps.py).
+func packageFile(path string) (string, bool) {
+	dir := path[:max(strings.LastIndexAny(path, `/\`), 0)]
+	if dir[strings.LastIndexAny(dir, `/\`)+1:] != "reduce_batch" {
+		return "", false
+	}
+	return "reduce_batch/" + path[strings.LastIndexAny(path, `/\`)+1:], true
+}
+
 // RaisedAt reads, from a replay's stderr, where its exception was raised:
 // the innermost frame of the last traceback that is not a launcher's
 // wrapper (as Parse takes the exception), or nil when the text holds no
@@ -117,6 +131,9 @@ func whose(r *Raise, source string) *Raise {
 		r.By, r.File = RaisedByTorch, strings.ReplaceAll(m[1]+m[2], `\`, "/")
 	case libraryFileRe.MatchString(path) || harnessFiles[base]:
 		r.By, r.File = RaisedByLibrary, base
+	case isPackageHarness(path, base):
+		name, _ := packageFile(path)
+		r.By, r.File = RaisedByLibrary, name
 	case source == "":
 		return nil
 	case statementRe.MatchString(source):
@@ -125,4 +142,11 @@ func whose(r *Raise, source string) *Raise {
 		r.By, r.File = RaisedByCall, base
 	}
 	return r
+}
+
+// isPackageHarness reports whether path is the recorder or the worker of
+// reduce's package.
+func isPackageHarness(path, base string) bool {
+	_, ok := packageFile(path)
+	return ok && harnessPackageFiles[base]
 }

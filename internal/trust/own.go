@@ -17,6 +17,10 @@ import (
 // where the data says), so none is ever a step, the file the user's or not.
 var OwnModules = []string{"reduce_batch", "reduce_hooks", "reduce_collect", "reduce_replay"}
 
+// HooksModules name the framework hooks' module: the package's, and a
+// vendored copy's.
+var HooksModules = []string{"reduce_batch.hooks", "reduce_hooks"}
+
 // HookSteps are the steps of reduce_hooks a framework's recording names
 // (reduce_hooks:lightning_step, reduce_hooks:trainer_step): reduce's own,
 // replayed from the worker's copy of reduce_hooks.
@@ -30,6 +34,7 @@ var ownMarks = [][]byte{
 	[]byte(`"""Framework hooks for ` + "`reduce`"),
 	[]byte("# reduce collector "),
 	[]byte(`"""The replay worker and fork server of reduce's torch backend`),
+	[]byte(`"""reduce_batch.`),
 }
 
 // OwnStep says why the step module:qualname (defined in file, "" when none
@@ -40,12 +45,15 @@ var ownMarks = [][]byte{
 // that module, are the exception: they are steps.
 func OwnStep(module, qualname, file string) string {
 	last := module[strings.LastIndexByte(module, '.')+1:]
-	if module == "reduce_hooks" && slices.Contains(HookSteps, qualname) {
+	first, _, _ := strings.Cut(module, ".")
+	if slices.Contains(HooksModules, module) && slices.Contains(HookSteps, qualname) {
 		return "" // the worker's own copy replays it, not the file named
 	}
 	switch base := strings.TrimSuffix(filepath.Base(file), ".py"); {
-	case slices.Contains(OwnModules, last):
+	case slices.Contains(OwnModules, last) || first == "reduce_batch":
 		return "its module " + module + " is reduce's own"
+	case file != "" && filepath.Base(filepath.Dir(file)) == "reduce_batch":
+		return "its file " + filepath.Base(file) + " is reduce's own (the package's)"
 	case file != "" && slices.Contains(OwnModules, base):
 		return "its file " + filepath.Base(file) + " is reduce's own"
 	case file != "" && ownFile(file):

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import check_go_roundtrip as rt  # noqa: E402
 import reduce_batch as rb  # noqa: E402
-import reduce_replay as rr  # noqa: E402
+import reduce_batch.worker  # noqa: E402
 
 DTYPES = [torch.bool, torch.uint8, torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64]
 
@@ -129,7 +129,7 @@ def compare(directory):
     for p in pairs:
         a = rb.load(os.path.join(directory, p["file"]))
         with open(os.path.join(directory, p["plan"])) as f:
-            b = rr.load_view(json.load(f))
+            b = rb.worker.load_view(json.load(f))
         where = p["name"]
         for attr in ("samples", "sample_ids", "batch_dims", "pads", "op", "attrs", "recorded_offsets"):
             if getattr(a, attr) != getattr(b, attr):

@@ -11,7 +11,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import reduce_batch as rb  # noqa: E402
-import reduce_collect as rc  # noqa: E402
+import reduce_batch.steps  # noqa: E402
 
 B = collections.namedtuple("B", "data state meta")
 
@@ -31,10 +31,10 @@ def test_call_step_eager():
     def step(batch):
         return compiled(batch["x"])
 
-    rc._call_step(step, B({"x": torch.ones(4, 3)}, None, {"replay_compile": "eager"}))
+    rb.steps._call_step(step, B({"x": torch.ones(4, 3)}, None, {"replay_compile": "eager"}))
     assert not counters["stats"].get("unique_graphs"), dict(counters["stats"])
     if hasattr(torch.compiler, "set_stance"):
-        rc._call_step(step, B({"x": torch.ones(4, 3)}, None, {}))
+        rb.steps._call_step(step, B({"x": torch.ones(4, 3)}, None, {}))
         assert counters["stats"].get("unique_graphs") == 1, dict(counters["stats"])
 
 

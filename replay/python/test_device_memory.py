@@ -11,10 +11,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
-import reduce_collect as rc  # noqa: E402
+import reduce_batch.memory  # noqa: E402
 from conftest import single_thread_after_fork, without_source_lines  # noqa: E402
 
-MODULE = os.path.join(HERE, "reduce_replay.py")
+MODULE = os.path.join(HERE, "testdata", "run_worker.py")  # as reduce's launcher runs it
 MiB = 1 << 20
 
 
@@ -43,7 +43,7 @@ def in_child(fn):
 
 def test_cpu_limit_counts_what_the_op_allocates():
     def run(mib):
-        lift = rc.limit_device_memory("cpu", 40 * MiB)
+        lift = rb.memory.limit_device_memory("cpu", 40 * MiB)
         try:
             torch.empty(mib * MiB // 4, dtype=torch.float32).fill_(1)
             return "ok"
@@ -56,7 +56,7 @@ def test_cpu_limit_counts_what_the_op_allocates():
     assert "DefaultCPUAllocator: can't allocate memory: you tried to allocate %d bytes" % (41 * MiB) in got
 
     def lifted():
-        rc.limit_device_memory("cpu", 8 * MiB)()
+        rb.memory.limit_device_memory("cpu", 8 * MiB)()
         torch.empty(64 * MiB // 4).fill_(1)  # the limit is gone again
         return "ok"
 
@@ -73,11 +73,11 @@ def test_cuda_limit_is_a_memory_fraction(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: Props())
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i: 2 * MiB)
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, i: calls.append((f, i)))
-    lift = rc.limit_device_memory("cuda", 94 * MiB)
+    lift = rb.memory.limit_device_memory("cuda", 94 * MiB)
     assert calls == [((2 + 94) * MiB / float(Props.total_memory), 0)]
     lift()
     assert calls[-1] == (1.0, 0)
-    rc.limit_device_memory("cuda:0", 200 * 1024 * MiB)
+    rb.memory.limit_device_memory("cuda:0", 200 * 1024 * MiB)
     assert calls[-1] == (1.0, 0)  # more than the device: no limit
 
 

@@ -1,4 +1,4 @@
-"""The command of an exec fixture is built, never spliced: reduce_collect.exec_argv quotes {batch}
+"""The command of an exec fixture is built, never spliced: rb.plugin.exec_argv quotes {batch}
 in the script of a POSIX shell whatever the fixture's path holds, and decides as reduce's Go side
 does (replay/testdata/shell_commands.json, the table both are tested on); a traceback whose file's
 path holds a newline is read whole."""
@@ -13,8 +13,9 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-
-import reduce_collect as rc  # noqa: E402
+import reduce_batch as rb  # noqa: E402
+import reduce_batch.child  # noqa: E402
+import reduce_batch.plugin  # noqa: E402
 
 with open(os.path.join(HERE, "..", "testdata", "shell_commands.json"), encoding="utf-8") as _f:
     TABLE = json.load(_f)
@@ -24,9 +25,9 @@ with open(os.path.join(HERE, "..", "testdata", "shell_commands.json"), encoding=
 def test_exec_argv_table(case):
     if case.get("refused"):
         with pytest.raises(ValueError):
-            rc.exec_argv(case["argv"], TABLE["batch"])
+            rb.plugin.exec_argv(case["argv"], TABLE["batch"])
     else:
-        assert rc.exec_argv(case["argv"], TABLE["batch"]) == case["want"]
+        assert rb.plugin.exec_argv(case["argv"], TABLE["batch"]) == case["want"]
 
 
 # Names of a directory that a shell reads as code, or splits, where a path holding one is put in a
@@ -55,14 +56,14 @@ def exec_fixture(tmp_path, monkeypatch):
     def make(folder, args):
         os.makedirs(folder)
         with open(os.path.join(folder, "fixture.json"), "w", encoding="utf-8") as f:
-            json.dump({"version": rc.RECORD_VERSION, "status": "open", "replay_args": args,
+            json.dump({"version": rb.plugin.RECORD_VERSION, "status": "open", "replay_args": args,
                        "signature": {"family": "host_check", "exception": "IndexError"}}, f)
         shutil.copyfile(EXAMPLE, os.path.join(folder, "batch.bin"))
         for name in ("fixture.json", "batch.bin"):
             with open(os.path.join(folder, name), "rb") as f:
                 digest = hashlib.sha256(f.read()).hexdigest()
             (store / (digest + ".json")).write_text(json.dumps({"digest": "sha256:" + digest, "kind": "allowed"}))
-        return rc.Fixture(os.path.join(folder, "fixture.json"))
+        return rb.plugin.Fixture(os.path.join(folder, "fixture.json"))
 
     return make
 
@@ -80,7 +81,7 @@ def test_exec_fixture_hostile_dir(tmp_path, monkeypatch, exec_fixture, name):
 
 def test_exec_fixture_refused(tmp_path, exec_fixture):
     fx = exec_fixture(os.path.join(tmp_path, "fx"), ["env", "A=1", "sh", "-c", SCRIPT])
-    with pytest.raises(rc.FixtureError, match=r"sh -c '\.\.\.'"):
+    with pytest.raises(rb.plugin.FixtureError, match=r"sh -c '\.\.\.'"):
         fx.run("batch.bin")
 
 
@@ -95,8 +96,8 @@ def traceback_of(repo):
 @pytest.mark.parametrize("repo", ["/home/u/my\nrepo", "/home/u/b: c\nValueError: x\nrepo", "/r\n/x", "/r\n"])
 def test_child_exception_newline_in_path(repo):
     stderr = traceback_of(repo)
-    assert rc._child_exception(stderr) == ("IndexError", "Target 4 is out of bounds.")
-    e = rc.child_failure(1, stderr)
+    assert rb.child._child_exception(stderr) == ("IndexError", "Target 4 is out of bounds.")
+    e = rb.child.child_failure(1, stderr)
     assert type(e) is IndexError and str(e) == "Target 4 is out of bounds."
 
 

@@ -15,7 +15,9 @@ EXAMPLES = os.path.join(HERE, "..", "..", "fixtures", "examples")
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
-import reduce_collect as rc  # noqa: E402
+import reduce_batch.memory  # noqa: E402
+import reduce_batch.ops  # noqa: E402
+import reduce_batch.steps  # noqa: E402
 import check_go_roundtrip  # noqa: E402
 from conftest import single_thread_after_fork, without_source_lines  # noqa: E402
 
@@ -36,7 +38,7 @@ def run(op, attrs, t, memory=None):
             os.close(r)
             try:
                 single_thread_after_fork(torch)
-                rc.limit_device_memory("cpu", memory)
+                rb.memory.limit_device_memory("cpu", memory)
                 out = run(op, attrs, t)
             finally:
                 os.write(w, json.dumps(out).encode())
@@ -47,7 +49,7 @@ def run(op, attrs, t, memory=None):
         os.waitpid(pid, 0)
         return json.loads(data.decode())
     try:
-        rc.run_op(op, t, attrs)
+        rb.ops.run_op(op, t, attrs)
     except Exception as e:
         return "%s: %s" % (type(e).__name__, str(e).splitlines()[0])
     return None
@@ -146,12 +148,12 @@ def test_step_example(name, monkeypatch, tmp_path):
     assert b.error["text"] == want["error"]["text"]
     # Recorded in another clone: neither its file nor its cwd exists here.
     monkeypatch.delitem(sys.modules, "example_steps", raising=False)
-    fn = rc.resolve_step(dict(b.step, file=str(tmp_path / "gone" / "example_steps.py"), cwd=str(tmp_path)))
+    fn = rb.steps.resolve_step(dict(b.step, file=str(tmp_path / "gone" / "example_steps.py"), cwd=str(tmp_path)))
     assert os.path.realpath(sys.modules["example_steps"].__file__) == os.path.realpath(
         os.path.join(EXAMPLES, "example_steps.py"))
     assert step_error(fn, b.data) == b.error["text"]
     with pytest.raises(Exception) as got:
-        rc.run_step(b)
+        rb.steps.run_step(b)
     assert "%s: %s" % (got.type.__name__, got.value) == b.error["text"]
     for n, d in want["tensors"].items():
         t = b.tensors[n]

@@ -1,4 +1,4 @@
-"""Tests of reduce_hooks.lightning_callback and lightning_step with a real Lightning Trainer on the
+"""Tests of rb.hooks.lightning_callback and lightning_step with a real Lightning Trainer on the
 CPU. They skip when neither lightning nor pytorch_lightning can be imported (Debian has neither),
 and fail then under REDUCE_REQUIRE_LIGHTNING. test_imports_without_lightning runs everywhere."""
 
@@ -15,8 +15,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
-import reduce_collect as rc  # noqa: E402
-import reduce_hooks  # noqa: E402
+import reduce_batch.errors  # noqa: E402
+import reduce_batch.hooks  # noqa: E402
+import reduce_batch.steps  # noqa: E402
 
 
 def _import(name):
@@ -173,7 +174,7 @@ def test_records_the_cpu_batch_and_replays_training_step(lightning_packages, pac
         pytest.skip("%s is not installed" % package)
     L = lightning_packages[package]
     path = str(tmp_path / "crash.bin")
-    cb = reduce_hooks.lightning_callback(path)
+    cb = rb.hooks.lightning_callback(path)
     assert isinstance(cb, L.Callback)
     model = module("Labels", package)()
     with pytest.raises(IndexError, match="Target 7 is out of bounds") as crash:
@@ -187,7 +188,7 @@ def test_records_the_cpu_batch_and_replays_training_step(lightning_packages, pac
     assert b.data["ids"] == want["ids"] == b.sample_ids
     assert torch.equal(b.data["x"], want["x"]) and torch.equal(b.data["y"], want["y"])
     assert b.error["exception"].endswith("IndexError")
-    assert (b.step["module"], b.step["qualname"]) == ("reduce_hooks", "lightning_step")
+    assert (b.step["module"], b.step["qualname"]) == ("reduce_batch.hooks", "lightning_step")
     info = b.state["lightning"]
     assert info["hparams"] == {"width": 6, "classes": 4}
     assert info["batch_idx"] == 3
@@ -196,7 +197,7 @@ def test_records_the_cpu_batch_and_replays_training_step(lightning_packages, pac
     for k, v in model.state_dict().items():  # the weights at the crash
         assert torch.equal(b.state["model"][k], v), k
     with pytest.raises(IndexError) as again:
-        rc.replay(path)
+        rb.steps.replay(path)
     assert str(again.value) == str(crash.value)
 
 
@@ -206,16 +207,16 @@ def test_the_recorded_weights_are_the_replays(lightning_packages, tmp_path):
     for state in (True, False):
         paths[state] = str(tmp_path / ("state.bin" if state else "bare.bin"))
         with pytest.raises(FloatingPointError, match="loss is nan"):
-            fit(L, module("Weights", package)(), reduce_hooks.lightning_callback(paths[state], state=state),
+            fit(L, module("Weights", package)(), rb.hooks.lightning_callback(paths[state], state=state),
                 collate=as_tuple, bad_label=1)
     b = rb.load(paths[True])
     assert isinstance(b.data, tuple) and len(b.data) == 3 and b.data[2][0] == "s-016"
     assert b.state["lightning"]["batch_idx"] == 2
     with pytest.raises(FloatingPointError, match="loss is nan"):
-        rc.replay(paths[True])
+        rb.steps.replay(paths[True])
     # Without the weights, the module starts from its initial ones: the step passes.
     assert "model" not in rb.load(paths[False]).state
-    assert torch.isfinite(rc.replay(paths[False]))
+    assert torch.isfinite(rb.steps.replay(paths[False]))
 
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
@@ -223,30 +224,30 @@ def test_the_replay_computes_in_the_recorded_precision(lightning_packages, tmp_p
     package, L = next(iter(lightning_packages.items()))
     path = str(tmp_path / "crash.bin")
     with pytest.raises(ValueError, match="logits in torch.bfloat16"):
-        fit(L, module("Dtype", package)(), reduce_hooks.lightning_callback(path), precision=precision)
+        fit(L, module("Dtype", package)(), rb.hooks.lightning_callback(path), precision=precision)
     assert rb.load(path).state["lightning"]["precision"] == precision
     with pytest.raises(ValueError, match="logits in torch.bfloat16"):
-        rc.replay(path)
+        rb.steps.replay(path)
 
 
 def test_a_module_without_hparams_is_recorded_with_a_warning(lightning_packages, tmp_path, capfd):
     package, L = next(iter(lightning_packages.items()))
     path = str(tmp_path / "crash.bin")
     with pytest.raises(IndexError):
-        fit(L, module("NoHparams", package)(6), reduce_hooks.lightning_callback(path))
+        fit(L, module("NoHparams", package)(6), rb.hooks.lightning_callback(path))
     err = capfd.readouterr().err
     assert "saved the failing batch to %s" % path in err
     assert "cannot be rebuilt" in err and "save_hyperparameters()" in err and "--entry" in err
     assert rb.load(path).samples == 8
-    with pytest.raises(rc.HarnessError, match="save_hyperparameters"):
-        rc.replay(path)
+    with pytest.raises(rb.errors.HarnessError, match="save_hyperparameters"):
+        rb.steps.replay(path)
 
 
 def test_a_failure_outside_training_records_nothing(lightning_packages, tmp_path, capfd):
     package, L = next(iter(lightning_packages.items()))
     path = str(tmp_path / "crash.bin")
     with pytest.raises(RuntimeError, match="validation broke"):
-        fit(L, module("FailsInValidation", package)(), reduce_hooks.lightning_callback(path), val=True, bad_label=1)
+        fit(L, module("FailsInValidation", package)(), rb.hooks.lightning_callback(path), val=True, bad_label=1)
     assert not os.path.exists(path)
     assert "came outside training" in capfd.readouterr().err
 
@@ -255,7 +256,7 @@ def test_imports_without_lightning():
     """reduce_hooks needs only reduce_batch, the standard library and torch; the callback says what
     is missing."""
     code = ("import sys; sys.modules['lightning'] = sys.modules['pytorch_lightning'] = None\n"
-            "import reduce_hooks\n"
+            "import reduce_batch.hooks as reduce_hooks\n"
             "assert not [m for m in sys.modules if 'lightning' in m and sys.modules[m]]\n"
             "try:\n    reduce_hooks.lightning_callback()\n"
             "except ImportError as e:\n    print(e)\n")
@@ -268,7 +269,7 @@ def test_hooks_need_the_recorder_of_their_version(tmp_path):
     """reduce_hooks.py beside a reduce_batch.py of another version: an ImportError that says how to
     print both again."""
     (tmp_path / "reduce_batch.py").write_text('__version__ = "0.1.0"\n')
-    (tmp_path / "reduce_hooks.py").write_text(open(os.path.join(HERE, "reduce_hooks.py")).read())
+    (tmp_path / "reduce_hooks.py").write_text(open(os.path.join(HERE, "reduce_batch", "hooks.py")).read())
     out = subprocess.run([sys.executable, "-c", "import reduce_hooks"], cwd=str(tmp_path), capture_output=True,
                          text=True)
     assert out.returncode == 1 and "needs reduce_batch.py of the same version, not 0.1.0" in out.stderr, out.stderr
@@ -281,7 +282,7 @@ def test_a_window_records_the_steps_before_and_replays_them(lightning_packages, 
     one. Without them the failing batch passes."""
     package, L = next(iter(lightning_packages.items()))
     path = str(tmp_path / "crash.bin")
-    cb = reduce_hooks.lightning_callback(path, window=2, sample_ids=lambda b: b["ids"])
+    cb = rb.hooks.lightning_callback(path, window=2, sample_ids=lambda b: b["ids"])
     with pytest.raises(FloatingPointError, match="loss is nan"):
         fit(L, module("Masked", package)(), cb, bad_label=float("nan"))  # sample 27: batch 3 of 5
     assert cb.saved == path
@@ -292,8 +293,8 @@ def test_a_window_records_the_steps_before_and_replays_them(lightning_packages, 
     assert set(b.state) >= {"lightning", "model", "optimizer", "rng"}
     assert b.state["optimizer"]["state"], "the momentum buffers at the window's start"
     with pytest.raises(FloatingPointError, match="loss is nan"):
-        rc.replay(path)
+        rb.steps.replay(path)
     # The failing batch alone, from the window's start, passes: the cause is in step 3.
     alone = rb.load(path)
     alone.window = []
-    assert torch.isfinite(rc._call_step(rc.resolve_step(alone.step), alone))
+    assert torch.isfinite(rb.steps._call_step(rb.steps.resolve_step(alone.step), alone))

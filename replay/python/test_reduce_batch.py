@@ -18,6 +18,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
+import reduce_batch.child  # noqa: E402
+import reduce_batch.errors  # noqa: E402
+import reduce_batch.steps  # noqa: E402
+import reduce_batch.worker  # noqa: E402
 
 DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
           torch.float16, torch.bfloat16, torch.float32, torch.float64]
@@ -246,7 +250,7 @@ def test_step_entry_of_a_class_names_its_file():
     """A class (the LightningModule the hooks record) has no code object: its file is its module's,
     which the replay needs to import it again (and the trust check to place it)."""
     for obj in (_AClass, test_step_entry_of_a_class_names_its_file):
-        entry = rb._step_entry(obj)
+        entry = rb.step_entry(obj)
         assert entry["module"] == __name__ and entry["qualname"] == obj.__qualname__
         assert entry["file"] == os.path.abspath(__file__)
 
@@ -811,11 +815,10 @@ def test_record_on_failure_ignores_keyboard_interrupt(tmp_path):
 
 
 def test_info_command(good, capsys):
-    import reduce_replay as rr
 
-    assert rr.main(["info", str(good)]) == 0
+    assert rb.worker.main(["info", str(good)]) == 0
     assert json.loads(capsys.readouterr().out)["samples"] == 3
-    assert rr.main(["nope"]) == 2
+    assert rb.worker.main(["nope"]) == 2
 
 
 # record_on_failure(window=K): the steps before the failing one
@@ -879,18 +882,17 @@ def test_window_records_the_steps_since_the_older_copy(tmp_path, capfd):
 
 
 def test_window_replays_to_the_same_failure(tmp_path):
-    import reduce_collect as rc
 
     p = str(tmp_path / "w.bin")
     train_window(p, 9, 3, 7)
     b = rb.load(p)
     with pytest.raises(ValueError, match="step failed"):
-        rc.run_step(b)
+        rb.steps.run_step(b)
     # An earlier step that raises is another failure than the recorded one.
     b = rb.load(p)
     b.window[1][1]["fail"] = True
-    with pytest.raises(rc.WindowStepError, match="the window's step 4 raised ValueError, before the failing step 7"):
-        rc.run_step(b)
+    with pytest.raises(rb.steps.WindowStepError, match="the window's step 4 raised ValueError, before the failing step 7"):
+        rb.steps.run_step(b)
 
 
 def test_window_at_the_first_step_and_in_a_replay(tmp_path, monkeypatch):
@@ -991,12 +993,12 @@ def test_record_on_failure_rank_file_per_rank(tmp_path, monkeypatch):
 
 
 def test_rank_replays_alone_in_a_process_group_of_one(tmp_path):
-    """reduce_collect.alone: a rank's batch replays its DDP step in a process group of size 1 (in
+    """rb.steps.alone: a rank's batch replays its DDP step in a process group of size 1 (in
     a child: a process group outlives the test)."""
     code = (
-        "import sys, torch, torch.distributed as dist; sys.path.insert(0, %r); import reduce_collect as rc\n"
+        "import sys, torch, torch.distributed as dist; sys.path.insert(0, %r); import reduce_batch as rb, reduce_batch.steps\n"
         "class B: meta = {'rank': '1', 'world_size': '4'}; tensors = {'x': torch.ones(2, 3)}\n"
-        "rc.alone(B())\n"
+        "rb.steps.alone(B())\n"
         "m = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 1))\n"
         "m(B.tensors['x']).sum().backward()\n"
         "print(dist.get_world_size(), dist.get_rank(), dist.get_backend())\n" % HERE)
@@ -1010,12 +1012,11 @@ def test_rank_without_torch_distributed_is_refused(monkeypatch):
     the worker's start-up check (REDUCE_WORLD_SIZE) turns into exit 2 before any replay."""
     import types
 
-    import reduce_collect as rc
     monkeypatch.setattr(torch.distributed, "is_available", lambda: False)
-    with pytest.raises(rc.HarnessError, match=r"rank 3 of 4's .* no torch.distributed to replay its step alone"):
-        rc.alone(types.SimpleNamespace(meta={"rank": "3", "world_size": "4"}, tensors={}), check_only=True)
-    rc.alone(types.SimpleNamespace(meta={"world_size": "1"}, tensors={}))  # one process: nothing to do
-    rc.alone(types.SimpleNamespace(meta={"world_size": "\u00b2"}, tensors={}))  # no ASCII number: no rank of a run
+    with pytest.raises(rb.errors.HarnessError, match=r"rank 3 of 4's .* no torch.distributed to replay its step alone"):
+        rb.steps.alone(types.SimpleNamespace(meta={"rank": "3", "world_size": "4"}, tensors={}), check_only=True)
+    rb.steps.alone(types.SimpleNamespace(meta={"world_size": "1"}, tensors={}))  # one process: nothing to do
+    rb.steps.alone(types.SimpleNamespace(meta={"world_size": "\u00b2"}, tensors={}))  # no ASCII number: no rank of a run
 
 
 def test_keep_disk_per_rank(tmp_path, monkeypatch):
@@ -1043,7 +1044,6 @@ def test_keep_disk_per_rank(tmp_path, monkeypatch):
 def test_child_exception_under_a_process_group():
     """A child replaying a rank's step alone prints its traceback with "[rank0]: " before each line
     (torch, once a process group is made): the exception is read through it."""
-    import reduce_collect as rc
     err = ("[rank0]: Traceback (most recent call last):\n[rank0]:   File \"train.py\", line 50, in train_step\n"
            "[rank0]:     loss = F.cross_entropy(out, y)\n[rank0]: IndexError: Target 9 is out of bounds.\n")
-    assert rc._child_exception(err) == ("IndexError", "Target 9 is out of bounds.")
+    assert rb.child._child_exception(err) == ("IndexError", "Target 9 is out of bounds.")

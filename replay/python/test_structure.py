@@ -16,7 +16,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
-import reduce_collect as rc  # noqa: E402
+import reduce_batch.errors  # noqa: E402
+import reduce_batch.steps  # noqa: E402
 from check_structure_select import Encoding  # noqa: E402  (a mapping that is not a dict)
 
 Sample = collections.namedtuple("Sample", "image label")
@@ -141,7 +142,7 @@ def test_step_is_recorded_by_name(tmp_path):
     step = rb.load(p).step
     assert step["module"] == __name__ and step["qualname"] == "step_of_the_test"
     assert step["file"] == os.path.abspath(__file__) and step["cwd"] == os.getcwd()
-    assert rc.resolve_step(step) is step_of_the_test
+    assert rb.steps.resolve_step(step) is step_of_the_test
 
 
 def test_step_in_the_script_replays_without_running_it(tmp_path):
@@ -169,8 +170,8 @@ def test_step_in_the_script_replays_without_running_it(tmp_path):
     run = subprocess.run([sys.executable, "train.py"], cwd=str(proj), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
     assert run.returncode == 1 and b"IndexError: x above 2" in run.stderr
-    replay = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, %r); import reduce_collect; "
-                             "reduce_collect.replay(%r)" % (HERE, str(proj / "crash.bin"))],
+    replay = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, %r); import reduce_batch as rb, reduce_batch.steps; "
+                             "rb.steps.replay(%r)" % (HERE, str(proj / "crash.bin"))],
                             cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert replay.returncode == 1, replay.stderr
     assert b"IndexError: x above 2" in replay.stderr and b"TRAINING" not in replay.stdout
@@ -179,8 +180,8 @@ def test_step_in_the_script_replays_without_running_it(tmp_path):
 def test_missing_step_names_the_module_and_the_path(tmp_path):
     p = tmp_path / "s.bin"
     rb.save(p, {"x": torch.ones(2)}, step="no_such_module_xyz:step", provenance=False)
-    with pytest.raises(rc.HarnessError, match=r"no_such_module_xyz.*sys.path tried"):
-        rc.replay(p)
+    with pytest.raises(rb.errors.HarnessError, match=r"no_such_module_xyz.*sys.path tried"):
+        rb.steps.replay(p)
 
 
 def test_state_restores_weights_optimizer_and_rng(tmp_path):
@@ -209,7 +210,7 @@ def test_state_restores_weights_optimizer_and_rng(tmp_path):
     assert torch.equal(o2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
     torch.manual_seed(123)
     random.seed(123)
-    rc.restore_rng(b.state)
+    rb.steps.restore_rng(b.state)
     assert torch.equal(torch.rand(3), want_torch) and random.random() == want_random
     # State tensors are stored compressed when zstandard is there.
     state_entries = [e for e in b.manifest["tensors"] if e["name"].startswith("state.")]
@@ -258,8 +259,8 @@ def test_unguarded_script_is_named(tmp_path):
     assert b"runs code when it is imported (line 10)" in run.stderr
     before = (proj / "crash.bin").read_bytes()
     env = dict(os.environ, REDUCE_REPLAY="1")
-    replay = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, %r); import reduce_collect; "
-                             "reduce_collect.replay(%r)" % (HERE, str(proj / "crash.bin"))],
+    replay = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, %r); import reduce_batch as rb, reduce_batch.steps; "
+                             "rb.steps.replay(%r)" % (HERE, str(proj / "crash.bin"))],
                             cwd=str(tmp_path), stderr=subprocess.PIPE, env=env)
     assert replay.returncode != 0
     assert b"put it under `if __name__ == \"__main__\":`" in replay.stderr, replay.stderr
@@ -282,5 +283,5 @@ def test_moved_script_step(tmp_path, monkeypatch):
     other.mkdir()
     (other / "train.py").write_text("def step(batch):\n    return 42\n")
     monkeypatch.chdir(other)
-    fn = rc.resolve_step({"module": "__main__", "qualname": "step", "file": "/gone/checkout/train.py"})
+    fn = rb.steps.resolve_step({"module": "__main__", "qualname": "step", "file": "/gone/checkout/train.py"})
     assert fn({}) == 42

@@ -1,4 +1,4 @@
-"""Tests of reduce_hooks.record_trainer and trainer_step with a real Hugging Face Trainer on the
+"""Tests of rb.hooks.record_trainer and trainer_step with a real Hugging Face Trainer on the
 CPU (a one-layer BERT built from a config: nothing downloaded). They skip when transformers cannot
 be imported (Debian has none), and fail then under REDUCE_REQUIRE_TRANSFORMERS. The tests of the
 wrapper's signatures and arguments run everywhere."""
@@ -15,8 +15,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
-import reduce_collect as rc  # noqa: E402
-import reduce_hooks  # noqa: E402
+import reduce_batch.errors  # noqa: E402
+import reduce_batch.hooks  # noqa: E402
+import reduce_batch.steps  # noqa: E402
+import reduce_batch.trust  # noqa: E402
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported
 
@@ -73,7 +75,7 @@ def crashed(transformers, tmp_path_factory):
     """One run with state=True: (the trainer, the file it wrote)."""
     tmp = tmp_path_factory.mktemp("trainer")
     path = str(tmp / "crash.bin")
-    trainer = reduce_hooks.record_trainer(_trainer(transformers, tmp), path, state=True,
+    trainer = rb.hooks.record_trainer(_trainer(transformers, tmp), path, state=True,
                                           sample_ids=lambda b: b["sample_id"])
     with pytest.raises(IndexError, match="Target 7 is out of bounds"):
         trainer.train()
@@ -83,7 +85,7 @@ def crashed(transformers, tmp_path_factory):
 def test_records_the_collators_batch_and_its_model(crashed, transformers):
     trainer, path = crashed
     b = rb.load(path)
-    assert (b.step["module"], b.step["qualname"]) == ("reduce_hooks", "trainer_step")
+    assert (b.step["module"], b.step["qualname"]) == ("reduce_batch.hooks", "trainer_step")
     assert "t-%02d" % BAD in b.sample_ids and len(b.sample_ids) == 8
     assert b.data["sample_id"] == b.sample_ids  # the collator's column, kept as it made it
     assert b.data["labels"][b.sample_ids.index("t-%02d" % BAD)].item() == 7
@@ -102,29 +104,29 @@ def test_records_the_collators_batch_and_its_model(crashed, transformers):
 
 def test_the_replay_fails_as_recorded_and_runs_the_recorded_model(crashed, transformers):
     trainer, path = crashed
-    old, rc.step_check = rc.step_check, None
+    old, rb.steps.step_check = rb.steps.step_check, None
     try:
         with pytest.raises(IndexError, match="Target 7 is out of bounds"):
-            rc.replay(path)
+            rb.steps.replay(path)
         b = rb.load(path)
         batch = dict(b.data, labels=b.data["labels"].clamp(max=2))
-        loss = reduce_hooks.trainer_step(batch, b.state)
+        loss = rb.hooks.trainer_step(batch, b.state)
         # The same forward in this process: the recorded weights, the generators as the step began.
         model = trainer.model
         model.train()
-        rc.restore_rng(b.state)
+        rb.steps.restore_rng(b.state)
         want = model(input_ids=batch["input_ids"], labels=batch["labels"], sample_id=batch["sample_id"]).loss
         assert loss.requires_grad is False and torch.equal(loss, want.detach())
         # Without the weights the replay starts from those the config makes: another loss.
-        fresh = reduce_hooks.trainer_step(batch, rb.State({k: v for k, v in b.state.items() if k != "model"}))
+        fresh = rb.hooks.trainer_step(batch, rb.State({k: v for k, v in b.state.items() if k != "model"}))
         assert not torch.equal(fresh, loss)
     finally:
-        rc.step_check = old
+        rb.steps.step_check = old
 
 
 def test_without_state_the_file_holds_no_weights(transformers, tmp_path):
     path = str(tmp_path / "crash.bin")
-    trainer = reduce_hooks.record_trainer(_trainer(transformers, tmp_path), path)
+    trainer = rb.hooks.record_trainer(_trainer(transformers, tmp_path), path)
     with pytest.raises(IndexError):
         trainer.train()
     b = rb.load(path)
@@ -143,10 +145,10 @@ def test_the_class_must_be_a_pretrained_model(transformers, tmp_path, monkeypatc
         "class Mine(transformers.BertForSequenceClassification):\n    pass\n\n\n"
         "class Plain:\n    def __init__(self, *a, **k):\n        open(%r, 'w').close()\n" % str(marker))
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(rc, "step_check", rc.Trust(str(tmp_path), True))
+    monkeypatch.setattr(rb.steps, "step_check", rb.trust.Trust(str(tmp_path), True))
     cls = transformers.BertForSequenceClassification
-    assert rc.resolve_class({"module": cls.__module__, "qualname": cls.__qualname__}, "transformers") is cls
-    mine = rc.resolve_class({"module": "mymodels", "qualname": "Mine", "file": str(tmp_path / "mymodels.py")},
+    assert rb.steps.resolve_class({"module": cls.__module__, "qualname": cls.__qualname__}, "transformers") is cls
+    mine = rb.steps.resolve_class({"module": "mymodels", "qualname": "Mine", "file": str(tmp_path / "mymodels.py")},
                             "transformers")
     assert mine.__name__ == "Mine"
     for entry, why in [
@@ -161,22 +163,22 @@ def test_the_class_must_be_a_pretrained_model(transformers, tmp_path, monkeypatc
         ({"module": "transformers", "qualname": "NoSuchModel"}, "has no attribute 'NoSuchModel'"),
         ({"module": "transformers/../x.py", "qualname": "X"}, "is not a module:qualname of Python names"),
     ]:
-        with pytest.raises(rc.HarnessError, match="Trainer model class") as e:
-            rc.resolve_class(entry, "transformers")
+        with pytest.raises(rb.errors.HarnessError, match="Trainer model class") as e:
+            rb.steps.resolve_class(entry, "transformers")
         assert why in str(e.value), e.value
     state = rb.State({"trainer": {"model_class": {"module": "mymodels", "qualname": "Plain"}, "config": "{}"}})
-    with pytest.raises(rc.HarnessError, match="is not a PreTrainedModel subclass"):
-        reduce_hooks.trainer_step({"input_ids": torch.ones(1, 2, dtype=torch.long)}, state)
-    monkeypatch.setattr(rc, "step_check", rc.Trust(str(tmp_path), False, "not yours"))
-    with pytest.raises(rc.HarnessError, match="Trainer model class transformers.models.bert.modeling_bert:"
+    with pytest.raises(rb.errors.HarnessError, match="is not a PreTrainedModel subclass"):
+        rb.hooks.trainer_step({"input_ids": torch.ones(1, 2, dtype=torch.long)}, state)
+    monkeypatch.setattr(rb.steps, "step_check", rb.trust.Trust(str(tmp_path), False, "not yours"))
+    with pytest.raises(rb.errors.HarnessError, match="Trainer model class transformers.models.bert.modeling_bert:"
                                                "BertForSequenceClassification is not run: not yours"):
-        rc.resolve_class({"module": cls.__module__, "qualname": cls.__qualname__}, "transformers")
+        rb.steps.resolve_class({"module": cls.__module__, "qualname": cls.__qualname__}, "transformers")
     assert not marker.exists()
 
 
 def test_the_config_names_no_code(transformers, monkeypatch):
     """Keys of a recorded config that would name code or a download are left out."""
-    monkeypatch.setattr(rc, "step_check", None)
+    monkeypatch.setattr(rb.steps, "step_check", None)
     cls = transformers.BertForSequenceClassification
     config = transformers.BertConfig(vocab_size=8, hidden_size=4, num_hidden_layers=1, num_attention_heads=1,
                                      intermediate_size=4, max_position_embeddings=8, num_labels=2)
@@ -188,7 +190,7 @@ def test_the_config_names_no_code(transformers, monkeypatch):
         lambda c, given, **kw: taken.append(given) or config))
     state = rb.State({"trainer": {"model_class": {"module": cls.__module__, "qualname": cls.__qualname__},
                                   "config": json.dumps(d)}})
-    loss = reduce_hooks.trainer_step({"input_ids": torch.ones(2, 3, dtype=torch.long), "labels": torch.tensor([0, 1])},
+    loss = rb.hooks.trainer_step({"input_ids": torch.ones(2, 3, dtype=torch.long), "labels": torch.tensor([0, 1])},
                                      state)
     assert loss.dim() == 0 and torch.isfinite(loss)
     assert "auto_map" not in taken[0] and "attn_implementation" not in taken[0]
@@ -198,7 +200,7 @@ def test_the_config_names_no_code(transformers, monkeypatch):
 def test_a_compiled_trainers_model_is_compiled_again(transformers, monkeypatch):
     """TrainingArguments(torch_compile=True): the replay compiles the rebuilt model with the
     recorded backend (here "eager": no C++ compiler needed), and only a backend this torch has."""
-    monkeypatch.setattr(rc, "step_check", None)
+    monkeypatch.setattr(rb.steps, "step_check", None)
     from torch._dynamo.utils import counters
 
     cls = transformers.BertForSequenceClassification
@@ -208,11 +210,11 @@ def test_a_compiled_trainers_model_is_compiled_again(transformers, monkeypatch):
             "config": config.to_json_string(use_diff=False), "compile": {"backend": "eager", "mode": ""}}
     batch = {"input_ids": torch.ones(2, 3, dtype=torch.long), "labels": torch.tensor([0, 1])}
     counters.clear()
-    loss = reduce_hooks.trainer_step(batch, rb.State({"trainer": info}))
+    loss = rb.hooks.trainer_step(batch, rb.State({"trainer": info}))
     assert torch.isfinite(loss) and counters["stats"].get("unique_graphs", 0) > 0
     info["compile"]["backend"] = "os:system"
-    with pytest.raises(rc.HarnessError, match="backend 'os:system' is not one of this torch's"):
-        reduce_hooks.trainer_step(batch, rb.State({"trainer": info}))
+    with pytest.raises(rb.errors.HarnessError, match="backend 'os:system' is not one of this torch's"):
+        rb.hooks.trainer_step(batch, rb.State({"trainer": info}))
 
 
 class _OldTrainer:
@@ -232,7 +234,7 @@ class _OldTrainer:
 def test_any_signature_passes_through(tmp_path, capfd):
     path = tmp_path / "crash.bin"
     trainer = _OldTrainer()
-    assert reduce_hooks.record_trainer(trainer, path, sample_ids=[10, 11]) is trainer
+    assert rb.hooks.record_trainer(trainer, path, sample_ids=[10, 11]) is trainer
     assert "is not a transformers PreTrainedModel" in capfd.readouterr().err  # said at the start
     good = {"y": torch.tensor([0, 1])}
     assert trainer.training_step("m", good).item() == 0.5
@@ -246,17 +248,20 @@ def test_any_signature_passes_through(tmp_path, capfd):
     assert "Target 4 is out of bounds" in b.error["text"]
     # Wrapped again: the original once, the last call's settings.
     other = tmp_path / "other.bin"
-    reduce_hooks.record_trainer(trainer, other)
+    rb.hooks.record_trainer(trainer, other)
     with pytest.raises(IndexError):
         trainer.training_step("m", bad)
     assert other.exists() and len(trainer.calls) == 4
 
 
 def test_reduce_batch_names_it_too(tmp_path):
-    """reduce_batch.record_trainer, the name a user of reduce_batch alone tries, is the hooks' one."""
+    """reduce_batch.record_trainer, the name a user of the recorder alone tries, says where the hooks'
+    one is (the recorder imports no hooks: no circle); that one records."""
+    with pytest.raises(AttributeError, match="reduce_batch.hooks.record_trainer where the package is installed"):
+        rb.record_trainer  # noqa: B018
     path = tmp_path / "crash.bin"
     trainer = _OldTrainer()
-    assert rb.record_trainer(trainer, path) is trainer
+    assert rb.hooks.record_trainer(trainer, path) is trainer
     with pytest.raises(IndexError):
         trainer.training_step("m", {"y": torch.tensor([5])})
     assert rb.load(path).data["y"].tolist() == [5]
@@ -265,9 +270,9 @@ def test_reduce_batch_names_it_too(tmp_path):
 def test_record_trainer_refuses_what_it_records(tmp_path):
     for k in ("step", "error", "window", "keep"):
         with pytest.raises(TypeError, match="record_trainer: %s=" % k):
-            reduce_hooks.record_trainer(_OldTrainer(), tmp_path / "c.bin", **{k: 1})
+            rb.hooks.record_trainer(_OldTrainer(), tmp_path / "c.bin", **{k: 1})
     with pytest.raises(TypeError, match="want a transformers Trainer"):
-        reduce_hooks.record_trainer(object(), tmp_path / "c.bin")
+        rb.hooks.record_trainer(object(), tmp_path / "c.bin")
 
 
 class _OnDevice(torch.Tensor):
@@ -281,10 +286,10 @@ class _OnDevice(torch.Tensor):
 def test_a_batch_on_a_device_is_copied_before_the_step(capfd):
     cpu = {"x": torch.ones(2, 3), "y": [torch.tensor([1, 2])]}
     copying = []
-    assert reduce_hooks._kept_on_cpu(torch, cpu, copying) is cpu and not copying  # the collator's own: a reference
+    assert rb.hooks._kept_on_cpu(torch, cpu, copying) is cpu and not copying  # the collator's own: a reference
     moved = {"x": torch.ones(2, 3).as_subclass(_OnDevice), "y": [torch.tensor([1, 2])]}
     for _ in range(2):
-        kept = reduce_hooks._kept_on_cpu(torch, moved, copying)
+        kept = rb.hooks._kept_on_cpu(torch, moved, copying)
         assert kept is not moved and kept["x"] is not moved["x"] and kept["y"][0] is not moved["y"][0]
         assert torch.equal(kept["x"], moved["x"]) and torch.equal(kept["y"][0], moved["y"][0])
     err = capfd.readouterr().err

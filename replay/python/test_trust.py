@@ -20,11 +20,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
-import reduce_collect as rc  # noqa: E402
-import reduce_hooks  # noqa: E402
-import reduce_replay as rr  # noqa: E402
+import reduce_batch.errors  # noqa: E402
+import reduce_batch.hooks  # noqa: E402
+import reduce_batch.plugin  # noqa: E402
+import reduce_batch.steps  # noqa: E402
+import reduce_batch.trust  # noqa: E402
+import reduce_batch.worker  # noqa: E402
 
-MODULE = os.path.join(HERE, "reduce_replay.py")
+MODULE = os.path.join(HERE, "testdata", "run_worker.py")  # as reduce's launcher runs it
 ERROR = "IndexError: Target 4 is out of bounds."
 
 
@@ -74,7 +77,7 @@ def test_load_runs_nothing_a_file_names(tmp_path):
     assert type(rb.load(path).data["p"]) is type(b.data["p"])
     # The worker's loader too (a candidate of an op's batch: nothing of the step imports them).
     with pytest.raises(IndexError, match="Target 4 is out of bounds"):
-        rr.main(["replay", path])
+        rb.worker.main(["replay", path])
     assert not any(os.path.exists(m) for m in marks)
 
 
@@ -84,7 +87,7 @@ def test_load_rebuilds_the_types_the_caller_trusts(tmp_path):
     batch = {"pair": Pair(torch.ones(2), torch.zeros(2)), "enc": Enc({"ids": torch.arange(2)})}
     path = tmp_path / "b.bin"
     rb.save(path, batch, provenance=False)
-    for types in ([Pair, Enc], {rb._type_path(Pair): Pair, rb._type_path(Enc): Enc}):
+    for types in ([Pair, Enc], {rb.type_path(Pair): Pair, rb.type_path(Enc): Enc}):
         got = rb.load(path, types=types).data
         assert type(got["pair"]) is Pair and type(got["enc"]) is Enc
     got = rb.load(path, types=Pair).data
@@ -110,7 +113,7 @@ def _write(path, text):
 
 
 def test_trust_is_a_recording_not_a_place(tmp_path):
-    """What the check (rc.Trust) lets through: every step of a file that is the user's, wherever it
+    """What the check (rb.trust.Trust) lets through: every step of a file that is the user's, wherever it
     lies, and none of one that is not, its own tree's included; never a function of reduce's own
     (a file naming __main__:save with a file reduce_batch.py had the worker call the repository's
     vendored reduce_batch.save with the file's path and data), whatever the file's trust. A step's
@@ -119,7 +122,7 @@ def test_trust_is_a_recording_not_a_place(tmp_path):
     _write(repo / "mine.py", "def step(b):\n    return b\n")
     _write(outside / "theirs.py", "def step(b):\n    return b\n")
     _write(repo / "helpers.py", open(rb.__file__).read())  # the recorder vendored under another name
-    _write(repo / "regress" / "conftest.py", open(rc.__file__).read())  # the collector
+    _write(repo / "regress" / "conftest.py", open(rb.plugin.__file__).read())  # the plugin, as a conftest.py
     steps = [({"module": "mine", "qualname": "step"}, "mine:step"),
              ({"module": "theirs", "qualname": "step"}, "theirs:step"),
              ({"module": "__main__", "qualname": "step", "file": str(repo / "mine.py")}, str(repo / "mine.py") + ":step"),
@@ -132,30 +135,32 @@ def test_trust_is_a_recording_not_a_place(tmp_path):
            ({"module": "helpers", "qualname": "save", "file": str(repo / "helpers.py")}, "is a copy of one of reduce's"),
            ({"module": "conftest", "qualname": "run_in_child", "file": str(repo / "regress" / "conftest.py")},
             "is a copy of one of reduce's")]
-    mine, theirs = rc.Trust(str(repo), True), rc.Trust(str(repo), False, "not in your trust store")
+    mine, theirs = rb.trust.Trust(str(repo), True), rb.trust.Trust(str(repo), False, "not in your trust store")
     for step, target in steps:
         mine(step, target, "step")  # nothing raised
-        with pytest.raises(rc.HarnessError, match="is not run: not in your trust store"):
+        with pytest.raises(rb.errors.HarnessError, match="is not run: not in your trust store"):
             theirs(step, target, "step")
     mine({"module": "reduce_hooks", "qualname": "lightning_step"}, "reduce_hooks:lightning_step", "step")
-    with pytest.raises(rc.HarnessError, match="is not run: not in your trust store"):
+    with pytest.raises(rb.errors.HarnessError, match="is not run: not in your trust store"):
         theirs({"module": "reduce_hooks", "qualname": "lightning_step"}, "reduce_hooks:lightning_step", "step")
     for step, why in own:  # the user's file or not (theirs: refused first as not theirs, nothing looked at)
         target = "%s:%s" % (step.get("file") or step["module"], step["qualname"])
-        with pytest.raises(rc.HarnessError, match="reduce's own functions are never a step") as e:
+        with pytest.raises(rb.errors.HarnessError, match="reduce's own functions are never a step") as e:
             mine(step, target, "step")
         assert why in str(e.value), e.value
-        with pytest.raises(rc.HarnessError, match="is not run: not in your trust store"):
+        with pytest.raises(rb.errors.HarnessError, match="is not run: not in your trust store"):
             theirs(step, target, "step")
-    assert rc.reduce_own({"module": "mine", "qualname": "step", "file": str(repo / "mine.py")}) is None
-    for name in ("reduce_batch", "reduce_hooks", "reduce_collect", "reduce_replay"):  # the marks follow the files
-        copy = repo / ("copy_of_" + name + ".py")
-        copy.write_bytes(open(os.path.join(HERE, name + ".py"), "rb").read())
-        assert rc.reduce_own({"module": copy.stem, "qualname": "save", "file": str(copy)}), name
+    assert rb.trust.reduce_own({"module": "mine", "qualname": "step", "file": str(repo / "mine.py")}) is None
+    for name in sorted(os.listdir(os.path.join(HERE, "reduce_batch"))):  # the marks follow the files
+        if not name.endswith(".py"):
+            continue
+        copy = repo / ("copy_of_" + name.replace("__", "") )
+        copy.write_bytes(open(os.path.join(HERE, "reduce_batch", name), "rb").read())
+        assert rb.trust.reduce_own({"module": copy.stem, "qualname": "save", "file": str(copy)}), name
     fifo = tmp_path / "fifo.py"
     os.mkfifo(str(fifo))
-    assert rc.reduce_own({"module": "__main__", "qualname": "step", "file": str(fifo)}) is None  # returns, unblocked
-    assert rc._printable("a\x1b]0;T\x07\u202e\tb") == "a\\x1b]0;T\\x07\\u202e\\tb"
+    assert rb.trust.reduce_own({"module": "__main__", "qualname": "step", "file": str(fifo)}) is None  # returns, unblocked
+    assert rb.trust.printable("a\x1b]0;T\x07\u202e\tb") == "a\\x1b]0;T\\x07\\u202e\\tb"
 
 
 def test_resolve_step_refuses_before_it_moves(tmp_path):
@@ -163,15 +168,15 @@ def test_resolve_step_refuses_before_it_moves(tmp_path):
     its working directory is made current: the collector runs in the user's test session."""
     elsewhere = tmp_path / "elsewhere"
     _write(elsewhere / "theirs.py", "def step(b):\n    return b\n")
-    old, path, cwd = rc.step_check, list(sys.path), os.getcwd()
-    rc.step_check = rc.Trust(str(tmp_path / "repo"), False, "not yours")
+    old, path, cwd = rb.steps.step_check, list(sys.path), os.getcwd()
+    rb.steps.step_check = rb.trust.Trust(str(tmp_path / "repo"), False, "not yours")
     try:
-        with pytest.raises(rc.HarnessError, match="is not run: not yours"):
-            rc.resolve_step({"module": "theirs", "qualname": "step", "file": str(elsewhere / "theirs.py"),
+        with pytest.raises(rb.errors.HarnessError, match="is not run: not yours"):
+            rb.steps.resolve_step({"module": "theirs", "qualname": "step", "file": str(elsewhere / "theirs.py"),
                              "cwd": str(elsewhere)}, chdir=True)
         assert sys.path == path and os.getcwd() == cwd and "theirs" not in sys.modules
     finally:
-        rc.step_check = old
+        rb.steps.step_check = old
         sys.path[:] = path
         os.chdir(cwd)
 
@@ -216,7 +221,7 @@ def test_worker_runs_a_step_only_when_told_the_file_is_mine(tmp_path):
         step = json.dumps(rb.load(path).step)
         for args in (["replay", path], ["replay", path, "--step", step], ["entry", "--step", step], ["replay", call]):
             code, out, err = _run(args, repo)
-            assert code == rr.HARNESS_EXIT, (args, err)
+            assert code == rb.worker.HARNESS_EXIT, (args, err)
             assert "is not run: reduce did not find the file yours" in err, err
         z = subprocess.run([sys.executable, MODULE, "zygote", "--step", step], cwd=str(repo), stdin=subprocess.DEVNULL,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
@@ -294,11 +299,11 @@ def test_the_step_gets_the_types_its_import_brought(tmp_path):
     # The generated tests' replay in their own process, as the worker's.
     try:
         with pytest.raises(IndexError, match="Target 4 is out of bounds"):
-            rc.replay(path)
+            rb.steps.replay(path)
     finally:
         for m in ("steps", "lazypkg", "lazypkg.tokens"):
             sys.modules.pop(m, None)
-    assert rc.imported_type("os:system") is None  # a function, not a class
+    assert rb.steps.imported_type("os:system") is None  # a function, not a class
 
 
 def test_lightning_class_is_checked(tmp_path):
@@ -313,12 +318,12 @@ def test_lightning_class_is_checked(tmp_path):
                                  "find the file yours"),
                          (True, "subprocess:Popen is not run: it is not a LightningModule subclass|subprocess:Popen is "
                                 "a LightningModule, and .* cannot import")):
-        old = rr._set_trust(trusted)
+        old = rb.worker._set_trust(trusted)
         try:
-            with pytest.raises(rc.HarnessError, match=why):
-                reduce_hooks.lightning_step({"x": torch.ones(2)}, state)
+            with pytest.raises(rb.errors.HarnessError, match=why):
+                rb.hooks.lightning_step({"x": torch.ones(2)}, state)
         finally:
-            rc.step_check = old
+            rb.steps.step_check = old
         assert not marker.exists()
 
 
@@ -341,22 +346,22 @@ def test_a_second_checkout_replays_its_own_step(tmp_path, layout):
     f = str(first / sub / name)
     module = "__main__" if layout.endswith("script") else "mytrain"
     step = {"module": module, "qualname": "train_step", "file": f, "cwd": str(first)}
-    old, path, cwd = rc.step_check, list(sys.path), os.getcwd()
-    rc.step_check = rc.Trust(str(second), True, "", "pytest")
+    old, path, cwd = rb.steps.step_check, list(sys.path), os.getcwd()
+    rb.steps.step_check = rb.trust.Trust(str(second), True, "", "pytest")
     try:
         for m in ("mytrain", "settings_of_test"):
             sys.modules.pop(m, None)
-        assert rc.resolve_step(dict(step), chdir=True)(None) == ("second", "second")
+        assert rb.steps.resolve_step(dict(step), chdir=True)(None) == ("second", "second")
         assert not any(p.startswith(str(first)) for p in sys.path), sys.path
         os.chdir(cwd)
         os.remove(str(second / sub / name))
         for m in ("mytrain", "settings_of_test"):
             sys.modules.pop(m, None)
-        with pytest.raises(rc.HarnessError) as e:
-            rc.resolve_step(dict(step))(None)
+        with pytest.raises(rb.errors.HarnessError) as e:
+            rb.steps.resolve_step(dict(step))(None)
         assert "pytest's root directory" in str(e.value) or "cannot import" in str(e.value), e.value
     finally:
-        rc.step_check = old
+        rb.steps.step_check = old
         sys.path[:] = path
         os.chdir(cwd)
         for m in ("mytrain", "settings_of_test"):
@@ -401,7 +406,7 @@ def test_a_rebuilt_class_is_the_kind_its_step_builds(tmp_path):
          ["--trusted"], r"names a class to rebuild \(plain:Plain\), and its step steps:step rebuilds none"),
     ]:
         code, out, err = _run(["entry", "--step", json.dumps(step), "--step-class", json.dumps(cls)] + flags, tree)
-        assert code == rr.HARNESS_EXIT, (step, cls, err)
+        assert code == rb.worker.HARNESS_EXIT, (step, cls, err)
         assert re.search(why, err), err
         assert not marker.exists(), (step, cls)
 

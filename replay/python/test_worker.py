@@ -5,10 +5,10 @@ reduce_replay.py's worker (`replay`) and zygote (`zygote`). Run with
 import json
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
+import zipfile
 import time
 
 import pytest
@@ -22,10 +22,12 @@ ENTRY = os.path.join(ROOT, "replay", "testdata", "entry")
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
-import reduce_collect as rc  # noqa: E402
-import reduce_replay as rr  # noqa: E402
+import reduce_batch.errors  # noqa: E402
+import reduce_batch.ops  # noqa: E402
+import reduce_batch.steps  # noqa: E402
+import reduce_batch.worker  # noqa: E402
 
-MODULE = os.path.join(HERE, "reduce_replay.py")
+MODULE = os.path.join(HERE, "testdata", "run_worker.py")  # as reduce's launcher runs it
 
 
 def example(name):
@@ -54,38 +56,38 @@ def test_run_op_matches_torch():
         ("index", {"input": x, "index": y}, {"dim": 1}, x[:, y]),
     ]
     for op, tensors, attrs, want in cases:
-        got = rc.run_op(op, tensors, attrs)
+        got = rb.ops.run_op(op, tensors, attrs)
         assert torch.equal(got, want), op
 
 
 def test_run_op_errors(monkeypatch):
     x, y = torch.randn(3, 4), torch.tensor([0, 1, 4])
     with pytest.raises(IndexError, match="Target 4 is out of bounds"):
-        rc.run_op("cross_entropy", {"input": x, "target": y}, {})
-    with pytest.raises(rc.HarnessError, match="unknown op 'conv2d'"):
-        rc.run_op("conv2d", {"input": x}, {})
-    with pytest.raises(rc.HarnessError, match="takes no tensor 'bias'"):
-        rc.run_op("cross_entropy", {"input": x, "target": y, "bias": y}, {})
-    with pytest.raises(rc.HarnessError, match="missing tensor 'target'"):
-        rc.run_op("cross_entropy", {"input": x}, {})
-    with pytest.raises(rc.HarnessError, match="takes no attribute 'pos_weight'"):
-        rc.run_op("cross_entropy", {"input": x, "target": y}, {"pos_weight": 2})
-    with pytest.raises(rc.HarnessError, match="missing attribute 'dim'"):
-        rc.run_op("gather", {"input": x, "index": y}, {})
+        rb.ops.run_op("cross_entropy", {"input": x, "target": y}, {})
+    with pytest.raises(rb.errors.HarnessError, match="unknown op 'conv2d'"):
+        rb.ops.run_op("conv2d", {"input": x}, {})
+    with pytest.raises(rb.errors.HarnessError, match="takes no tensor 'bias'"):
+        rb.ops.run_op("cross_entropy", {"input": x, "target": y, "bias": y}, {})
+    with pytest.raises(rb.errors.HarnessError, match="missing tensor 'target'"):
+        rb.ops.run_op("cross_entropy", {"input": x}, {})
+    with pytest.raises(rb.errors.HarnessError, match="takes no attribute 'pos_weight'"):
+        rb.ops.run_op("cross_entropy", {"input": x, "target": y}, {"pos_weight": 2})
+    with pytest.raises(rb.errors.HarnessError, match="missing attribute 'dim'"):
+        rb.ops.run_op("gather", {"input": x, "index": y}, {})
     # A table generated for a torch that has a function this one lacks.
-    monkeypatch.setitem(rc._OPS, "gather", ("nn.functional.gather_v9",) + rc._OPS["gather"][1:])
-    with pytest.raises(rc.HarnessError, match=r"gather: this torch \(.*\) has no torch\.nn\.functional\.gather_v9"):
-        rc.run_op("gather", {"input": x, "index": y[:, None]}, {"dim": 1})
+    monkeypatch.setitem(rb.ops._OPS, "gather", ("nn.functional.gather_v9",) + rb.ops._OPS["gather"][1:])
+    with pytest.raises(rb.errors.HarnessError, match=r"gather: this torch \(.*\) has no torch\.nn\.functional\.gather_v9"):
+        rb.ops.run_op("gather", {"input": x, "index": y[:, None]}, {"dim": 1})
 
 
 def test_run_op_passes_the_defaults():
     # The table's defaults, the Go kernels' own (the table is rendered from them), reach torch.
     x, y = torch.randn(4, 4), torch.tensor([0, 1, 3])
-    assert rc._op_args("cross_entropy", {"input": x, "target": y}, {"reduction": "sum"})[1] == \
+    assert rb.ops._op_args("cross_entropy", {"input": x, "target": y}, {"reduction": "sum"})[1] == \
         {"ignore_index": -100, "reduction": "sum", "label_smoothing": 0.0}
-    assert rc._op_args("gather", {"input": x, "index": y}, {"dim": 0})[1] == {"dim": 0, "sparse_grad": False}
-    assert rc._op_args("one_hot", {"input": y}, {})[1] == {"num_classes": -1}
-    assert torch.equal(rc.run_op("index", {"input": x, "index": y}, {}), x[y])  # dim 0: reduce's own op
+    assert rb.ops._op_args("gather", {"input": x, "index": y}, {"dim": 0})[1] == {"dim": 0, "sparse_grad": False}
+    assert rb.ops._op_args("one_hot", {"input": y}, {})[1] == {"num_classes": -1}
+    assert torch.equal(rb.ops.run_op("index", {"input": x, "index": y}, {}), x[y])  # dim 0: reduce's own op
 
 
 def test_op_calls_are_torchs():
@@ -97,7 +99,7 @@ def test_op_calls_are_torchs():
     import inspect
 
     checked = set()
-    for op, (function, positional, required, optional, _, defaults) in rc._OPS.items():
+    for op, (function, positional, required, optional, _, defaults) in rb.ops._OPS.items():
         if not function:
             continue  # Python indexing
         fn = functools.reduce(getattr, function.split("."), torch)
@@ -117,77 +119,79 @@ def test_op_calls_are_torchs():
 
 def test_runtime_replay(tmp_path):
     with pytest.raises(IndexError, match="Target 4 is out of bounds"):
-        rc.replay(example("four_class_targets"))
+        rb.steps.replay(example("four_class_targets"))
     b = rb.load(example("four_class_targets"))
     ok = str(tmp_path / "ok.bin")
     x, y = b.tensors["input"][:2], b.tensors["target"][:2]
     rb.save(ok, {"input": x, "target": y}, op="cross_entropy", meta={"fault": "pass"}, provenance=False)
-    assert torch.equal(rc.replay(ok, device="cpu"), F.cross_entropy(x, y))
-    assert torch.equal(rc.replay(ok, entry=os.path.join(ENTRY, "faults.py") + ":run"), x.sum())
+    assert torch.equal(rb.steps.replay(ok, device="cpu"), F.cross_entropy(x, y))
+    assert torch.equal(rb.steps.replay(ok, entry=os.path.join(ENTRY, "faults.py") + ":run"), x.sum())
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"RDCBATCH garbage")
-    with pytest.raises(rc.HarnessError, match="cannot load the candidate"):
-        rc.replay(str(bad))
+    with pytest.raises(rb.errors.HarnessError, match="cannot load the candidate"):
+        rb.steps.replay(str(bad))
     noop = str(tmp_path / "noop.bin")
     rb.save(noop, {"input": x}, provenance=False)
-    with pytest.raises(rc.HarnessError, match="records no op"):
-        rc.replay(noop)
-    with pytest.raises(rc.HarnessError, match="want module:function"):
-        rc.replay(ok, entry="nocolon")
+    with pytest.raises(rb.errors.HarnessError, match="records no op"):
+        rb.steps.replay(noop)
+    with pytest.raises(rb.errors.HarnessError, match="want module:function"):
+        rb.steps.replay(ok, entry="nocolon")
 
 
-def test_runtime_replays_as_the_collector(tmp_path):
-    # A user's repository has reduce_batch.py and the collector as a conftest.py, and nothing else
-    # of reduce's: the runtime there, imported under the conftest's name, replays a batch.
-    shutil.copy(os.path.join(HERE, "reduce_batch.py"), str(tmp_path))
-    shutil.copy(os.path.join(HERE, "reduce_collect.py"), str(tmp_path / "conftest.py"))
-    child = ("import sys; sys.path.insert(0, sys.argv[1]); import conftest; "
-             "conftest.replay(sys.argv[2], sys.argv[3]); "
-             "assert 'reduce_replay' not in sys.modules and sys.modules['reduce_collect'] is conftest")
-    p = subprocess.run([sys.executable, "-c", child, str(tmp_path), example("four_class_targets"), "cpu"],
+def test_runtime_replays_from_its_zip(tmp_path):
+    # A user's repository has reduce's package only as the zip beside its conftest.py (what reduce
+    # writes where the package is not installed): the runtime imported from there replays a batch.
+    z = tmp_path / "reduce_batch-test.zip"
+    with zipfile.ZipFile(str(z), "w") as f:
+        for name in sorted(os.listdir(os.path.join(HERE, "reduce_batch"))):
+            if name.endswith(".py"):
+                f.write(os.path.join(HERE, "reduce_batch", name), "reduce_batch/" + name)
+    child = ("import sys; sys.path.insert(0, sys.argv[1]); import reduce_batch.steps as s; "
+             "s.replay(sys.argv[2], sys.argv[3]); assert s.__file__.startswith(sys.argv[1])")
+    p = subprocess.run([sys.executable, "-c", child, str(z), example("four_class_targets"), "cpu"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path), timeout=120)
     assert p.returncode == 1 and p.stderr.rstrip().endswith("IndexError: Target 4 is out of bounds."), p.stderr
-    assert os.path.join(str(tmp_path), "conftest.py") in p.stderr  # the copy ran, not this directory's
+    assert str(z) in p.stderr  # the zip's copy ran, not this directory's
     b = rb.load(example("four_class_targets"))
     ok = str(tmp_path / "ok.bin")
     rb.save(ok, {"input": b.tensors["input"][:2], "target": b.tensors["target"][:2]}, op="cross_entropy",
             provenance=False)
-    p = subprocess.run([sys.executable, "-c", child, str(tmp_path), ok, "cpu"], stdout=subprocess.PIPE,
+    p = subprocess.run([sys.executable, "-c", child, str(z), ok, "cpu"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, cwd=str(tmp_path), timeout=120)
     assert p.returncode == 0 and p.stdout == "", p.stderr
 
 
 def test_resolve_entry(monkeypatch):
     monkeypatch.syspath_prepend(ENTRY)
-    assert rc.resolve_entry("myproj.step:step").__name__ == "step"
-    assert rc.resolve_entry("myproj.step:TinyModel.forward").__name__ == "forward"
-    assert rc.resolve_entry(os.path.join(ENTRY, "faults.py") + ":run").__name__ == "run"
+    assert rb.steps.resolve_entry("myproj.step:step").__name__ == "step"
+    assert rb.steps.resolve_entry("myproj.step:TinyModel.forward").__name__ == "forward"
+    assert rb.steps.resolve_entry(os.path.join(ENTRY, "faults.py") + ":run").__name__ == "run"
     for bad, msg in [("nocolon", "want module:function"), ("myproj.step:nope", "no attribute"),
                      ("no_such_module_xyz:f", "cannot import"), ("myproj.step:torch", "not callable")]:
-        with pytest.raises(rc.HarnessError, match=msg):
-            rc.resolve_entry(bad)
+        with pytest.raises(rb.errors.HarnessError, match=msg):
+            rb.steps.resolve_entry(bad)
 
 
 def test_replay_command_in_process(capsys, tmp_path):
     with pytest.raises(IndexError, match="Target 4 is out of bounds"):
-        rr.main(["replay", example("four_class_targets")])
+        rb.worker.main(["replay", example("four_class_targets")])
     with pytest.raises(IndexError, match="index out of range in self"):
-        rr.main(["replay", example("transposed_index"), "--device", "cpu"])
+        rb.worker.main(["replay", example("transposed_index"), "--device", "cpu"])
     b = rb.load(example("four_class_targets"))
     ok = str(tmp_path / "ok.bin")
     rb.save(ok, {"input": b.tensors["input"][:2], "target": b.tensors["target"][:2]}, op="cross_entropy",
             provenance=False)
     capsys.readouterr()
-    assert rr.main(["replay", ok]) == 0
+    assert rb.worker.main(["replay", ok]) == 0
     assert capsys.readouterr().out.startswith("reduce_batch: ok cross_entropy (cpu): float32[] first=[")
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"RDCBATCH garbage")
-    assert rr.main(["replay", str(bad)]) == rr.HARNESS_EXIT
+    assert rb.worker.main(["replay", str(bad)]) == rb.worker.HARNESS_EXIT
     assert "harness" in capsys.readouterr().err
     noop = str(tmp_path / "noop.bin")
     rb.save(noop, {"input": b.tensors["input"]}, provenance=False)
-    assert rr.main(["replay", noop]) == rr.HARNESS_EXIT
-    assert rr.main(["replay", ok, "--device", "tpu"]) == rr.HARNESS_EXIT
+    assert rb.worker.main(["replay", noop]) == rb.worker.HARNESS_EXIT
+    assert rb.worker.main(["replay", ok, "--device", "tpu"]) == rb.worker.HARNESS_EXIT
 
 
 def test_report_line(capsys, tmp_path):
@@ -196,23 +200,23 @@ def test_report_line(capsys, tmp_path):
     device, from the candidate run again on the CPU."""
     path = example("four_class_targets")
     with pytest.raises(IndexError):
-        rr.replay(path, "cpu")
-    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith(rr.REPORT_PREFIX)]
+        rb.worker.replay(path, "cpu")
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith(rb.worker.REPORT_PREFIX)]
     assert len(lines) == 1, lines
-    assert json.loads(lines[0][len(rr.REPORT_PREFIX):]) == {
+    assert json.loads(lines[0][len(rb.worker.REPORT_PREFIX):]) == {
         "cpu": {"exception": "IndexError", "message": "Target 4 is out of bounds."}}
-    e = rr._cpu_failure(path, None)
+    e = rb.worker._cpu_failure(path, None)
     assert type(e) is IndexError and str(e) == "Target 4 is out of bounds."
 
     b = rb.load(path)
     ok = str(tmp_path / "ok.bin")
     rb.save(ok, {"input": b.tensors["input"][:2], "target": b.tensors["target"][:2]}, op="cross_entropy",
             provenance=False)
-    assert rr._cpu_failure(ok, None) is None
-    out = rr.replay(ok, "cpu")
-    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith(rr.REPORT_PREFIX)]
+    assert rb.worker._cpu_failure(ok, None) is None
+    out = rb.worker.replay(ok, "cpu")
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith(rb.worker.REPORT_PREFIX)]
     assert len(lines) == 1, lines
-    (o,) = json.loads(lines[0][len(rr.REPORT_PREFIX):])["outputs"]
+    (o,) = json.loads(lines[0][len(rb.worker.REPORT_PREFIX):])["outputs"]
     assert o["name"] == "output" and o["dtype"] == "float32" and o["shape"] == []
     assert o["values"] == [float(out)] and o["sum"] == float(out) and o["sum_abs"] == abs(float(out))
 
@@ -308,7 +312,7 @@ def test_zygote(tmp_path):
         ev, out, err = z.replay(ok, slot=9)
         assert ev["event"] == "error" and "slot 9" in ev["error"]
         ev, out, err = z.replay(str(tmp_path / "missing.bin"))
-        assert ev["status"] == rr.HARNESS_EXIT and "cannot load the candidate" in err
+        assert ev["status"] == rb.worker.HARNESS_EXIT and "cannot load the candidate" in err
         children = [r["pid"] for r in ready]
     finally:
         assert z.close() == 0
@@ -368,14 +372,14 @@ def test_seed_makes_the_step_repeatable(tmp_path, monkeypatch):
     path = example("four_class_targets")
     entry = str(mod) + ":step"
     monkeypatch.setenv("REDUCE_SEED", "7")
-    a = rr.replay(path, entry=entry)
-    b = rr.replay(path, entry=entry)
+    a = rb.worker.replay(path, entry=entry)
+    b = rb.worker.replay(path, entry=entry)
     assert torch.equal(a, b)
     monkeypatch.setenv("REDUCE_SEED", "8")
-    assert not torch.equal(a, rr.replay(path, entry=entry))
+    assert not torch.equal(a, rb.worker.replay(path, entry=entry))
     monkeypatch.setenv("REDUCE_SEED", "x")
-    with pytest.raises(rc.HarnessError, match="REDUCE_SEED"):
-        rr.replay(path, entry=entry)
+    with pytest.raises(rb.errors.HarnessError, match="REDUCE_SEED"):
+        rb.worker.replay(path, entry=entry)
 
 
 def test_returned_line(capsys, tmp_path):
@@ -386,11 +390,11 @@ def test_returned_line(capsys, tmp_path):
     rb.save(ok, {"input": b.tensors["input"][:2], "target": b.tensors["target"][:2]}, op="cross_entropy",
             provenance=False)
     capsys.readouterr()
-    assert rr.main(["replay", ok]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == rr.RETURNED_LINE
+    assert rb.worker.main(["replay", ok]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == rb.worker.RETURNED_LINE
     with pytest.raises(IndexError):
-        rr.main(["replay", example("four_class_targets")])
-    assert rr.RETURNED_LINE not in capsys.readouterr().out
+        rb.worker.main(["replay", example("four_class_targets")])
+    assert rb.worker.RETURNED_LINE not in capsys.readouterr().out
     cases = {}
     for fault in ("pass", "exit0", "exception"):
         cases[fault] = str(tmp_path / ("%s.bin" % fault))
@@ -401,7 +405,7 @@ def test_returned_line(capsys, tmp_path):
         for fault, status, returned in (("pass", 0, True), ("exit0", 0, False), ("exception", 1, False)):
             ev, out, err = z.replay(cases[fault])
             assert ev["status"] == status, err
-            assert (rr.RETURNED_LINE in out.splitlines()) == returned, out
+            assert (rb.worker.RETURNED_LINE in out.splitlines()) == returned, out
     finally:
         assert z.close() == 0
 
@@ -409,7 +413,7 @@ def test_returned_line(capsys, tmp_path):
 def test_zygote_sweep_never_blocks_on_a_stray(monkeypatch):
     """A stray SIGKILL does not end (uninterruptible sleep) costs one sweep SWEEP_WAIT at most, never
     a blocking wait, and no later sweep waits on it again (simulated: waitpid never reaps it)."""
-    z = rr._Zygote("cpu", None, 1, None, -1, -1)
+    z = rb.worker._Zygote("cpu", None, 1, None, -1, -1)
     clock, waits = [0.0], []
 
     def waitpid(pid, flags):
@@ -420,17 +424,17 @@ def test_zygote_sweep_never_blocks_on_a_stray(monkeypatch):
     def sleep(s):
         clock[0] += s
 
-    monkeypatch.setattr(rr, "_children_of", lambda ppid: [4194000])
+    monkeypatch.setattr(rb.worker, "_children_of", lambda ppid: [4194000])
     monkeypatch.setattr(os, "kill", lambda pid, sig: None)
     monkeypatch.setattr(os, "killpg", lambda pid, sig: None)
     monkeypatch.setattr(os, "waitpid", waitpid)
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(time, "sleep", sleep)
     z.sweep()
-    assert waits and clock[0] <= rr.SWEEP_WAIT + 0.01, (len(waits), clock[0])
+    assert waits and clock[0] <= rb.worker.SWEEP_WAIT + 0.01, (len(waits), clock[0])
     n = len(waits)
     z.sweep()
-    assert len(waits) == n and clock[0] <= rr.SWEEP_WAIT + 0.01, (len(waits), clock[0])
+    assert len(waits) == n and clock[0] <= rb.worker.SWEEP_WAIT + 0.01, (len(waits), clock[0])
 
 
 def test_zygote_kills_strays(tmp_path):

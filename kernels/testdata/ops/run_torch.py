@@ -12,7 +12,7 @@ class and str() or the output's dtype, shape and values (row-major; floats as
 numbers, with "nan", "inf" and "-inf" as strings; integers and bools as
 integers).
 
-The ops run through reduce_collect.run_op ($REDUCE_BATCH_PATH names its
+The ops run through reduce_batch.ops.run_op ($REDUCE_BATCH_PATH names its
 directory, replay/python), with the names, aliases and defaults of its op table.
 
 One process runs many cases (importing torch costs about a second). With
@@ -29,12 +29,12 @@ import warnings
 
 import torch
 
-# reduce_collect.run_op is the one Python definition of the ops (what the
+# reduce_batch.ops.run_op is the one Python definition of the ops (what the
 # torch backend and the fixtures' collector run), not a copy here.
 if not os.environ.get("REDUCE_BATCH_PATH"):
-    sys.exit("run_torch.py: set REDUCE_BATCH_PATH to the directory of reduce_collect.py (replay/python)")
+    sys.exit("run_torch.py: set REDUCE_BATCH_PATH to the folder of the reduce_batch package (replay/python)")
 sys.path.insert(0, os.environ["REDUCE_BATCH_PATH"])
-import reduce_collect  # noqa: E402
+import reduce_batch.ops  # noqa: E402
 
 torch.set_num_threads(1)
 warnings.simplefilter("ignore")
@@ -92,7 +92,7 @@ def main():
         t = {name: build(spec, blob) for name, spec in c["tensors"].items()}
         r = {"id": c["id"]}
         try:
-            out = reduce_collect.run_op(c["op"], t, c["attrs"])
+            out = reduce_batch.ops.run_op(c["op"], t, c["attrs"])
         except Exception as e:  # noqa: BLE001 - every torch error is a result
             r["exception"] = type(e).__name__
             r["message"] = str(e)

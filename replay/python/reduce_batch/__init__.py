@@ -18,7 +18,7 @@ import zlib
 
 __version__ = "0.21.0"  # reduce's version (replay.Version), which printed this file
 __all__ = ["DTYPES", "FORMAT_VERSION", "Batch", "BatchFileError", "State", "load", "read_manifest", "read_raw",
-           "record_on_failure", "record_trainer", "save"]
+           "record_on_failure", "save"]
 FORMAT_VERSION = 3  # reads 1 to 3; writes 1 for a flat dict of tensors without step, state or padding, 3 for a window
 MAGIC = b"RDCBATCH"
 _HEADER = struct.Struct("<8sIIQII")  # magic, version, flags, manifest_length, manifest_crc32, reserved
@@ -53,7 +53,7 @@ _SURROGATE_RE, _GIT = re.compile("[\ud800-\udfff]"), {}  # _GIT: the git revisio
 class BatchFileError(ValueError):
     """A batch file that breaks docs/FORMAT.md; the message names the file and the field."""
 def _torch(): return importlib.import_module("torch")  # imported on first use: importing this module stays cheap
-def _warn(msg):
+def warn(msg):
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(f"reduce_batch: {msg}\n")
 def _clean_str(s): return _SURROGATE_RE.sub("\ufffd", s)  # a lone surrogate is no UTF-8: U+FFFD, as Go writes it
@@ -221,7 +221,7 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
           "no batch to save (it is empty)")
     _need(compression in _COMPRESSIONS, ValueError, "compression: %r, want one of %s", compression,
           ", ".join(_COMPRESSIONS))
-    fl = _Flattener(torch, "", _count_samples(torch, batch, batch_dims, sample_ids))
+    fl = Flattener(torch, "", _count_samples(torch, batch, batch_dims, sample_ids))
     tree, items = fl.node(batch), fl.tensors
     notes = [f"skipped {p}: {r} ({t})" for p, t, r in fl.skipped] + fl.notes  # for stderr: what was left out, why
     flat = (type(batch) is dict and batch and all(isinstance(k, str) and k for k in batch) and not fl.skipped
@@ -255,20 +255,20 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
     manifest = {k: v for k, v in manifest.items() if v not in (None, {})}  # what is not given is left out
     if step is not None:
         with _noted(lenient, notes, "step: not recorded: {e}", ValueError):
-            manifest["step"] = {k: _clean_str(v) for k, v in _step_entry(step).items()}  # no text in a path
+            manifest["step"] = {k: _clean_str(v) for k, v in step_entry(step).items()}  # no text in a path
     if state is not None:
         with _noted(lenient, notes, "state: not recorded: {t}: {e}"):
             _need(isinstance(state, dict), TypeError, "state: want a dict name -> model, optimizer, ... or state_dict, "
                   "such as state={\"model\": model, \"optimizer\": optimizer}; got %s", type(state).__name__)
             values = {str(k): (v.state_dict() if callable(getattr(v, "state_dict", None)) else v)
                       for k, v in state.items()}
-            values.setdefault("rng", _rng_state(torch))
-            sfl = _Flattener(torch, "state.", None, fl.names)
+            values.setdefault("rng", rng_state(torch))
+            sfl = Flattener(torch, "state.", None, fl.names)
             manifest["state"], state_items = sfl.node(values), sfl.tensors
             notes.extend(f"skipped state.{p}: {r} ({t})" for p, t, r in sfl.skipped)
     window_items = []  # (name, t, axis, compression, False); _window: (failed index, [(index, batch, ids)])
     for k, (index, wbatch, wids) in enumerate(_window[2] if _window else ()):
-        wfl = _Flattener(torch, f"window.{k}.", _count_samples(torch, wbatch, batch_dims, wids), fl.names)
+        wfl = Flattener(torch, f"window.{k}.", _count_samples(torch, wbatch, batch_dims, wids), fl.names)
         node, n = wfl.node(wbatch), wfl.samples
         mine = {nm for nm, _ in wfl.tensors}  # batch_dims by the batch's names, for this step's tensors
         dims = {f"window.{k}.{a}": d for a, d in (batch_dims or {}).items() if f"window.{k}.{a}" in mine}
@@ -320,10 +320,10 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
     except OSError as e:  # the recording is kept all the same
         notes.append(f"{path}: not marked as yours in {trust_dir()} ({e}): reduce asks you to `reduce trust` it")
     for note in notes if _failed != "kept" else ():  # a batch kept before its step is saved quietly
-        _warn(note)
+        warn(note)
     if "state" in manifest and _failed != "kept":
         keys, (size, stored) = ", ".join(manifest["state"].get("keys", [])), (_size(n) for n in state_bytes)
-        _warn(f"recorded the state{' at the window start' if _window else ''} ({keys}): {size}, {stored} in the file")
+        warn(f"recorded the state{' at the window start' if _window else ''} ({keys}): {size}, {stored} in the file")
     return path
 def _size(n): return f"{n / 2.0**20:.1f} MiB" if n >= 2**20 else f"{n / 2.0**10:.1f} KiB"
 def _ids_of(fl, samples, sample_ids):
@@ -371,12 +371,12 @@ def _sign(path, digest=None):  # README, "A batch file from someone else"; witho
     _atomic_write(os.path.join(trust_dir(), digest[7:] + ".json"), [json.dumps(entry).encode()])
     _signed[entry["path"]] = digest
 def _is_scalar(v): return isinstance(v, _SCALARS) and not (isinstance(v, float) and not math.isfinite(v))
-def _type_path(obj):  # module:qualname, each part as _CLASS_RE reads it ("f.<locals>.Rec": "f._locals_.Rec")
+def type_path(obj):  # module:qualname, each part as _CLASS_RE reads it ("f.<locals>.Rec": "f._locals_.Rec")
     t = obj if isinstance(obj, type) else type(obj)
     return ":".join(re.sub(r"^(?![A-Za-z_])|[^\w.]", "_", p, flags=re.ASCII) for p in (t.__module__, t.__qualname__))
-class _Flattener:
+class Flattener:
     """A batch (or a state) as a structure node, its tensors by path name, what it cannot encode."""
-    def __init__(self, torch, prefix, samples, names=None):  # names: a set shared with another _Flattener
+    def __init__(self, torch, prefix, samples, names=None):  # names: a set shared with another Flattener
         self.torch, self.prefix, self.samples, self.names = torch, prefix, samples, set() if names is None else names
         self.tensors, self.skipped, self.per_sample = [], [], []  # (name, t), (path, type, why), (path, values)
         self.open, self.notes = set(), []  # the containers the walk is inside; keys written as strings
@@ -387,8 +387,8 @@ class _Flattener:
         self.names.add(name)
         return name
     def skip(self, path, x, reason):
-        self.skipped.append((path or "batch", _type_path(x), reason))
-        return {"kind": "skipped", "type": _type_path(x), "reason": _clean_str(reason)}
+        self.skipped.append((path or "batch", type_path(x), reason))
+        return {"kind": "skipped", "type": type_path(x), "reason": _clean_str(reason)}
     def items(self, keys, values, path):
         return [self.node(v, f"{path}.{k}" if path else str(k)) for k, v in zip(keys, values)]
     def node(self, x, path=""):  # bounded: a part too deep, holding itself or raising is skipped (named)
@@ -416,7 +416,7 @@ class _Flattener:
             return {"kind": "tensor", "name": self.tensors[-1][0]}
         if isinstance(x, tuple) and hasattr(type(x), "_fields") and hasattr(type(x), "_make"):  # a named tuple
             keys = list(type(x)._fields)
-            return {"kind": "namedtuple", "type": _type_path(x), "keys": keys, "items": self.items(keys, list(x), path)}
+            return {"kind": "namedtuple", "type": type_path(x), "keys": keys, "items": self.items(keys, list(x), path)}
         if isinstance(x, (list, tuple)):
             if x and all(isinstance(v, _SCALARS) for v in x) and len(x) == self.samples:
                 if not all(_is_scalar(v) and not (isinstance(v, str) and len(v) > _MAX_LEAF) for v in x):
@@ -431,11 +431,11 @@ class _Flattener:
             for i, k in enumerate(keys):  # an int, or a str that is text; else its str(), unless taken
                 if not (isinstance(k, str) and _clean_str(k) == k or _is_int(k)):
                     keys[i] = None if (s := _clean_str(str(k))) in keys else s
-                    self.notes.append(f"{path or 'batch'}: key {k!r} ({_type_path(k)}) " + (
+                    self.notes.append(f"{path or 'batch'}: key {k!r} ({type_path(k)}) " + (
                         f"recorded as {keys[i]!r}" if keys[i] else "skipped: its str() is another key"))
             keys, values = [k for k in keys if k is not None], [v for k, v in zip(keys, values) if k is not None]
             # A dict, or a subclass of it (OrderedDict, a state_dict); another mapping needs str keys.
-            node = {"kind": "dict"} if isinstance(x, dict) else {"kind": "mapping", "type": _type_path(x)}
+            node = {"kind": "dict"} if isinstance(x, dict) else {"kind": "mapping", "type": type_path(x)}
             if node["kind"] == "mapping" and any(not isinstance(k, str) for k in keys):
                 return self.skip(path, x, "a mapping object with a key that is not a str")
             return dict(node, keys=keys, items=self.items(keys, values, path)) if keys else node
@@ -447,7 +447,7 @@ class _Flattener:
         return self.skip(path, x, "not a tensor, a container or a Python scalar")
 def _count_samples(torch, batch, batch_dims, sample_ids):
     """The batch's size: along its tensors' batch axis, else the ids', else a list of Python values'."""
-    (probe := _Flattener(torch, "", None)).node(batch)
+    (probe := Flattener(torch, "", None)).node(batch)
     for name, t in probe.tensors:
         if (d := (batch_dims or {}).get(name, 0 if t.dim() > 0 else None)) is not None and -t.dim() <= d < t.dim():
             return int(t.shape[d])
@@ -465,7 +465,7 @@ def _trusted(types):
     if callable(types) and not isinstance(types, type):
         return types
     if not isinstance(types, dict):
-        types = {_type_path(c): c for c in ([types] if isinstance(types, type) else types or ())}
+        types = {type_path(c): c for c in ([types] if isinstance(types, type) else types or ())}
     _need(all(isinstance(c, type) for c in types.values()), TypeError, "load: types: want classes")
     return types.get
 def _build(node, tensors, types):
@@ -482,7 +482,7 @@ def _build(node, tensors, types):
         try:
             return cls(*items) if kind == "namedtuple" else cls(dict(zip(keys, items)))
         except Exception as e:  # noqa: BLE001  (whatever a trusted class's constructor raises)
-            _warn(f"{kind} {node['type']} rebuilt without its class ({type(e).__name__}: {e})")
+            warn(f"{kind} {node['type']} rebuilt without its class ({type(e).__name__}: {e})")
     if kind != "namedtuple":
         return dict(zip(keys, items))
     key = (node["type"], tuple(str(k) for k in keys))
@@ -506,7 +506,7 @@ class State(dict):
             _need(k in self, KeyError, "state: nothing recorded under %r (recorded: %s)", k, ", ".join(sorted(self)))
             obj.load_state_dict(self[k])
         return self
-def _rng_state(torch):
+def rng_state(torch):
     rng = {"torch": torch.get_rng_state()}
     with contextlib.suppress(RuntimeError):  # after a device error the CUDA generators cannot be read
         if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -516,7 +516,7 @@ def _rng_state(torch):
         s = sys.modules["numpy"].random.get_state()
         rng["numpy"] = [s[0], torch.from_numpy(s[1].astype("int64")), int(s[2]), int(s[3]), float(s[4])]
     return rng
-def _step_entry(step):  # the manifest's step of a function (or "module:qualname"); ValueError without an import name
+def step_entry(step):  # the manifest's step of a function (or "module:qualname"); ValueError without an import name
     fn = None if isinstance(step, str) else getattr(step, "__func__", step)  # a str's file: its module's
     mod, qual = step.rpartition(":")[::2] if fn is None else (getattr(fn, "__module__", None),
                                                               getattr(fn, "__qualname__", None))
@@ -530,12 +530,12 @@ def _step_entry(step):  # the manifest's step of a function (or "module:qualname
     src = getattr(getattr(fn, "__code__", None), "co_filename", "") or getattr(sys.modules.get(mod), "__file__", "")
     if src and os.path.isfile(src):  # a class (the LightningModule) has its module's file
         entry["file"] = os.path.abspath(src)
-        if mod == "__main__" and (line := _runs_at_import(src)):
-            _warn(f"warning: {src} runs code when it is imported (line {line}): reduce imports it to replay {qual} "
+        if mod == "__main__" and (line := runs_at_import(src)):
+            warn(f"warning: {src} runs code when it is imported (line {line}): reduce imports it to replay {qual} "
                   "and would run that again; put it under `if __name__ == \"__main__\":`, or define the step in a "
                   "module of its own")
     return entry
-def _runs_at_import(path):
+def runs_at_import(path):
     """The line of the first top-level statement that trains when imported (a loop, a with, main() not a.b()), or 0."""
     import ast
     try:
@@ -907,21 +907,21 @@ class record_on_failure:
         _need(window is None or _is_int(window) and window > 0, ValueError, "window: want a number of steps > 0")
         self.path, self.batch, self.kwargs, self.saved = path, tensors if batch is None else batch, kwargs, False
         self.window = None if window is None or os.environ.get("REDUCE_REPLAY") else \
-            _Window.of(path, window, kwargs.get("state"))
+            Window.of(path, window, kwargs.get("state"))
     def __enter__(self):
         if self.window is not None:
             try:
                 self.batch = _called(self.batch)
                 self.window.enter(self.batch, self.kwargs.get("state"), self.kwargs.get("sample_ids"))
             except Exception as e:  # noqa: BLE001  (the training step runs all the same)
-                _warn(f"warning: window for {self.path}: {type(e).__name__}: {e}; recording this step alone")
+                warn(f"warning: window for {self.path}: {type(e).__name__}: {e}; recording this step alone")
                 self.window = None
         try:  # keep="disk": as a failure would record it, less the error (reduce takes the first replay's), quietly
             if self.keep:
                 self.batch, (self.kept, kwargs) = _called(self.batch), _ranked(self.path, self.kwargs, "kept_at")
                 save(self.kept, self.batch, _failed="kept", **kwargs)
         except Exception as e:  # noqa: BLE001  (the training step runs all the same)
-            self.keep = _warn(f"warning: keep=\"disk\" for {self.path}: {type(e).__name__}: {e}; not kept this step")
+            self.keep = warn(f"warning: keep=\"disk\" for {self.path}: {type(e).__name__}: {e}; not kept this step")
         return self
     def __exit__(self, exc_type, exc, tb):
         if exc is None or not isinstance(exc, Exception):
@@ -931,13 +931,13 @@ class record_on_failure:
                     _sign(self.kept)
             return False  # KeyboardInterrupt, SystemExit, GeneratorExit: nothing to record
         if os.environ.get("REDUCE_REPLAY"):  # recording would write over the very batch being reduced
-            _warn(f"not recording to {self.path}: this is a replay of reduce's (REDUCE_REPLAY is set)")
+            warn(f"not recording to {self.path}: this is a replay of reduce's (REDUCE_REPLAY is set)")
             return False
         try:
             self.saved, steps = True, self._record(exc)
-            _warn(f"saved the failing batch{steps} to {self.path}")
+            warn(f"saved the failing batch{steps} to {self.path}")
         except BaseException as e:  # never mask the original exception
-            _warn(f"warning: could not save the failing batch to {self.path}: {type(e).__name__}: {e}")
+            warn(f"warning: could not save the failing batch to {self.path}: {type(e).__name__}: {e}")
             if not isinstance(e, Exception):
                 raise
         return False
@@ -946,7 +946,7 @@ class record_on_failure:
         try:
             batch = _called(self.batch)
         except Exception as e:  # noqa: BLE001  (the crash is recorded all the same)
-            batch = _warn(f"the batch callable raised {type(e).__name__}: {e}; recording the error alone") or {}
+            batch = warn(f"the batch callable raised {type(e).__name__}: {e}; recording the error alone") or {}
         keep = {k: v for k, v in self.kwargs.items() if k in ("step", "sample_ids", "op", "attrs", "meta")}
         first, w = self.kwargs, self.window
         if w is not None and w.steps:  # with the steps since the older state copy, and that copy as the state
@@ -967,9 +967,9 @@ class record_on_failure:
                 if i == len(tries) - 1:
                     raise
                 then = tries[i + 1][2] or f"the batch with {' and '.join(tries[i + 1][0]) or 'the error'}"
-                _warn(f"{type(e).__name__}: {str(e)[:500]}; recording {then} alone")
+                warn(f"{type(e).__name__}: {str(e)[:500]}; recording {then} alone")
 def _tensors_alone(torch, batch):  # the recorder's last resort: the tensors a batch holds, by path
-    return (fl := _Flattener(torch, "", None)).node(batch) and dict(fl.tensors)
+    return (fl := Flattener(torch, "", None)).node(batch) and dict(fl.tensors)
 def _called(batch): return batch() if callable(batch) and not hasattr(batch, "__getitem__") else batch
 def _ranked(path, kwargs, when="failed_at"):  # under torch.distributed (or torchrun's env) of several ranks:
     dist, env = getattr(_torch(), "distributed", None), os.environ  # PATH.rank{R}.EXT, its meta: rank, run, time
@@ -982,24 +982,28 @@ def _ranked(path, kwargs, when="failed_at"):  # under torch.distributed (or torc
     meta = {"rank": rank, "world_size": size, when: f"{time.time():.6f}", "run_id": env.get("TORCHELASTIC_RUN_ID"),
             "dist_backend": dist.get_backend() if on else None}
     return f"{root}.rank{rank}{ext}", dict(kwargs, meta=dict(meta, **dict(kwargs.get("meta") or {})))
-def record_trainer(trainer, path="crash.bin", state=False, **save_kwargs):  # a Hugging Face Trainer's: reduce_hooks'
-    _need(importlib.util.find_spec("reduce_hooks"), ImportError, "record_trainer needs reduce_hooks.py beside "
-          "reduce_batch.py: reduce recorder --hooks > reduce_hooks.py")
-    return importlib.import_module("reduce_hooks").record_trainer(trainer, path, state, **save_kwargs)
-def _copied(torch, x):
+def __getattr__(name):  # the hooks' names, where a user of the recorder alone looks for them
+    if name in ("record_trainer", "lightning_callback"):
+        raise AttributeError(f"reduce_batch.{name} is in the hooks: reduce_batch.hooks.{name} where the package is "
+                             f"installed, reduce_hooks.{name} where they are vendored (reduce recorder --hooks > "
+                             "reduce_hooks.py)")
+    raise AttributeError(f"module 'reduce_batch' has no attribute {name!r}")
+
+
+def copied(torch, x):
     """A CPU copy of a batch or a state dict, in its structure (a class that cannot be rebuilt: a dict or list)."""
     if not (isinstance(x, (list, tuple, dict)) or hasattr(x, "keys") and hasattr(x, "__getitem__")):
         return x.detach().to("cpu", copy=True) if isinstance(x, torch.Tensor) else x
-    items = [_copied(torch, v) for v in (x.values() if hasattr(x, "keys") else x)]
+    items = [copied(torch, v) for v in (x.values() if hasattr(x, "keys") else x)]
     try:
         return (type(x)(*items) if hasattr(type(x), "_fields") else type(x)(zip(x.keys(), items))
                 if hasattr(x, "keys") else type(x)(items))
     except Exception:  # noqa: BLE001
         return dict(zip(x.keys(), items)) if hasattr(x, "keys") else list(items)
-def _nbytes(torch, x):  # the bytes of the tensors of a _copied batch or state
+def _nbytes(torch, x):  # the bytes of the tensors of a copied batch or state
     values = x.values() if hasattr(x, "keys") else x if isinstance(x, (list, tuple)) else ()
     return x.element_size() * x.nelement() if isinstance(x, torch.Tensor) else sum(_nbytes(torch, v) for v in values)
-class _Window:  # window=K's steps [(index, batch copy, ids)] since the older of 2 state copies [(index, state)]
+class Window:  # window=K's steps [(index, batch copy, ids)] since the older of 2 state copies [(index, state)]
     _by_path = {}  # noqa: RUF012  (shared on purpose: a path's window outlives each record_on_failure block)
     @classmethod
     def of(cls, path, k, state):  # afresh for another K or other state objects (another model: another run)
@@ -1012,12 +1016,12 @@ class _Window:  # window=K's steps [(index, batch copy, ids)] since the older of
     def enter(self, batch, state, sample_ids):
         torch = _torch()
         if self.count % self.k == 0:
-            values = dict({str(n): _copied(torch, v.state_dict() if callable(getattr(v, "state_dict", None)) else v)
-                           for n, v in (state or {}).items()}, rng=_copied(torch, _rng_state(torch)))
+            values = dict({str(n): copied(torch, v.state_dict() if callable(getattr(v, "state_dict", None)) else v)
+                           for n, v in (state or {}).items()}, rng=copied(torch, rng_state(torch)))
             self.copies = (self.copies + [(self.count, values)])[-2:]
             self.steps = [s for s in self.steps if s[0] >= self.copies[0][0]]
-        self.steps, self.count = self.steps + [(self.count, _copied(torch, batch), sample_ids)], self.count + 1
+        self.steps, self.count = self.steps + [(self.count, copied(torch, batch), sample_ids)], self.count + 1
         if not self.said and len(self.steps) > 1:
             self.said, size = True, [_size(_nbytes(torch, x)) for x in (self.steps[0][1], self.copies[-1][1])]
-            _warn(f"a window of {self.k} steps: CPU copies of the last {self.k} to {2 * self.k} batches "
+            warn(f"a window of {self.k} steps: CPU copies of the last {self.k} to {2 * self.k} batches "
                   f"({size[0]} each) and of the state every {self.k} steps ({size[1]}, two held)")

@@ -1,4 +1,4 @@
-"""The replay worker and fork server of reduce's torch backend; users never call it.
+"""reduce_batch.worker: the replay worker and fork server of reduce's torch backend; users never call it.
 
 reduce embeds this file, reduce_batch.py (the recorder users vendor), reduce_hooks.py and
 reduce_collect.py (the runtime of a recorded batch, which the fixtures' collector is too) and
@@ -31,16 +31,14 @@ import re
 import sys
 import types
 
-# The sibling files, never other copies on sys.path (the user's project may vendor older ones):
-# sys.path[0] is this directory when run as a script, unless PYTHONSAFEPATH or -P left it out. The
-# sibling reduce_hooks is imported too, so that a recorded reduce_hooks:lightning_step is the
-# worker's, as reduce_batch is.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if sys.path[:1] != [_HERE]:
-    sys.path.insert(0, _HERE)
-import reduce_batch as rb  # noqa: E402
-import reduce_collect as rc  # noqa: E402
-import reduce_hooks  # noqa: E402, F401
+import reduce_batch as rb
+
+from . import checks, memory, ops, steps, trust
+from .errors import HarnessError
+
+# Where this package was imported from (the zip reduce writes beside its launcher, or a folder):
+# the launcher put it first on sys.path, and an exec program's own sys.path goes without it.
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(rb.__file__)))
 
 HARNESS_EXIT = 86  # replay.HarnessExitCode: the harness failed, the candidate was never run
 _INT64_MAX = (1 << 63) - 1
@@ -58,8 +56,8 @@ def _trust_args(p):
 def _set_trust(trusted):
     """Install the step check of a file that is (trusted) or is not the user's; returns the one it
     replaces."""
-    old = rc.step_check
-    rc.step_check = rc.Trust(os.getcwd(), trusted, "reduce did not find the file yours (reduce trust FILE "
+    old = steps.step_check
+    steps.step_check = trust.Trust(os.getcwd(), trusted, "reduce did not find the file yours (reduce trust FILE "
                                                     "allows one)")
     return old
 
@@ -68,23 +66,23 @@ def _resolve(o):
     """The --entry function, else the recorded step's (and its class, imported once), as a
     replay will resolve them; HarnessError when one cannot be."""
     if o.entry:
-        return rc.resolve_entry(o.entry)
+        return steps.resolve_entry(o.entry)
     world = os.environ.get("REDUCE_WORLD_SIZE", "")
     if re.fullmatch("[0-9]+", world) and int(world) > 1:  # one rank's recording: replayed alone only with torch.distributed
-        rc.alone(types.SimpleNamespace(meta={"world_size": world, "rank": os.environ.get("REDUCE_RANK") or "?"},
+        steps.alone(types.SimpleNamespace(meta={"world_size": world, "rank": os.environ.get("REDUCE_RANK") or "?"},
                                        tensors={}), check_only=True)
-    fn = rc.resolve_step(o.step, chdir=True) if o.step else None
+    fn = steps.resolve_step(o.step, chdir=True) if o.step else None
     if o.step_class:
         # Built only as the kind of class the step rebuilds (reduce_hooks: lightning_step's
         # LightningModule, trainer_step's PreTrainedModel), checked before any replay.
         kind = getattr(fn, "rebuilds", None)
-        if kind not in rc._CLASS_KINDS:
+        if kind not in steps.CLASS_KINDS:
             step = o.step or {}
-            raise rc.HarnessError("the file names a class to rebuild ({}:{}), and its step {}:{} rebuilds none: a file "
+            raise HarnessError("the file names a class to rebuild ({}:{}), and its step {}:{} rebuilds none: a file "
                                   "written by reduce_hooks names reduce_hooks' step".format(
                                       o.step_class.get("module"), o.step_class.get("qualname"),
                                       step.get("module"), step.get("qualname")))
-        rc.resolve_class(o.step_class, kind)
+        steps.resolve_class(o.step_class, kind)
     return fn
 
 
@@ -251,31 +249,31 @@ def replay(path, device="cpu", entry=None, device_memory=0, step=None):
     """Run one candidate (a file's path, or a plan for load_view) as reduce_collect.replay does,
     with reduce's --seed (REDUCE_SEED) and --device-memory (limit_device_memory, set once the batch
     is loaded) around the step, and a summary line of the output on stdout. A failure of the
-    candidate is the exception the op raises; reduce_collect.HarnessError when it cannot run."""
+    candidate is the exception the op raises; HarnessError when it cannot run."""
     import torch
 
     try:
-        batch, fn = rc.load_candidate(path, device, entry, step, load=load_view if isinstance(path, dict) else None)
+        batch, fn = steps.load_candidate(path, device, entry, step, load=load_view if isinstance(path, dict) else None)
     except MemoryError as e:
         # The worker's own allocation, before the step runs: a fault of the harness, not the step's.
-        raise rc.HarnessError("cannot load the candidate: out of memory (%s)" % (e or "MemoryError"))
+        raise HarnessError("cannot load the candidate: out of memory (%s)" % (e or "MemoryError"))
     seed = os.environ.get("REDUCE_SEED", "").strip()
     if seed:
         # reduce --seed: the step's random generators start the same in every replay.
         try:
             torch.manual_seed(int(seed))
         except ValueError:
-            raise rc.HarnessError("REDUCE_SEED=%r is not an integer" % seed)
-    lift = rc.limit_device_memory(device, device_memory) if device_memory and device_memory > 0 else None
+            raise HarnessError("REDUCE_SEED=%r is not an integer" % seed)
+    lift = memory.limit_device_memory(device, device_memory) if device_memory and device_memory > 0 else None
     try:
-        out = rc.run_loaded(batch, fn, device)
+        out = steps.run_loaded(batch, fn, device)
     except Exception as e:
         # A built-in op's failure on the CPU, exactly: what a fixture's test expects there. On
         # another device, that of the same candidate loaded and run again on the CPU (a broken
         # CUDA context leaves the CPU usable), when it fails there too.
         # Not after running out of memory: the host would run the batch too large for the device.
         oom = isinstance(e, MemoryError) or "out of memory" in str(e).lower()
-        if fn is None and not isinstance(e, rc.HarnessError) and (torch.device(device).type == "cpu" or not oom):
+        if fn is None and not isinstance(e, HarnessError) and (torch.device(device).type == "cpu" or not oom):
             cpu = e if torch.device(device).type == "cpu" else _cpu_failure(path, step)
             if cpu is not None:
                 _report({"cpu": {"exception": type(cpu).__name__, "message": str(cpu)}})
@@ -292,9 +290,9 @@ def _cpu_failure(path, step):
     """The exception a built-in op's candidate raises on the CPU, or None when it passes there or
     cannot be run again."""
     try:
-        batch, _ = rc.load_candidate(path, "cpu", None, step, load=load_view if isinstance(path, dict) else None)
-        rc.run_op(batch.op, batch.tensors, batch.attrs)
-    except rc.HarnessError:
+        batch, _ = steps.load_candidate(path, "cpu", None, step, load=load_view if isinstance(path, dict) else None)
+        ops.run_op(batch.op, batch.tensors, batch.attrs)
+    except HarnessError:
         return None
     except Exception as e:  # noqa: BLE001 - whatever the op raises is its failure on the CPU
         return e
@@ -350,7 +348,7 @@ def _report_outputs(out):
     import torch
 
     found = []
-    for name, t in sorted(rc._outputs(out).items()):
+    for name, t in sorted(checks.outputs(out).items()):
         if not isinstance(t, torch.Tensor):
             continue
         t = t.detach()
@@ -387,9 +385,9 @@ def _check_device(device):
     try:
         d = torch.device(device)
     except (RuntimeError, TypeError) as e:
-        raise rc.HarnessError("--device %r: %s" % (device, e))
+        raise HarnessError("--device %r: %s" % (device, e))
     if d.type not in ("cpu", "cuda"):
-        raise rc.HarnessError("--device %r: want cpu or cuda[:N]" % device)
+        raise HarnessError("--device %r: want cpu or cuda[:N]" % device)
     return d
 
 
@@ -410,7 +408,7 @@ def _cmd_replay(args):
     try:
         return _replay_command(o)
     finally:
-        rc.step_check = old  # the command may run in a process of the caller's (the tests)
+        steps.step_check = old  # the command may run in a process of the caller's (the tests)
 
 
 def _replay_command(o):
@@ -432,10 +430,10 @@ def _replay_command(o):
             try:
                 what = json.load(sys.stdin)
             except ValueError as e:
-                raise rc.HarnessError("the plan on stdin: %s" % e)
+                raise HarnessError("the plan on stdin: %s" % e)
         replay(what, o.device, o.entry, o.device_memory, o.step)
         _returned()
-    except rc.HarnessError as e:
+    except HarnessError as e:
         sys.stderr.write("reduce_batch: harness: %s\n" % e)
         return HARNESS_EXIT
     return 0  # any other exception propagates: Python prints its traceback and exits 1
@@ -479,7 +477,7 @@ def _run_candidate(path, device, entry, device_memory=0, step=None):
         replay(path, device, entry, device_memory, step)
         _returned()
         code = 0
-    except rc.HarnessError as e:
+    except HarnessError as e:
         sys.stderr.write("reduce_batch: harness: %s\n" % e)
         code = HARNESS_EXIT
     except SystemExit as e:
@@ -519,7 +517,7 @@ def _program_path0(prog):
 
 
 def _set_path0(path0):
-    """Replace this file's directory, which the interpreter put first on sys.path, by path0."""
+    """Replace this package's place, which the launcher put first on sys.path, by path0."""
     if sys.path and sys.path[0] and os.path.realpath(sys.path[0]) == os.path.realpath(_HERE):
         del sys.path[0]
     if path0 is not None:
@@ -631,7 +629,7 @@ def _children_of(ppid):
     return out
 
 
-class _Child(object):
+class _Child:
     def __init__(self, pid, slot, req_w, status_r):
         self.pid = pid
         self.slot = slot
@@ -641,7 +639,7 @@ class _Child(object):
         self.ready = None  # True/False once it reported its device initialization
 
 
-class _Zygote(object):
+class _Zygote:
     """The torch backend's zygote. The parent has imported torch (and the --entry module) and
     never touches the device or runs an op: no CUDA context, no thread pool to break in a fork.
     It keeps one pre-forked child per slot, which initializes the device (and, with
@@ -1086,7 +1084,7 @@ def _cmd_zygote(args):
         return 2
     try:
         import torch
-        import torch.nn.functional  # noqa: F401  (what replay() uses, imported once here)
+        import torch.nn.functional
     except BaseException as e:
         traceback.print_exc()
         hello["error"] = "cannot import torch with %s: %s: %s" % (sys.executable, type(e).__name__, e)
@@ -1098,7 +1096,7 @@ def _cmd_zygote(args):
     hello["hip"] = getattr(torch.version, "hip", None)
     try:
         _check_device(o.device)
-    except rc.HarnessError as e:
+    except HarnessError as e:
         hello["error"] = str(e)
         say(hello)
         return HARNESS_EXIT
@@ -1109,7 +1107,7 @@ def _cmd_zygote(args):
     if o.program is not None:
         # The program's own sys.path, and its own reduce_batch (or reduce_hooks) if it imports one
         # (the copies this file imported are not on its path).
-        for name in ("reduce_batch", "reduce_hooks"):
+        for name in [n for n in sys.modules if n.partition(".")[0] in ("reduce_batch", "reduce_hooks")]:
             sys.modules.pop(name, None)
         _set_path0(_program_path0(o.program))
     threads = torch.get_num_threads() if o.entry or o.step or warm else 0
@@ -1126,19 +1124,19 @@ def _cmd_zygote(args):
         # A training step's first optimizer.step() imports torch._dynamo in torch 2.x (about 800
         # modules, most of a second): imported once here, every child has it.
         try:
-            import torch._dynamo  # noqa: F401
+            import torch._dynamo
 
             if os.environ.get("REDUCE_COMPILED") and not torch._dynamo.config.disable:
                 # A step compiled with torch.compile (the batch's meta "compiled"): Inductor's
                 # modules (0.7 s), imported once here rather than by every child's first compile.
-                import torch._inductor.compile_fx  # noqa: F401
+                import torch._inductor.compile_fx
         except Exception:
             pass
     _set_trust(o.trusted)  # the children inherit it
     if o.entry:
         try:
-            rc.resolve_entry(o.entry)  # imported once here; a failure is every child's to report
-        except rc.HarnessError as e:
+            steps.resolve_entry(o.entry)  # imported once here; a failure is every child's to report
+        except HarnessError as e:
             hello["entry_error"] = str(e)
     elif o.step:
         try:
@@ -1149,7 +1147,7 @@ def _cmd_zygote(args):
             # Lightning package, 1.5 s), imported once here instead.
             if callable(getattr(fn, "zygote_prepare", None)):
                 fn.zygote_prepare()
-        except rc.HarnessError as e:
+        except HarnessError as e:
             hello["entry_error"] = str(e)
     if threads and torch.get_num_threads() == 1:  # unless the module set a number of its own
         torch.set_num_threads(threads)
@@ -1181,11 +1179,11 @@ def _cmd_entry(args):
     old = _set_trust(o.trusted)
     try:
         _resolve(o)
-    except rc.HarnessError as e:
+    except HarnessError as e:
         sys.stderr.write("reduce_batch: harness: %s\n" % e)
         return HARNESS_EXIT
     finally:
-        rc.step_check = old
+        steps.step_check = old
     return 0
 
 

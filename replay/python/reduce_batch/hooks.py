@@ -24,7 +24,7 @@ exception:
 wraps that Trainer's training_step; a file it writes holds the batch as the data collator made it,
 the step reduce_hooks:trainer_step, and the state "trainer" (the model's class as a step entry and
 its config as JSON, how the Trainer called it), "model" (state=True) and "rng". A replay builds a
-class the file names only when it is what the step expects (reduce_collect.resolve_class): a
+class the file names only when it is what the step expects (reduce_batch.steps.resolve_class): a
 LightningModule of the user's tree; a PreTrainedModel of the installed transformers or of the
 user's tree.
 """
@@ -44,7 +44,19 @@ if _theirs != __version__:
                       f"({reduce_batch.__file__}): print both again with `reduce recorder > reduce_batch.py` and "
                       "`reduce recorder --hooks > reduce_hooks.py`")
 
-_warn = reduce_batch._warn
+warn = reduce_batch.warn
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _runtime():
+    """The replay runtime's steps module and HarnessError: the steps below run only in reduce's
+    replays and fixture tests, where reduce_batch is the package, never the vendored file."""
+    return importlib.import_module("reduce_batch.steps"), importlib.import_module("reduce_batch.errors").HarnessError
 
 _LIGHTNING_PACKAGES = ("lightning.pytorch", "pytorch_lightning")
 _lightning_classes = {}  # Callback base classes -> the callback class made from them
@@ -108,7 +120,7 @@ class _LightningRecorder:
         # reference to the CPU batch (no copy: the move makes new tensors on the device).
         strategy = trainer.strategy
         if stage in ("fit", None) and self.window_k is not None:
-            self.window = reduce_batch._Window(self.window_k)  # the steps of an earlier fit are not this one's
+            self.window = reduce_batch.Window(self.window_k)  # the steps of an earlier fit are not this one's
         if stage not in ("fit", None) or "batch_to_device" in vars(strategy):
             return
         self._pending = self._batch = None  # a batch of an earlier fit is not this one's
@@ -117,7 +129,7 @@ class _LightningRecorder:
         def batch_to_device(batch, *args, **kwargs):
             if trainer.training:  # validation batches go through here too
                 # The generators before the step, not after the failure (about 40 us a step).
-                self._pending = (batch, reduce_batch._rng_state(reduce_batch._torch()))
+                self._pending = (batch, reduce_batch.rng_state(_torch()))
             return original(batch, *args, **kwargs)
 
         strategy.batch_to_device = batch_to_device
@@ -140,7 +152,7 @@ class _LightningRecorder:
                 self.window.enter(self._batch, dict({"model": pl_module}, **(
                     {"optimizer": optimizers[0]} if len(optimizers) == 1 else {})), ids)
             except Exception as e:  # noqa: BLE001  (training goes on; the crash is recorded without it)
-                _warn(f"window: {type(e).__name__}: {e}; the crash will be recorded without the steps before it")
+                warn(f"window: {type(e).__name__}: {e}; the crash will be recorded without the steps before it")
                 self.window = None
 
     def on_train_batch_end(self, trainer, pl_module, *rest):
@@ -152,13 +164,13 @@ class _LightningRecorder:
             return  # Ctrl-C, SystemExit: nothing failed
         what = f"{type(exception).__name__}: {exception}"
         if self._batch is None:
-            _warn(f"{what} came before any training batch: nothing recorded")
+            warn(f"{what} came before any training batch: nothing recorded")
             return
         if not trainer.training:
-            _warn(f"{what} came outside training ({trainer.state.stage}): nothing recorded")
+            warn(f"{what} came outside training ({trainer.state.stage}): nothing recorded")
             return
         if self._ended:
-            _warn(f"{what} came after training batch {self._batch_idx} had ended (in a hook, the loader, or reported "
+            warn(f"{what} came after training batch {self._batch_idx} had ended (in a hook, the loader, or reported "
                   "late by the device: CUDA_LAUNCH_BLOCKING=1 makes it prompt): recording that batch; reduce says so "
                   "if it does not fail")
         path = os.fspath(self.path)  # under DDP, record_on_failure writes this rank's own file (crash.rank1.bin)
@@ -167,14 +179,14 @@ class _LightningRecorder:
             try:
                 kwargs[k] = v(batch) if callable(v) and not isinstance(v, type) else v
             except Exception as e:  # noqa: BLE001  (the crash is recorded without it)
-                _warn(f"{k}=: {type(e).__name__}: {e}; not recorded")
+                warn(f"{k}=: {type(e).__name__}: {e}; not recorded")
         state = {"lightning": _lightning_info(trainer, pl_module, self._batch_idx)}
         if self.record_state:
             state["model"] = pl_module
         if self._rng is not None:
             state["rng"] = self._rng
         meta = dict(kwargs.pop("meta", None) or {})
-        meta.setdefault("lightning_module", reduce_batch._type_path(pl_module))
+        meta.setdefault("lightning_module", reduce_batch.type_path(pl_module))
         rec = reduce_batch.record_on_failure(path, batch, step=lightning_step, state=state, meta=meta, **kwargs)
         rec.window = self.window  # its steps, and the state at their start for the keys it copied
         rec.__exit__(type(exception), exception, exception.__traceback__)
@@ -192,7 +204,7 @@ def _lightning_info(trainer, pl_module, batch_idx):
             "precision": str(getattr(trainer, "precision", "32"))}
     problems = []
     try:
-        info["module_class"] = reduce_batch._step_entry(cls)
+        info["module_class"] = reduce_batch.step_entry(cls)
     except ValueError as e:
         problems.append(str(e).replace("step ", "the class ", 1))
     try:
@@ -207,14 +219,14 @@ def _lightning_info(trainer, pl_module, batch_idx):
         extra = [k for k in hparams if k not in {p.name for p in params}]
         if extra:
             problems.append("self.hparams has {}, not an argument of its __init__".format(", ".join(extra)))
-    probe = reduce_batch._Flattener(reduce_batch._torch(), "", None)
+    probe = reduce_batch.Flattener(_torch(), "", None)
     probe.node(hparams)
     if probe.skipped:
         problems.append("hyperparameter {} is a {}, which is not recorded".format(*probe.skipped[0][:2]))
     if problems:
-        _warn("the LightningModule {} cannot be rebuilt as cls(**self.hparams): {}. Call "
+        warn("the LightningModule {} cannot be rebuilt as cls(**self.hparams): {}. Call "
               "self.save_hyperparameters() in its __init__ (for every argument), or replay the file "
-              "with reduce --entry module:function".format(reduce_batch._type_path(cls), "; ".join(problems)))
+              "with reduce --entry module:function".format(reduce_batch.type_path(cls), "; ".join(problems)))
     return info
 
 
@@ -227,11 +239,11 @@ def lightning_step(batch, state=None):
     makes takes it, and steps after the backward; a window's later steps (state None) go on with
     the same module and optimizer. Returns the detached loss (None when training_step returned
     None: Lightning skips that batch too). HarnessError when the module cannot be rebuilt. It runs
-    in reduce's replays and fixture tests, where the runtime is imported as reduce_collect (the
-    worker's, or the fixtures' conftest.py), which rebuilds the class and the generators."""
+    in reduce's replays and fixture tests, where reduce_batch is the package (the
+    worker's, or the pytest plugin's), whose runtime rebuilds the class and the generators."""
     import torch
-    rc = importlib.import_module("reduce_collect")
-    HarnessError, restore_rng = rc.HarnessError, rc.restore_rng
+    steps, HarnessError = _runtime()
+    restore_rng = steps.restore_rng
 
     if state is None and _live:  # a window's later step: the module and optimizer the first one made
         module, optimizer, info, device, dtype, true_dtype = _live["run"]
@@ -240,7 +252,7 @@ def lightning_step(batch, state=None):
     if not info.get("module_class"):
         raise HarnessError("the file records no LightningModule class it can import (see the warning written "
                            "with it): replay it with --entry module:function")
-    cls = rc.resolve_class(info["module_class"], "lightning")  # a LightningModule of the user's tree, or refused
+    cls = steps.resolve_class(info["module_class"], "lightning")  # a LightningModule of the user's tree, or refused
     hparams = info.get("hparams") or {}
     try:
         module = cls(**hparams)
@@ -249,7 +261,7 @@ def lightning_step(batch, state=None):
         raise HarnessError(f"cannot rebuild {cls.__qualname__} as cls(**hparams) with the recorded hyperparameters "
                            f"({names}): {e}; call self.save_hyperparameters() in its __init__, or replay with --entry "
                            "module:function") from e
-    probe = reduce_batch._Flattener(torch, "", None)
+    probe = reduce_batch.Flattener(torch, "", None)
     probe.node(batch)
     device = probe.tensors[0][1].device if probe.tensors else torch.device("cpu")
     precision = str(info.get("precision", "32"))
@@ -277,7 +289,7 @@ def _load_weights(module, weights, whose, maker):
         return
     kept = {k: v for k, v in weights.items() if v is not None}
     if len(kept) < len(weights):
-        _warn(f"{len(weights) - len(kept)} of the {whose} {len(weights)} recorded tensors could not be read when it "
+        warn(f"{len(weights) - len(kept)} of the {whose} {len(weights)} recorded tensors could not be read when it "
               f"failed: they keep the values {maker} gives them")
     module.load_state_dict(kept, strict=len(kept) == len(weights))
 
@@ -291,7 +303,7 @@ def _optimizer(module, recorded):
     if isinstance(made, dict):
         made = made.get("optimizer")
     if not hasattr(made, "load_state_dict"):
-        _warn("configure_optimizers() gave no optimizer reduce can rebuild: the window's steps run without updates")
+        warn("configure_optimizers() gave no optimizer reduce can rebuild: the window's steps run without updates")
         return None
     made.load_state_dict(recorded)
     return made
@@ -342,7 +354,7 @@ def _lightning_prepare():
 
 
 lightning_step.zygote_prepare = _lightning_prepare
-lightning_step.rebuilds = "lightning"  # the kind of class it builds (reduce_collect.resolve_class)
+lightning_step.rebuilds = "lightning"  # the kind of class it builds (reduce_batch.steps.resolve_class)
 
 
 # The Hugging Face Trainer ---------------------------------------------------------------------
@@ -379,14 +391,14 @@ def record_trainer(trainer, path="crash.bin", state=False, **save_kwargs):
         sig = inspect.signature(original)
     except (TypeError, ValueError):
         sig = None
-    torch, copying = reduce_batch._torch(), []
+    torch, copying = _torch(), []
 
     def training_step(*args, **kwargs):
         inputs = _argument(sig, args, kwargs, "inputs", 1)
         try:
-            kept = (_kept_on_cpu(torch, inputs, copying), reduce_batch._rng_state(torch))
+            kept = (_kept_on_cpu(torch, inputs, copying), reduce_batch.rng_state(torch))
         except Exception as e:  # noqa: BLE001  (training goes on; this step's failure is not recorded)
-            _warn(f"record_trainer: cannot keep the batch: {type(e).__name__}: {e}")
+            warn(f"record_trainer: cannot keep the batch: {type(e).__name__}: {e}")
             kept = None
         try:
             return original(*args, **kwargs)
@@ -431,9 +443,9 @@ def _kept_on_cpu(torch, batch, copying):
         return batch
     if not copying:
         copying.append(on_device)
-        _warn(f"record_trainer: the Trainer hands training_step its batch on {on_device}: keeping a CPU copy of each "
+        warn(f"record_trainer: the Trainer hands training_step its batch on {on_device}: keeping a CPU copy of each "
               "batch before its step")
-    return reduce_batch._copied(torch, batch)
+    return reduce_batch.copied(torch, batch)
 
 
 def _trainer_info(trainer, num_items, start=False):
@@ -447,10 +459,10 @@ def _trainer_info(trainer, num_items, start=False):
     base = getattr(sys.modules.get("transformers"), "PreTrainedModel", None)
     problem, info = None, None
     if base is None or not isinstance(model, base):
-        problem = f"the Trainer's model ({reduce_batch._type_path(model)}) is not a transformers PreTrainedModel"
+        problem = f"the Trainer's model ({reduce_batch.type_path(model)}) is not a transformers PreTrainedModel"
     else:
         try:
-            info = {"model_class": reduce_batch._step_entry(type(model))}
+            info = {"model_class": reduce_batch.step_entry(type(model))}
         except ValueError as e:
             problem = str(e).replace("step ", "the model class ", 1)
     if info is not None:
@@ -459,7 +471,7 @@ def _trainer_info(trainer, num_items, start=False):
         except Exception as e:  # noqa: BLE001
             problem, info = f"its config cannot be written as JSON: {type(e).__name__}: {e}", None
     if problem:
-        _warn(f"record_trainer: {problem}: reduce cannot rebuild it from a file, which will record the batch and "
+        warn(f"record_trainer: {problem}: reduce cannot rebuild it from a file, which will record the batch and "
               "the error only; replay it with reduce --entry module:function")
         return None
     args = getattr(trainer, "args", None)
@@ -478,7 +490,7 @@ def _trainer_info(trainer, num_items, start=False):
     if own:  # in the file too: reduce names it when the replay does not fail as recorded
         info["own_loss"] = ", ".join(own)
     if start and own:
-        _warn("record_trainer: the Trainer computes its loss its own way ({}): reduce's replay runs the model's "
+        warn("record_trainer: the Trainer computes its loss its own way ({}): reduce's replay runs the model's "
               "forward and backward of the loss it returns, and says so if that does not fail".format(info["own_loss"]))
     return info
 
@@ -491,7 +503,7 @@ def _record_trainer(trainer, path, record_state, save_kwargs, kept, num_items, e
         try:
             kwargs[k] = v(batch) if callable(v) and not isinstance(v, type) else v
         except Exception as e:  # noqa: BLE001  (the crash is recorded without it)
-            _warn(f"{k}=: {type(e).__name__}: {e}; not recorded")
+            warn(f"{k}=: {type(e).__name__}: {e}; not recorded")
     info = _trainer_info(trainer, num_items)
     state = {"rng": rng}
     if info is not None:
@@ -499,7 +511,7 @@ def _record_trainer(trainer, path, record_state, save_kwargs, kept, num_items, e
         if record_state:
             state["model"] = trainer.model
     meta = dict(kwargs.pop("meta", None) or {})
-    meta.setdefault("trainer_model", reduce_batch._type_path(getattr(trainer, "model", None)))
+    meta.setdefault("trainer_model", reduce_batch.type_path(getattr(trainer, "model", None)))
     if info is not None and info.get("own_loss"):
         meta.setdefault("trainer_loss", info["own_loss"])  # reduce names it when the replay does not fail so
     rec = reduce_batch.record_on_failure(path, batch, step=trainer_step if info else None, state=state, meta=meta,
@@ -515,32 +527,32 @@ def trainer_step(batch, state=None):
     default: model(**batch) (with num_items_in_batch where the Trainer passed it), its loss
     (outputs["loss"], or the first output), under the precision's autocast. Returns the detached
     loss. HarnessError when the model cannot be rebuilt. It runs in reduce's replays and fixture
-    tests, where the runtime is imported as reduce_collect."""
+    tests, where reduce_batch is the package."""
     import json
 
     import torch
-    rc = importlib.import_module("reduce_collect")
+    steps, HarnessError = _runtime()
     info = (state or {}).get("trainer") or {}
     if not info.get("model_class"):
-        raise rc.HarnessError("the file records no model class it can rebuild (see the warning written with it): "
+        raise HarnessError("the file records no model class it can rebuild (see the warning written with it): "
                               "replay it with --entry module:function")
-    cls = rc.resolve_class(info["model_class"], "transformers")  # a PreTrainedModel, or refused
+    cls = steps.resolve_class(info["model_class"], "transformers")  # a PreTrainedModel, or refused
     transformers = importlib.import_module("transformers")
     config_cls = getattr(cls, "config_class", None)
     if not (isinstance(config_cls, type) and issubclass(config_cls, transformers.PretrainedConfig)):
-        raise rc.HarnessError(f"{cls.__qualname__}.config_class is not a PretrainedConfig: reduce cannot rebuild it "
+        raise HarnessError(f"{cls.__qualname__}.config_class is not a PretrainedConfig: reduce cannot rebuild it "
                               "from its recorded config; replay with --entry module:function")
     try:
         recorded = json.loads(info.get("config") or "")
     except (TypeError, ValueError) as e:
-        raise rc.HarnessError(f"the recorded config of {cls.__qualname__} is not JSON: {e}") from e
+        raise HarnessError(f"the recorded config of {cls.__qualname__} is not JSON: {e}") from e
     if not isinstance(recorded, dict):
-        raise rc.HarnessError(f"the recorded config of {cls.__qualname__} is not a JSON object")
+        raise HarnessError(f"the recorded config of {cls.__qualname__} is not a JSON object")
     config = config_cls.from_dict(_no_code(recorded))
     if not isinstance(batch, dict) and not (hasattr(batch, "keys") and hasattr(batch, "__getitem__")):
-        raise rc.HarnessError(f"the recorded batch is a {type(batch).__name__}: the Trainer calls the model with a "
+        raise HarnessError(f"the recorded batch is a {type(batch).__name__}: the Trainer calls the model with a "
                               "mapping of its arguments")
-    probe = reduce_batch._Flattener(torch, "", None)
+    probe = reduce_batch.Flattener(torch, "", None)
     probe.node(batch)
     device = probe.tensors[0][1].device if probe.tensors else torch.device("cpu")
     model = cls(config).to(device)
@@ -552,9 +564,9 @@ def trainer_step(batch, state=None):
         import torch._dynamo
 
         if backend not in torch._dynamo.list_backends(exclude_tags=()):  # a name the file gives runs no code here
-            raise rc.HarnessError(f"the recorded torch.compile backend {backend!r} is not one of this torch's")
+            raise HarnessError(f"the recorded torch.compile backend {backend!r} is not one of this torch's")
         model = torch.compile(model, backend=backend, mode=compiled.get("mode") or None)
-    rc.restore_rng(state)  # building the model drew from the generators: start from the step's again
+    steps.restore_rng(state)  # building the model drew from the generators: start from the step's again
     inputs = {k: batch[k] for k in list(batch.keys())}
     if info.get("loss_kwargs") and info.get("num_items_in_batch") is not None:
         inputs["num_items_in_batch"] = int(info["num_items_in_batch"])
@@ -586,4 +598,4 @@ def _trainer_prepare():
 
 
 trainer_step.zygote_prepare = _trainer_prepare
-trainer_step.rebuilds = "transformers"  # the kind of class it builds (reduce_collect.resolve_class)
+trainer_step.rebuilds = "transformers"  # the kind of class it builds (reduce_batch.steps.resolve_class)
