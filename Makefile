@@ -31,7 +31,7 @@ export REDUCE_PYTHON := $(PYTHON)
 TEST_TRUST_DIR ?= $(abspath .test-trust)
 test test-go test-go-torch2 test-python test-wheel fuzz-short test-slurm bench bench-slurm: export REDUCE_TRUST_DIR = $(TEST_TRUST_DIR)
 
-# Every go test names its timeout first: go's default (10 minutes) stops a
+# Every run of the Go tests names its timeout first: go's default (10 minutes) stops a
 # package that a loaded machine makes slow (cmd/reduce takes about 9 minutes
 # under the race detector on two busy cores). Well above what each takes.
 TEST_TIMEOUT  ?= 45m
@@ -98,7 +98,7 @@ test-go:
 # this environment).
 # The go worker's own death under a 1 GiB address-space limit runs here too
 # (GoWorkerDeath): under the race detector its runtime cannot start.
-# One go test, so that the packages run side by side.
+# One run of the Go tests, so that the packages run side by side.
 test-go-torch2:
 	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_RUFF=1 $(GO) test -timeout $(TEST_TIMEOUT) -count=1 \
 		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|Collector|Ruff|RecorderHostile|GoWorkerDeath' \
