@@ -114,7 +114,7 @@ type Attr struct {
 }
 
 // TorchCall is how PyTorch runs an op (Op.Torch), in the terms of
-// reduce_collect.py's run_op.
+// reduce_batch/ops.py's run_op.
 type TorchCall struct {
 	// Function is a dotted path under the torch module
 	// ("nn.functional.cross_entropy", "index_select"), or "" for Python
@@ -140,7 +140,7 @@ type Op struct {
 	// Signature is PyTorch's call, for documentation and tracebacks.
 	Signature string
 	// Torch is how PyTorch runs the op, which the torch backend follows:
-	// reduce_collect.py's op table is rendered from it (go generate
+	// reduce_batch/ops.py's op table is rendered from it (go generate
 	// ./replay), so that an op is written here only.
 	Torch TorchCall
 	// Advice is what to check first when this op's range check fires on

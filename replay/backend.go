@@ -95,7 +95,7 @@ type Options struct {
 	// Step is the step the batch was recorded with (fixtures.Batch.Step):
 	// without an Entry, the torch backend imports it (its folders on
 	// sys.path, its working directory made current) and calls it with the
-	// batch in its recorded structure (reduce_collect.resolve_step).
+	// batch in its recorded structure (reduce_batch.steps.resolve_step).
 	Step *fixtures.Step
 	// StepClass is the class the recorded step rebuilds
 	// (fixtures.Batch.StepClass: a LightningModule), or nil: the torch
@@ -168,7 +168,7 @@ type Options struct {
 	// torch.manual_seed before the step (and a user's step may read).
 	Seed *int64
 	// TempRoot is where per-run directories (and the torch backend's copies
-	// of reduce_replay.py and reduce_batch.py) are made; "" means
+	// of the worker and the package) are made; "" means
 	// os.TempDir().
 	TempRoot string
 	// CaptureLimit bounds the kept output of each stream of a replay, as
@@ -346,7 +346,7 @@ func (o *Options) env() []string {
 	env := append(append([]string{"REDUCE_REPLAY=1"}, compileEnv(o.Batch, o.NoCompile)...), o.Env...)
 	// One rank's recording of a torch.distributed run: the worker's
 	// start-up check refuses it (exit 2) where torch has no
-	// torch.distributed to replay its step alone (reduce_replay._resolve).
+	// torch.distributed to replay its step alone (reduce_batch.worker._resolve).
 	if o.Batch != nil && o.Batch.Meta["world_size"] != "" {
 		env = append(env, "REDUCE_WORLD_SIZE="+o.Batch.Meta["world_size"], "REDUCE_RANK="+o.Batch.Meta["rank"])
 	}

@@ -2,9 +2,9 @@
 // happened: a verdict with a failure signature.
 //
 // It owns the backends (go: the reduce binary re-executed as a worker; torch:
-// a Python interpreter with the embedded reduce_replay.py, the worker and
-// fork server, which imports reduce_batch.py, the module users vendor, and
-// reduce_collect.py, the runtime the fixtures' collector shares;
+// a Python interpreter running the embedded package reduce_batch from its
+// zip: its worker and fork server (reduce_batch.worker, through the
+// launcher reduce_replay.py) and the runtime the pytest plugin shares;
 // exec: the user's command), the slots replays run in, the one supervisor of their processes,
 // and the verdict: the replay's output and exit handed to the signature
 // parser (internal/signature) once. Where the process runs is its launcher's

@@ -3,9 +3,13 @@ package replay
 import (
 	"archive/zip"
 	"bytes"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"io/fs"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -49,10 +53,55 @@ func packageFile(name string) []byte {
 	return data
 }
 
-// PythonModule is the recorder users vendor (reduce_batch/__init__.py):
-// the format, save, load and record_on_failure, standard library and torch
-// alone. `reduce recorder` prints it.
-var PythonModule = packageFile("__init__.py")
+// PythonModule is the recorder users vendor, one file made from the
+// package's fileformat.py (the format, save, load) and record.py
+// (record_on_failure), standard library and torch alone (joinRecorder).
+// `reduce recorder` prints it.
+var PythonModule = joinRecorder(packageFile("fileformat.py"), packageFile("record.py"))
+
+// recordMark is the line of record.py after which it joins fileformat.py
+// in PythonModule.
+const recordMark = "# reduce recorder prints fileformat.py and what follows this line as one file"
+
+// joinRecorder is first (fileformat.py) with second's standard library
+// imports added to its own, then second's code after recordMark (and the
+// comment it begins).
+func joinRecorder(first, second []byte) []byte {
+	head, body, ok := strings.Cut(string(second), recordMark)
+	if !ok {
+		panic("replay: record.py has no line " + recordMark)
+	}
+	_, body, _ = strings.Cut(body, "\n")
+	for strings.HasPrefix(body, "#") { // the rest of the mark's comment
+		_, body, _ = strings.Cut(body, "\n")
+	}
+	imports := map[string]bool{}
+	lines := strings.Split(string(first), "\n")
+	last := -1
+	for i, l := range lines {
+		if strings.HasPrefix(l, "import ") {
+			imports[l], last = true, i
+		}
+	}
+	if last < 0 {
+		panic("replay: fileformat.py imports nothing")
+	}
+	var add []string
+	for _, l := range strings.Split(head, "\n") {
+		if strings.HasPrefix(l, "import ") && !imports[l] {
+			add = append(add, l)
+		}
+	}
+	block := append(slices.Clone(lines[:last+1]), add...)
+	start := last + 1
+	for start > 0 && strings.HasPrefix(lines[start-1], "import ") {
+		start--
+	}
+	sorted := slices.Clone(block[start:])
+	slices.Sort(sorted)
+	out := append(append(append([]string{}, lines[:start]...), sorted...), lines[last+1:]...)
+	return []byte(strings.TrimRight(strings.Join(out, "\n"), "\n") + "\n\n\n" + strings.Trim(body, "\n") + "\n")
+}
 
 // PythonModuleName is the file name users save PythonModule under.
 const PythonModuleName = "reduce_batch.py"
@@ -75,7 +124,10 @@ var OpsModule = packageFile("ops.py")
 // --out whose conftest.py imports the plugin from it.
 const ZipName = PackageName + "-" + Version + ".zip"
 
-var packageZip = sync.OnceValue(func() []byte {
+var packageZip = sync.OnceValue(buildZip)
+
+// buildZip zips the package's files, sorted, at a fixed time.
+func buildZip() []byte {
 	files := PackageFiles()
 	names := make([]string, 0, len(files))
 	for name := range files {
@@ -100,7 +152,7 @@ var packageZip = sync.OnceValue(func() []byte {
 		panic("replay: zip the package: " + err.Error())
 	}
 	return buf.Bytes()
-})
+}
 
 // PackageZip returns the package as a zip (ZipName), which Python imports
 // from sys.path: the same bytes each call.
@@ -122,9 +174,10 @@ if sys.path and sys.path[0] and os.path.realpath(sys.path[0]) == os.path.dirname
 else:
     sys.path.insert(0, _zip)
 
-from reduce_batch.worker import main  # noqa: E402
+if __name__ == "__main__":  # not when a spawned child imports this file as __mp_main__
+    from reduce_batch.worker import main
 
-sys.exit(main())
+    sys.exit(main())
 `)
 
 // pythonFiles are the files the torch backend's interpreter needs in one
@@ -135,29 +188,45 @@ func pythonFiles() map[string][]byte {
 
 // CollectorModule is the conftest.py regress writes at the root of an --out
 // where the package is not installed: it imports the pytest plugin from
-// ZipName under .reduce/ beside it, unless the package is installed after
-// all (its plugin then collects, once). Its first line marks it as reduce's.
+// ZipName under .reduce/ beside it, after checking the zip's SHA-256 (a
+// zip swapped in a commit shows as a changed conftest.py too), unless the
+// installed package's plugin is loaded (it then collects, once). Its first
+// line marks it as reduce's.
 var CollectorModule = []byte(`# reduce collector ` + Version + `: written by reduce at the root of its --out; do not edit.
 """The regression fixtures under this folder, collected by reduce's pytest plugin: the installed
 package's (pip install of reduce's wheel) or, without it, the one in .reduce/` + ZipName + `."""
 
-import importlib.metadata
+import hashlib
 import os
 import sys
 
-try:
-    importlib.metadata.distribution("reduce-batch")
-except importlib.metadata.PackageNotFoundError:
-    _old = sys.modules.get("reduce_batch")
-    if _old is not None and not hasattr(_old, "__path__"):
-        del sys.modules["reduce_batch"]  # a vendored recorder: the package is the same, and more
+__all__ = ["pytest_collect_file", "pytest_configure", "pytest_ignore_collect"]
+ZIP_SHA256 = "` + zipDigest() + `"
+
+if "reduce_batch.plugin" not in sys.modules:  # not loaded as an installed plugin
     _zip = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".reduce", "` + ZipName + `")
     if not os.path.isfile(_zip):
         raise ImportError(f"reduce's pytest plugin is neither installed (pip install reduce's wheel) nor at {_zip} "
                           "(reduce --batch ... --out writes it there, beside this file)")
+    with open(_zip, "rb") as _f:
+        if hashlib.sha256(_f.read()).hexdigest() != ZIP_SHA256:
+            raise ImportError(f"{_zip} is not the package this conftest.py was written with: run reduce --batch "
+                              "... --out again to write both, or install reduce's wheel")
+    _old = sys.modules.get("reduce_batch")
+    if _old is not None and not hasattr(_old, "__path__"):
+        del sys.modules["reduce_batch"]  # a vendored recorder: the package is the same, and more
     sys.path.insert(0, _zip)
-    from reduce_batch.plugin import *  # noqa: F403
+    from reduce_batch.plugin import (
+        pytest_collect_file,
+        pytest_configure,
+        pytest_ignore_collect,
+    )
 `)
+
+func zipDigest() string {
+	sum := sha256.Sum256(PackageZip())
+	return hex.EncodeToString(sum[:])
+}
 
 // CollectorModuleName is the file the collector is written as.
 const CollectorModuleName = "conftest.py"

@@ -213,22 +213,24 @@ func TestPythonVersions(t *testing.T) {
 	assert.True(t, strings.HasPrefix(first, "# reduce collector "+Version+":"), "the collector's first line: %q", first)
 }
 
-// TestRecorderLines: reduce_batch.py, the file users vendor, stays at most
-// 1,000 lines (docs/ARCHITECTURE.md, "reduce_batch.py"), with the margin
-// below.
+// TestRecorderLines: reduce_batch.py, the file users vendor (the package's
+// fileformat.py and record.py joined), stays at most 1,000 lines at the
+// width of the project's Python (120 columns), unpacked: no line over it,
+// one statement a line, a blank line or two between definitions
+// (TestRuffClean checks the rest).
 func TestRecorderLines(t *testing.T) {
-	// 1,000, and the 22 lines with which the recorder records what it writes
-	// as the user's (the trust store, docs/TRUST.md) and the 7 that say where
-	// the hooks' names went (reduce_batch.record_trainer), until the format
-	// and the recording are modules of their own that `reduce recorder`
-	// joins, at the usual line width.
-	const limit = 1030
+	const limit, width = 1000, 120
 	text := string(PythonModule)
-	n := strings.Count(text, "\n")
-	if text != "" && !strings.HasSuffix(text, "\n") {
-		n++ // a last line without its newline
+	require.True(t, strings.HasSuffix(text, "\n"))
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	assert.LessOrEqual(t, len(lines), limit, "%s has %d lines, at most %d are allowed: split it by its jobs", PythonModuleName, len(lines), limit)
+	for i, l := range lines {
+		assert.LessOrEqual(t, utf8.RuneCountInString(l), width, "%s:%d is over %d columns", PythonModuleName, i+1, width)
+		if strings.HasPrefix(l, "def ") || strings.HasPrefix(l, "class ") {
+			assert.True(t, i >= 2 && lines[i-1] == "" || strings.HasPrefix(lines[i-1], "#") || strings.HasPrefix(lines[i-1], "@"),
+				"%s:%d: a definition packed against the line before it", PythonModuleName, i+1)
+		}
 	}
-	assert.LessOrEqual(t, n, limit, "%s has %d lines, at most %d are allowed: compact it", PythonModuleName, n, limit)
 }
 
 // TestOwnFilesKnown: each of reduce's Python files, copied under another
@@ -253,7 +255,7 @@ func TestOwnFilesKnown(t *testing.T) {
 // same bytes each time (a committed one changes only with the package).
 func TestPackageZip(t *testing.T) {
 	data := PackageZip()
-	assert.Equal(t, data, PackageZip())
+	assert.Equal(t, data, buildZip(), "built again: the same bytes")
 	r, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
 	require.NoError(t, err)
 	files := PackageFiles()

@@ -263,7 +263,7 @@ func (e *execBackend) Close() error {
 // quoted for the shell in the script of a POSIX shell (shellScript), as it
 // is in any other word, which no shell reads. It is the one place the
 // command is built: cold and Slurm replays run these arguments, and the
-// fork server gets them as the program's sys.argv. reduce_collect.py's
+// fork server gets them as the program's sys.argv. The plugin's
 // exec_argv builds an exec fixture's command the same way
 // (testdata/shell_commands.json is the table both are tested on).
 //

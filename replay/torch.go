@@ -34,7 +34,7 @@ import (
 // --shared-dir the candidate is built here and travels as a file, with the
 // worker (`replay FILE`). With --device-memory the candidate's process
 // limits what the op may allocate once the batch is loaded
-// (limit_device_memory in reduce_collect.py).
+// (limit_device_memory in reduce_batch/memory.py).
 type torchBackend struct {
 	bound
 	python  string
@@ -45,8 +45,8 @@ type torchBackend struct {
 	class   string // the class the step rebuilds (Options.StepClass) as JSON, or ""
 	trust   bool   // Options.Trusted
 	memory  int64  // Options.DeviceMemory
-	dir     string // holds reduce_replay.py and the files it imports (pythonFiles)
-	module  string // reduce_replay.py in dir
+	dir     string // holds the launcher reduce_replay.py and the package's zip (pythonFiles)
+	module  string // the launcher in dir
 	env     []string
 	runner  *Runner
 	noZyg   bool

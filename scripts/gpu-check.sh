@@ -106,15 +106,13 @@ if [ -z "$REDUCE" ]; then
 fi
 [ -n "$REDUCE" ] && say "reduce: $REDUCE ($("$REDUCE" --version 2>/dev/null | head -n 1))"
 # The examples are the project's own recordings: trusted in a store of this
-# check's, so that reduce runs the steps they record (README, "A batch file
+# check's, so that reduce runs the steps they record (docs/TRUST.md, "A batch file
 # from someone else": a committed batch file is no proof).
 export REDUCE_TRUST_DIR="$(realpath -m "$OUT")/trust"
 [ -n "$REDUCE" ] && "$REDUCE" trust fixtures/examples/*.bin >/dev/null
 
-# The torch backend's worker, with the files it imports beside it, as reduce writes them.
-MODULE="$OUT/reduce_replay.py"
-cp replay/python/reduce_batch.py replay/python/reduce_hooks.py replay/python/reduce_collect.py \
-	replay/python/reduce_replay.py "$OUT/"
+# The torch backend's worker, as reduce's launcher runs it: the package from its folder.
+MODULE="$PWD/replay/python/testdata/run_worker.py"
 
 # The main job end to end on the device: a reduction with the torch backend on cuda, its
 # fixture.json kept, and the collector run over the fixtures when pytest is there.
@@ -128,9 +126,9 @@ if [ -n "$REDUCE" ] && [ "$TORCH_OK" = 1 ]; then
 			[ -f "$rec" ] && cp "$rec" "$OUT/main/$name.fixture.json"
 		done
 		if [ -f "$OUT/main/$name.fixture.json" ] && timeout 60 "$PYTHON" -c 'import pytest' 2>/dev/null; then
-			cp replay/python/reduce_batch.py "$OUT/main/fixtures-$name/"
 			# pytest's root is the repository: a fixture replays a recorded step only from there.
-			run "main/$name-pytest" env REDUCE_BATCH_PATH="$OUT/main/fixtures-$name" "$PYTHON" -m pytest -q -p no:cacheprovider \
+			# Collected by the conftest.py and the package's zip reduce wrote there.
+			run "main/$name-pytest" "$PYTHON" -m pytest -q -p no:cacheprovider \
 				--rootdir "$PWD" "$OUT/main/fixtures-$name"
 			tail -n 1 "$OUT/main/$name-pytest.stdout" 2>/dev/null | tee -a "$SUMMARY"
 		fi

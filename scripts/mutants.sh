@@ -125,22 +125,22 @@ read-depth @@ fixtures/read.go @@ if d := jsonDepth(raw); d > MaxJSONDepth { @@ 
 read-tree-values @@ fixtures/read.go @@ n > MaxTreeValues { @@ n > MaxTreeValues+100 { @@ ./fixtures @@ TestReaderStrictManifest @@
 returned-start @@ replay/fault.go @@ (at == 0 || stdout[at-1] == '\n') @@ (at >= 0) @@ ./replay @@ TestWorkerFault|TestReturnedLine @@
 returned-exit0 @@ replay/fault.go @@ case res.ExitCode == 0 && !returned(res.Stdout): @@ case false: @@ ./replay @@ TestWorkerFault|TestReturnedLine @@
-py-returned-line @@ replay/python/reduce_replay.py @@ sys.stdout.write("\n" + RETURNED_LINE + "\n") @@ sys.stdout.write("\n" + RETURNED_LINE + " \n") @@ py:replay/python @@ test_worker.py::test_returned_line @@
-py-zygote-sweep @@ replay/python/reduce_replay.py @@ self.sweep() @@ pass @@ py:replay/python @@ test_worker.py::test_zygote_kills_strays @@
-py-zygote-sweep-block @@ replay/python/reduce_replay.py @@ if os.waitpid(pid, os.WNOHANG)[0] == pid: @@ if os.waitpid(pid, 0)[0] == pid: @@ py:replay/python @@ test_worker.py::test_zygote_sweep_never_blocks_on_a_stray @@
-py-stray-parent @@ replay/python/reduce_replay.py @@ fields[1] == str(ppid).encode() @@ fields[0] == str(ppid).encode() @@ py:replay/python @@ test_worker.py::test_zygote_kills_strays @@
-py-depth @@ replay/python/reduce_batch.py @@ if len(self.open) >= MAX_DEPTH or id(x) in self.open: @@ if len(self.open) > MAX_DEPTH or id(x) in self.open: @@ py:replay/python @@ test_recorder_faults.py test_mutants2.py @@
-py-cycle @@ replay/python/reduce_batch.py @@ if len(self.open) >= MAX_DEPTH or id(x) in self.open: @@ if len(self.open) >= MAX_DEPTH: @@ py:replay/python @@ test_recorder_faults.py test_mutants2.py @@
-py-max-leaf @@ replay/python/reduce_batch.py @@ _MAX_LEAF = 1 << 20 @@ _MAX_LEAF = 1 << 30 @@ py:replay/python @@ test_recorder_faults.py test_mutants2.py @@
-py-text-cut @@ replay/python/reduce_batch.py @@ t if len(t) <= _MAX_TEXT else f"{t[:_MAX_TEXT]} @@ t if len(t) <= _MAX_TEXT else f"{t[:2 * _MAX_TEXT]} @@ py:replay/python @@ test_recorder_faults.py test_mutants2.py @@
-py-last-resort @@ replay/python/reduce_batch.py @@ if i == len(tries) - 1: @@ if i == len(tries) - 2: @@ py:replay/python @@ test_recorder_faults.py test_mutants2.py @@
-py-tree-values @@ replay/python/reduce_batch.py @@ while todo and n <= MAX_TREE_VALUES: @@ while todo and n < MAX_TREE_VALUES: @@ ./fixtures @@ TestPythonReaderAgrees @@ torch
-py-keep-op @@ replay/python/reduce_batch.py @@ if k in ("step", "sample_ids", "op", "attrs", "meta")} @@ if k in ("step", "sample_ids")} @@ py:replay/python @@ test_recorder_faults.py @@
-py-attrs-lenient @@ replay/python/reduce_batch.py @@ with _noted(lenient, notes, "{e}: not recorded", (TypeError, ValueError)): @@ with _noted(False, notes, "{e}: not recorded", (TypeError, ValueError)): @@ py:replay/python @@ test_recorder_faults.py @@
-py-zstd-reserved @@ replay/python/reduce_batch.py @@ reserved = reserved or bool(f[s] and f[s + (1 if f[s] < 128 else 2 if f[s] < 255 else 3)] & 3) @@ reserved = reserved or bool(False and f[s]) @@ ./fixtures @@ TestPythonReaderAgrees @@ torch
-py-zstd-block-max @@ replay/python/reduce_batch.py @@ self.need(most <= (bms := @@ self.need(True or most <= (bms := @@ ./fixtures @@ TestPythonReaderAgrees @@ torch
-py-lone-surrogate @@ replay/python/reduce_batch.py @@ self.need(not lone, "".join(lone), @@ self.need(True or not lone, "".join(lone), @@ ./fixtures @@ TestPythonReaderAgrees @@ torch
-py-ids-too-long @@ replay/python/reduce_batch.py @@ (len(ids) != samples or long or size > MAX_MANIFEST): @@ (len(ids) != samples or long): @@ py:replay/python @@ test_recorder_faults.py::test_huge_id_list_keeps_the_step @@
+py-returned-line @@ replay/python/reduce_batch/worker.py @@ sys.stdout.write("\n" + RETURNED_LINE + "\n") @@ sys.stdout.write("\n" + RETURNED_LINE + " \n") @@ py:replay/python @@ test_worker.py::test_returned_line @@
+py-zygote-sweep @@ replay/python/reduce_batch/worker.py @@ self.sweep() @@ pass @@ py:replay/python @@ test_worker.py::test_zygote_kills_strays @@
+py-zygote-sweep-block @@ replay/python/reduce_batch/worker.py @@ if os.waitpid(pid, os.WNOHANG)[0] == pid: @@ if os.waitpid(pid, 0)[0] == pid: @@ py:replay/python @@ test_worker.py::test_zygote_sweep_never_blocks_on_a_stray @@
+py-stray-parent @@ replay/python/reduce_batch/worker.py @@ fields[1] == str(ppid).encode() @@ fields[0] == str(ppid).encode() @@ py:replay/python @@ test_worker.py::test_zygote_kills_strays @@
+py-depth @@ replay/python/reduce_batch/fileformat.py @@ if len(self.open) >= MAX_DEPTH or id(x) in self.open: @@ if len(self.open) > MAX_DEPTH or id(x) in self.open: @@ py:replay/python @@ test_recorder_faults.py test_mutants2.py @@
+py-cycle @@ replay/python/reduce_batch/fileformat.py @@ if len(self.open) >= MAX_DEPTH or id(x) in self.open: @@ if len(self.open) >= MAX_DEPTH: @@ py:replay/python @@ test_recorder_faults.py test_mutants2.py @@
+py-max-leaf @@ replay/python/reduce_batch/fileformat.py @@ _MAX_LEAF = 1 << 20 @@ _MAX_LEAF = 1 << 30 @@ py:replay/python @@ test_recorder_faults.py test_mutants2.py @@
+py-text-cut @@ replay/python/reduce_batch/fileformat.py @@ t if len(t) <= _MAX_TEXT else f"{t[:_MAX_TEXT]} @@ t if len(t) <= _MAX_TEXT else f"{t[:2 * _MAX_TEXT]} @@ py:replay/python @@ test_recorder_faults.py test_mutants2.py @@
+py-last-resort @@ replay/python/reduce_batch/record.py @@ if i == len(tries) - 1: @@ if i == len(tries) - 2: @@ py:replay/python @@ test_recorder_faults.py test_mutants2.py @@
+py-tree-values @@ replay/python/reduce_batch/fileformat.py @@ while todo and n <= MAX_TREE_VALUES: @@ while todo and n < MAX_TREE_VALUES: @@ ./fixtures @@ TestPythonReaderAgrees @@ torch
+py-keep-op @@ replay/python/reduce_batch/record.py @@ if k in ("step", "sample_ids", "op", "attrs", "meta")} @@ if k in ("step", "sample_ids")} @@ py:replay/python @@ test_recorder_faults.py @@
+py-attrs-lenient @@ replay/python/reduce_batch/fileformat.py @@ with _noted(lenient, notes, "{e}: not recorded", (TypeError, ValueError)): @@ with _noted(False, notes, "{e}: not recorded", (TypeError, ValueError)): @@ py:replay/python @@ test_recorder_faults.py @@
+py-zstd-reserved @@ replay/python/reduce_batch/reader.py @@ reserved = reserved or bool(f[s] and f[s + (1 if f[s] < 128 else 2 if f[s] < 255 else 3)] & 3) @@ reserved = reserved or bool(False and f[s]) @@ ./fixtures @@ TestPythonReaderAgrees @@ torch
+py-zstd-block-max @@ replay/python/reduce_batch/reader.py @@ self.need(most <= (bms := @@ self.need(True or most <= (bms := @@ ./fixtures @@ TestPythonReaderAgrees @@ torch
+py-lone-surrogate @@ replay/python/reduce_batch/reader.py @@ self.need(not lone, "".join(lone), @@ self.need(True or not lone, "".join(lone), @@ ./fixtures @@ TestPythonReaderAgrees @@ torch
+py-ids-too-long @@ replay/python/reduce_batch/fileformat.py @@ (len(ids) != samples or long or size > MAX_MANIFEST): @@ (len(ids) != samples or long): @@ py:replay/python @@ test_recorder_faults.py::test_huge_id_list_keeps_the_step @@
 read-lone-surrogate @@ fixtures/read.go @@ if path, key := loneSurrogate(raw, m); path != "" { @@ if path, key := loneSurrogate(raw, m); path != "" && false { @@ ./fixtures @@ TestBadCorpus @@
 read-surrogate-pair @@ fixtures/read.go @@ utf16.DecodeRune(rune(r), rune(r2)) != utf8.RuneError @@ utf16.DecodeRune(rune(r), rune(r2)) == utf8.RuneError @@ ./fixtures @@ TestGoodCorpus|TestBadCorpus @@
 halve-keep @@ shrink/machines.go @@ nw.cand = minus(nw.x, nw.g) @@ nw.cand = minus(nw.k, nw.g) @@ ./shrink @@ TestSingleCulpritEveryPosition|TestCallTable @@ 

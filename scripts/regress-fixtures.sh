@@ -17,7 +17,7 @@ export PYTHONPATH="$PWD/fixtures/examples${PYTHONPATH:+:$PYTHONPATH}"
 go build -o bin/reduce ./cmd/reduce
 # The examples are the project's own recordings (make_examples.py): trusted
 # here, in the user's trust store, so that reduce runs the steps they record
-# (a batch file committed is no proof: README, "A batch file from someone
+# (a batch file committed is no proof: docs/TRUST.md, "A batch file from someone
 # else"); the fixtures written from them are then the user's too.
 bin/reduce trust fixtures/examples/*.bin >/dev/null
 before=$(ls fixtures/regress 2>/dev/null || true)

@@ -4,13 +4,15 @@
 # (a .pth naming their folder), then `reduce --version`, `import
 # reduce_batch`, a crash recorded, reduced, and the fixture's life run by
 # `pytest regress/` with no conftest.py in regress/: xfail, fix, XPASS(strict)
-# (a failure), `reduce fixed`, pass, bug back, fail.
+# (a failure), `reduce fixed`, pass, bug back, fail; another project's
+# fixture.json and tests are left alone.
 #
 #     scripts/wheel-check.sh PYTHON   (an interpreter with torch and pytest)
 set -euo pipefail
 python=${1:?usage: scripts/wheel-check.sh PYTHON}
 cd "$(dirname "$0")/.."
-wheel=$(ls dist/reduce_batch-*.whl | head -1)
+version=$(sed -n 's/^const Version = "\(.*\)"/\1/p' replay/embed.go)
+wheel=$(ls dist/reduce_batch-"$version"-py3-none-*"$(uname -m)".whl | head -1)  # this machine's, this version's
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "wheel-check ($python): $*" >&2; exit 1; }
@@ -25,7 +27,7 @@ pip_python=$python
 	|| fail "pip install $wheel"
 export PATH="$work/venv/bin:$PATH" REDUCE_TRUST_DIR="$work/trust"
 [ "$(command -v reduce)" = "$work/venv/bin/reduce" ] || fail "reduce is not on PATH from the venv"
-reduce --version | grep -q "$(sed -n 's/^const Version = "\(.*\)"/\1/p' replay/embed.go)" || fail "reduce --version"
+reduce --version | grep -q "$version" || fail "reduce --version"
 python3 -c 'import reduce_batch, reduce_batch.plugin' || fail "import reduce_batch"
 
 mkdir -p "$work/proj" && cd "$work/proj"
@@ -61,4 +63,12 @@ reduce fixed "$fixture" >/dev/null || fail "reduce fixed"
 run | grep -qE "[0-9]+ passed" && ! run | grep -qE "failed|error" || fail "fixed: not passing: $(run)"
 sed -i 's/batch\["y"\].clamp(max=3)/batch["y"]/' train.py
 run | grep -qE "[0-9]+ failed" || fail "bug back: no failure: $(run)"
+# The plugin is installed for every pytest run of the environment: another project's fixture.json,
+# and the tests beside it, are left to pytest.
+mkdir -p other/data
+echo '{"name": "a fixture of another tool"}' > other/data/fixture.json
+printf 'def test_beside_it():\n    assert True\n' > other/data/test_beside.py
+printf 'def test_other():\n    assert True\n' > other/test_other.py
+out=$(python3 -m pytest -q -p no:cacheprovider other/ 2>&1) || fail "another project's tests: $out"
+echo "$out" | grep -q "2 passed" || fail "another project's tests: not both collected: $out"
 echo "wheel-check ($python): installed, recorded, reduced, xfail -> XPASS(strict) -> fixed -> pass -> bug back -> fail"

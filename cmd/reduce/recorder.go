@@ -9,8 +9,8 @@ import (
 func recorderCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "recorder",
-		Usage:     "print the Python recorder module (" + replay.PythonModuleName + "), or with --hooks the framework hooks (" + replay.HooksModuleName + ")",
-		UsageText: "reduce recorder > " + replay.PythonModuleName + "\nreduce recorder --hooks > " + replay.HooksModuleName,
+		Usage:     "print the Python recorder module (" + replay.PythonModuleName + "), with --hooks the framework hooks (" + replay.HooksModuleName + "), with --zip the whole package",
+		UsageText: "reduce recorder > " + replay.PythonModuleName + "\nreduce recorder --hooks > " + replay.HooksModuleName + "\nreduce recorder --zip > " + replay.ZipName,
 		Description: "The module needs only the standard library and torch. In the training loop:\n\n" +
 			"   import reduce_batch\n" +
 			"   with reduce_batch.record_on_failure(\"crash.bin\", batch, step=train_step):\n" +
@@ -20,14 +20,19 @@ func recorderCommand() *cli.Command {
 			"   trainer = L.Trainer(callbacks=[reduce_hooks.lightning_callback(\"crash.bin\")])",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "hooks", Usage: "print " + replay.HooksModuleName + ", the framework hooks, instead"},
+			&cli.BoolFlag{Name: "zip", Usage: "print the whole package (load, the hooks, the pytest plugin) as " + replay.ZipName + " instead, for sys.path"},
 		},
 		Action: action(func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return usagef("recorder takes no arguments")
-			}
 			module := replay.PythonModule
-			if c.Bool("hooks") {
+			switch {
+			case c.NArg() > 0:
+				return usagef("recorder takes no arguments")
+			case c.Bool("hooks") && c.Bool("zip"):
+				return usagef("recorder: --hooks or --zip, not both")
+			case c.Bool("hooks"):
 				module = replay.HooksModule
+			case c.Bool("zip"):
+				module = replay.PackageZip()
 			}
 			_, err := c.App.Writer.Write(module)
 			return err

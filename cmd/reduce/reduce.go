@@ -66,6 +66,7 @@ func mainJob(c *cli.Context) error {
 	}
 	defer be.Close()
 	o.Mine = v.Mine
+	o.Plugin = func() bool { return replay.PluginInstalled(c.String("python"), b, v.Mine) }
 
 	rep := progress.New(c.App.Writer, c.App.ErrWriter, c.Bool("json"), c.Bool("quiet"))
 	defer rep.Close()
@@ -121,8 +122,7 @@ func looksLikeFile(arg string) bool {
 // reductionOptions maps the main job's flags.
 func reductionOptions(c *cli.Context, path string) (reduction.Options, error) {
 	o := reduction.Options{Source: path, Out: c.String("out"), Confirm: c.Int("confirm"), Trials: c.Int("trials"),
-		Jobs: c.Int("jobs"), Resume: c.Bool("resume"), NoCompile: c.Bool("no-compile"),
-		Plugin: replay.PluginInstalled(c.String("python"))}
+		Jobs: c.Int("jobs"), Resume: c.Bool("resume"), NoCompile: c.Bool("no-compile")}
 	var err error
 	if o.Match, err = signature.ParseMatchLevel(c.String("match")); err != nil {
 		return o, usagef("--match: %v", err)

@@ -28,7 +28,7 @@ import (
 // reduce's of another version is still rewritten (it would collect the
 // fixtures a second time), and one of this version kept.
 func (r *run) writeCollector() error {
-	if r.o.Plugin {
+	if r.o.Plugin != nil && r.o.Plugin() {
 		if old, err := regress.ReadCollector(r.o.Out); err != nil || old == nil || bytes.Equal(old, replay.CollectorModule) {
 			return err
 		}
@@ -36,7 +36,11 @@ func (r *run) writeCollector() error {
 	if err := regress.WriteVendored(r.o.Out, replay.ZipName, replay.PackageZip()); err != nil {
 		return err
 	}
-	return regress.WriteCollector(r.o.Out, replay.CollectorModule)
+	if err := regress.WriteCollector(r.o.Out, replay.CollectorModule); err != nil {
+		return err
+	}
+	regress.PruneVendored(r.o.Out, replay.ZipName)
+	return nil
 }
 
 // writeFixtures writes one regression fixture per finding, and the

@@ -13,6 +13,7 @@ import (
 	"reduce/internal/reduction"
 	"reduce/internal/regress"
 	"reduce/internal/signature"
+	"reduce/replay"
 )
 
 // TestLooserMatchFixtureExpectsItsOwnClass: at --match family the minimal
@@ -50,4 +51,49 @@ func TestLooserMatchFixtureExpectsItsOwnClass(t *testing.T) {
 	require.NotNil(t, rec.CPU)
 	assert.Equal(t, "IndexError", rec.CPU.Exception)
 	assert.Equal(t, "IndexError", rec.Signature.Exception)
+}
+
+// TestCollectorWhereThePluginIs: where the package is installed (its
+// plugin collects the fixtures) nothing of Python is written into Out,
+// and Plugin is asked only once there are fixtures to collect; where it
+// is not, the conftest.py and the package's zip it checks and imports;
+// with the plugin, a conftest.py of reduce's of another version is
+// rewritten (it would collect the fixtures a second time), and the
+// current one kept.
+func TestCollectorWhereThePluginIs(t *testing.T) {
+	b, path := crossEntropy(t, 8, map[int]int64{3: 4})
+	asked := 0
+	installed := func(v bool) func() bool { return func() bool { asked++; return v } }
+	conftest := func(out string) string { return filepath.Join(out, regress.CollectorFile) }
+	zip := func(out string) string { return filepath.Join(out, regress.VendoredDir, replay.ZipName) }
+
+	out := t.TempDir()
+	_, err := reduce(t, b, path, newStep(kernelStep), reduction.Options{Out: out, Plugin: installed(true)})
+	require.NoError(t, err)
+	assert.Equal(t, 1, asked)
+	assert.NoFileExists(t, conftest(out))
+	assert.NoDirExists(t, filepath.Join(out, regress.VendoredDir))
+
+	out = t.TempDir()
+	_, err = reduce(t, b, path, newStep(kernelStep), reduction.Options{Out: out, Plugin: installed(false)})
+	require.NoError(t, err)
+	data, err := os.ReadFile(conftest(out))
+	require.NoError(t, err)
+	assert.Equal(t, string(replay.CollectorModule), string(data))
+	data, err = os.ReadFile(zip(out))
+	require.NoError(t, err)
+	assert.Equal(t, replay.PackageZip(), data)
+
+	// An older reduce's collector and zip, with the plugin installed: the
+	// collector rewritten, the older zip gone.
+	require.NoError(t, os.WriteFile(conftest(out), []byte(regress.CollectorMark+"0.1.0: old\n"), 0o644))
+	older := filepath.Join(out, regress.VendoredDir, "reduce_batch-0.1.0.zip")
+	require.NoError(t, os.WriteFile(older, []byte("an older package"), 0o644))
+	_, err = reduce(t, b, path, newStep(kernelStep), reduction.Options{Out: out, Plugin: installed(true)})
+	require.NoError(t, err)
+	data, err = os.ReadFile(conftest(out))
+	require.NoError(t, err)
+	assert.Equal(t, string(replay.CollectorModule), string(data))
+	assert.NoFileExists(t, older)
+	assert.FileExists(t, zip(out))
 }

@@ -29,12 +29,13 @@ type Options struct {
 	// Out is the directory the fixtures and the journal are written under
 	// (--out).
 	Out string
-	// Plugin says that reduce's Python package, whose pytest plugin
-	// collects the fixtures, is installed where they will run
-	// (replay.PluginInstalled): no Python is written into Out. Without it,
-	// Out gets the collector, a small conftest.py that imports the plugin
-	// from the package's zip under Out/.reduce.
-	Plugin bool
+	// Plugin, asked once the fixtures are written, says that reduce's
+	// Python package, whose pytest plugin collects them, is installed
+	// where they will run (replay.PluginInstalled): no Python is written
+	// into Out. Without it (or nil), Out gets the collector, a small
+	// conftest.py that imports the plugin from the package's zip under
+	// Out/.reduce.
+	Plugin func() bool
 	// Mine says the recorded batch is the user's (internal/trust's Check):
 	// the fixtures written from it are recorded as theirs in the trust
 	// store, so that their tests run the step they name. A fixture of a

@@ -104,9 +104,9 @@ const VendoredDir = ".reduce"
 
 // WriteVendored writes data, the Python package as a zip (replay.ZipName,
 // name), as VendoredDir/name under out, atomically, unless it is there with
-// these bytes; reduce's zips of other versions there are removed. No
-// symbolic link is followed: out/VendoredDir or the file being one is an
-// error wrapping ErrLink.
+// these bytes. No symbolic link is followed: out/VendoredDir or the file
+// being one is an error wrapping ErrLink. PruneVendored removes the others
+// once the conftest.py that names this one is written.
 func WriteVendored(out, name string, data []byte) error {
 	dir := filepath.Join(out, VendoredDir)
 	path := filepath.Join(dir, name)
@@ -124,13 +124,18 @@ func WriteVendored(out, name string, data []byte) error {
 	if err := renameio.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("write the vendored package: %w", err)
 	}
-	old, _ := filepath.Glob(filepath.Join(dir, "reduce_batch-*.zip"))
+	return nil
+}
+
+// PruneVendored removes reduce's zips other than name under
+// out/VendoredDir: those of other versions, which no conftest.py names.
+func PruneVendored(out, name string) {
+	old, _ := filepath.Glob(filepath.Join(out, VendoredDir, "reduce_batch-*.zip"))
 	for _, o := range old {
-		if o != path && NoLink(o) == nil {
+		if filepath.Base(o) != name && NoLink(o) == nil {
 			os.Remove(o)
 		}
 	}
-	return nil
 }
 
 // ErrNotFixture is returned by MarkFixed for a directory that holds no

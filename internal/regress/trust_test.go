@@ -18,6 +18,7 @@ import (
 	"reduce/fixtures"
 	"reduce/internal/testenv"
 	"reduce/internal/trust"
+	"reduce/replay"
 )
 
 // markerStep is a step of the user's, or of someone else's, whose running
@@ -121,9 +122,7 @@ func TestCollectorFromElsewhere(t *testing.T) {
 	// __main__:save in the file reduce_batch.py: the repository's vendored
 	// recorder, whose save(path, batch) writes where the batch says.
 	vendored := filepath.Join(root, "reduce_batch.py")
-	src, err := os.ReadFile(filepath.Join(vendoredModule(t), "reduce_batch.py"))
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(vendored, src, 0o644))
+	require.NoError(t, os.WriteFile(vendored, replay.PythonModule, 0o644))
 	save := write("save", stepRegression(t, "__main__", "save", vendored))
 
 	env := []string{"REDUCE_BATCH_PATH=" + vendoredModule(t)}
@@ -315,8 +314,8 @@ print(json.dumps(out))`)
 	recorded := filepath.Join(root, "recorded.bin") // by the Python recorder
 	rec := exec.Command(py, "-c", `import sys
 sys.path.insert(0, sys.argv[1])
-import reduce_batch
-reduce_batch._sign(sys.argv[2], reduce_batch._atomic_write(sys.argv[2], [b"a recording"]))`, pydir, recorded)
+from reduce_batch import fileformat
+fileformat.sign_as_mine(sys.argv[2], fileformat._atomic_write(sys.argv[2], [b"a recording"]))`, pydir, recorded)
 	out, err := rec.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	dir, err := Write(filepath.Join(root, "regress"), exampleRegression(t, nil)) // by reduce

@@ -136,6 +136,12 @@ func TestRaisedAt(t *testing.T) {
 			By: RaisedByLibrary, File: "decoder.py", Function: "raw_decode"},
 		"Traceback (most recent call last):\n  File \"C:\\Users\\me\\venv\\Lib\\site-packages\\torch\\nn\\functional.py\", line 3, in cross_entropy\n    return torch._C._nn.cross_entropy_loss(x)\nRuntimeError: x\n": {
 			By: RaisedByTorch, File: "torch/nn/functional.py", Function: "cross_entropy"},
+		// reduce's package, in the zip a replay imports it from, or a folder:
+		// the harness, never the step's own raise.
+		"Traceback (most recent call last):\n  File \"/tmp/reduce-torch-1/reduce_batch-0.21.0.zip/reduce_batch/steps.py\", line 9, in resolve_step\n    raise HarnessError(x)\nreduce_batch.errors.HarnessError: x\n": {
+			By: RaisedByLibrary, File: "reduce_batch/steps.py", Function: "resolve_step"},
+		"Traceback (most recent call last):\n  File \"/srv/reduce/replay/python/reduce_batch/ops.py\", line 9, in run_op\n    raise ValueError(x)\nValueError: x\n": {
+			By: RaisedByLibrary, File: "reduce_batch/ops.py", Function: "run_op"},
 		// A source checkout of torch, outside site-packages.
 		"Traceback (most recent call last):\n  File \"/home/me/pytorch/torch/nn/modules/batchnorm.py\", line 3, in forward\n    raise ValueError(x)\nValueError: x\n": {
 			By: RaisedByTorch, File: "torch/nn/modules/batchnorm.py", Function: "forward"},

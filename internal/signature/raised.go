@@ -59,10 +59,6 @@ var (
 // step: a failure raised there is the harness's, not the user's.
 var harnessFiles = map[string]bool{"reduce_batch.py": true, "reduce_replay.py": true}
 
-// harnessPackageFiles are the same files in the package (reduce_batch/,
-// installed, in a folder or in its zip): the recorder and the worker.
-var harnessPackageFiles = map[string]bool{"__init__.py": true, "worker.py": true}
-
 // packageFile reports whether path is a file of reduce's package, and
 // returns the name a record keeps of it (reduce_batch/steps.py).
 func packageFile(path string) (string, bool) {
@@ -131,7 +127,7 @@ func whose(r *Raise, source string) *Raise {
 		r.By, r.File = RaisedByTorch, strings.ReplaceAll(m[1]+m[2], `\`, "/")
 	case libraryFileRe.MatchString(path) || harnessFiles[base]:
 		r.By, r.File = RaisedByLibrary, base
-	case isPackageHarness(path, base):
+	case isPackageFile(path):
 		name, _ := packageFile(path)
 		r.By, r.File = RaisedByLibrary, name
 	case source == "":
@@ -144,9 +140,10 @@ func whose(r *Raise, source string) *Raise {
 	return r
 }
 
-// isPackageHarness reports whether path is the recorder or the worker of
-// reduce's package.
-func isPackageHarness(path, base string) bool {
+// isPackageFile reports whether path is a file of reduce's package
+// (installed, in a folder or in its zip): the harness through which a
+// replay calls the step, as the vendored recorder is.
+func isPackageFile(path string) bool {
 	_, ok := packageFile(path)
-	return ok && harnessPackageFiles[base]
+	return ok
 }

@@ -34,7 +34,7 @@ var ownMarks = [][]byte{
 	[]byte(`"""Framework hooks for ` + "`reduce`"),
 	[]byte("# reduce collector "),
 	[]byte(`"""The replay worker and fork server of reduce's torch backend`),
-	[]byte(`"""reduce_batch.`),
+	[]byte(`"""reduce_batch`),
 }
 
 // OwnStep says why the step module:qualname (defined in file, "" when none

@@ -1,4 +1,4 @@
-"""Check that a candidate built from a plan (reduce_replay.load_view) is the candidate reduce
+"""Check that a candidate built from a plan (reduce_batch.worker.load_view) is the candidate reduce
 would have written to a file (reduce_batch.load of it), with real torch.
 
     check_views.py write DIR

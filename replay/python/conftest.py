@@ -36,7 +36,7 @@ def single_thread_after_fork(torch):
     which the child does not have. Debian's torch 1.13 runs one thread unless OMP_NUM_THREADS says
     otherwise, so it never showed there; PyPI's torch 2.x runs one per core (measured: a child of
     a process that ran torch.ones(1 << 18).sum() on 2 threads hangs in that same sum). One thread
-    runs the op inline. reduce_replay's zygote runs no op before it forks and imports the --entry
+    runs the op inline. the worker's zygote runs no op before it forks and imports the --entry
     or step module on one thread (test_worker.test_zygote_entry_running_ops_at_import), so only
     these test harnesses need it."""
     torch.set_num_threads(1)

@@ -9,6 +9,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
+import reduce_batch.record  # noqa: E402
 
 
 def test_last_resort_writes_the_error_alone(tmp_path, monkeypatch, capfd):
@@ -20,7 +21,7 @@ def test_last_resort_writes_the_error_alone(tmp_path, monkeypatch, capfd):
             raise ValueError("refused")
         return real(path, batch, **kwargs)
 
-    monkeypatch.setattr(rb, "save", picky)
+    monkeypatch.setattr(rb.record, "save", picky)  # what record_on_failure calls
     path, exc = tmp_path / "c.bin", ValueError("boom")
     with pytest.raises(ValueError) as info:
         with rb.record_on_failure(path, {"x": torch.ones(2), "meta": {"y": torch.zeros(3)}}):

@@ -6,6 +6,7 @@ import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = os.path.join(HERE, "reduce_batch")
+MODULES = {n[:-3] for n in os.listdir(PACKAGE) if n.endswith(".py") and n != "__init__.py"}
 
 
 def imports():
@@ -27,15 +28,22 @@ def imports():
                 for a in node.names:
                     if a.name.startswith("reduce_batch."):
                         edges.setdefault(a.name.split(".")[1], [])
-            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in (
-                    "reduce_batch", "rb") and node.attr.startswith("_") and not node.attr.startswith("__"):
-                edges.setdefault("__init__", []).append(node.attr)
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                # reduce_batch._x, rb._x; steps._x of `from . import steps`; reduce_batch.steps._x
+                v = node.value
+                if isinstance(v, ast.Name) and v.id in ("reduce_batch", "rb"):
+                    edges.setdefault("__init__", []).append(node.attr)
+                elif isinstance(v, ast.Name) and v.id in MODULES:
+                    edges.setdefault(v.id, []).append(node.attr)
+                elif isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id in (
+                        "reduce_batch", "rb") and v.attr in MODULES:
+                    edges.setdefault(v.attr, []).append(node.attr)
     return graph
 
 
 def test_no_private_names_across_modules():
     bad = [(m, to, n) for m, edges in imports().items() for to, names in edges.items() for n in names
-           if n.startswith("_") and to != m]
+           if n.startswith("_") and not n.startswith("__") and to != m]
     assert bad == [], "private names imported across modules (module, from, name): %r" % bad
 
 
@@ -64,6 +72,33 @@ def test_no_circle():
         visit(m)
 
 
-def test_the_recorder_imports_nothing_of_the_package():
-    """__init__ is the vendored recorder (reduce recorder prints it): standard library and torch."""
-    assert imports()["__init__"] == {}
+def test_the_recorder_imports_nothing_else_of_the_package():
+    """fileformat and record are the vendored recorder (reduce recorder joins them): standard library
+    and torch, record importing fileformat alone."""
+    graph = imports()
+    assert graph["fileformat"] == {}
+    assert list(graph["record"]) == ["fileformat"]
+
+
+def test_plugin_takes_only_reduces_fixtures(tmp_path):
+    """Installed, the plugin runs in every pytest session of the environment: a fixture.json is
+    reduce's when it is a JSON object with its version and source, or beside a fixture's batch.bin
+    (a malformed record of reduce's is one failing item); another tool's is left alone."""
+    import sys
+
+    sys.path.insert(0, HERE)
+    from reduce_batch import plugin
+
+    ours, theirs, broken, other = (tmp_path / n for n in ("ours", "theirs", "broken", "other"))
+    for d in (ours, theirs, broken, other):
+        d.mkdir()
+    (ours / "fixture.json").write_text('{"version": 2, "source": {"file": "crash.bin"}}')
+    (theirs / "fixture.json").write_text('{"name": "a fixture of another tool"}')
+    (broken / "fixture.json").write_text("{not json")
+    (broken / "batch.bin").write_bytes(b"")
+    (other / "fixture.json").write_text("[1, 2]")
+    assert plugin.is_fixture(ours / "fixture.json")
+    assert plugin.is_fixture(broken / "fixture.json")
+    assert not plugin.is_fixture(theirs / "fixture.json")
+    assert not plugin.is_fixture(other / "fixture.json")
+    assert not plugin.is_fixture(tmp_path / "none" / "fixture.json")

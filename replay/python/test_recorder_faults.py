@@ -9,6 +9,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
+import reduce_batch.record  # noqa: E402
+import reduce_batch.fileformat  # noqa: E402
 
 from check_recorder_faults import MIB, cases, step  # noqa: E402
 
@@ -99,8 +101,8 @@ def test_lone_surrogates_are_written_as_replacement_characters(tmp_path, capfd, 
 def test_huge_exception_text_is_cut(tmp_path):
     b = case(tmp_path, "huge-text")
     text = b.error["text"]
-    assert text.startswith("RuntimeError: xxx") and len(text) < 2 * rb._MAX_TEXT
-    assert text.endswith(f"[cut: {len('RuntimeError: ') + 80 * MIB - rb._MAX_TEXT} more characters]")
+    assert text.startswith("RuntimeError: xxx") and len(text) < 2 * rb.fileformat._MAX_TEXT
+    assert text.endswith(f"[cut: {len('RuntimeError: ') + 80 * MIB - rb.fileformat._MAX_TEXT} more characters]")
     assert b.error["exception"] == "RuntimeError"
 
 
@@ -157,7 +159,7 @@ def test_last_resort_writes_the_tensors_and_the_error(tmp_path, monkeypatch, cap
             raise ValueError("refused")
         return real(path, batch, **kwargs)
 
-    monkeypatch.setattr(rb, "save", picky)
+    monkeypatch.setattr(rb.record, "save", picky)  # what record_on_failure calls
     b = record(tmp_path / "c.bin", {"x": torch.ones(2), "meta": {"y": torch.zeros(3), "z": 1}})
     assert sorted(b.data) == ["meta.y", "x"] and b.error["text"] == "ValueError: boom"
     err = capfd.readouterr().err
@@ -188,7 +190,7 @@ def test_the_last_resorts_keep_the_op_and_the_meta(tmp_path, monkeypatch):
             raise ValueError("refused")
         return real(path, batch, **kwargs)
 
-    monkeypatch.setattr(rb, "save", picky)
+    monkeypatch.setattr(rb.record, "save", picky)  # what record_on_failure calls
     b = record(tmp_path / "c.bin", {"x": torch.ones(2), "meta": {"y": 1}}, op="cross_entropy", attrs={"a": 1},
                meta={"rank": "3"})
     assert list(b.data) == ["x"] and b.op == "cross_entropy" and b.meta["rank"] == "3" and not b.attrs

@@ -1033,7 +1033,7 @@ def test_keep_disk_per_rank(tmp_path, monkeypatch):
     assert "error" not in kept and kept["meta"]["run_id"] == "run-9" and kept["meta"]["rank"] == "1"
     assert float(kept["meta"]["kept_at"]) > 0 and "failed_at" not in kept["meta"]
     calls = []
-    monkeypatch.setattr(rb.subprocess, "check_output", lambda *a, **k: calls.append(a) or b"0" * 40)
+    monkeypatch.setattr(subprocess, "check_output", lambda *a, **k: calls.append(a) or b"0" * 40)
     monkeypatch.chdir(tmp_path)
     for _ in range(3):
         with rb.record_on_failure("crash.bin", batch, keep="disk"):

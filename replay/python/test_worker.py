@@ -231,6 +231,18 @@ def test_replay_command_process():
     assert err.rstrip().endswith("IndexError: Target 4 is out of bounds.")
 
 
+def test_replay_entry_that_spawns(tmp_path):
+    """A step whose pool starts its workers with spawn: each child imports the launcher as
+    __mp_main__, which must not run the worker again (it would replay in every child, and hang)."""
+    (tmp_path / "spawning.py").write_text(
+        "import multiprocessing\n\n\ndef step(batch):\n"
+        "    with multiprocessing.get_context('spawn').Pool(1) as p:\n"
+        "        assert p.map(abs, [-1, -2]) == [1, 2]\n")
+    p = subprocess.run([sys.executable, MODULE, "replay", example("four_class_targets"), "--entry", "spawning:step"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr.decode()
+
+
 class Zygote(object):
     def __init__(self, tmp, *args, cwd=ENTRY):
         self.tmp = tmp

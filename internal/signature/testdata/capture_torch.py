@@ -26,13 +26,13 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
 
 # Programs of corpus files whose "# source:" line describes them in words.
 PROGRAMS = {
-    # --device-memory 95MiB as the torch backend sets it (reduce_collect.limit_device_memory,
+    # --device-memory 95MiB as the torch backend sets it (reduce_batch.memory.limit_device_memory,
     # after the batch is in memory): an embedding whose 96 MiB output does not fit.
     "cpu_alloc_oom_embedding": (
         "import sys\nsys.path.insert(0, 'replay/python')\n"
-        "import torch, torch.nn.functional as F, reduce_collect\n"
+        "import torch, torch.nn.functional as F, reduce_batch.memory\n"
         "ids, table = torch.arange(48 * 128).reshape(48, 128) % 100, torch.zeros(100, 4096)\n"
-        "reduce_collect.limit_device_memory('cpu', 95 << 20)\n"
+        "reduce_batch.memory.limit_device_memory('cpu', 95 << 20)\n"
         "F.embedding(ids, table)"),
 }
 

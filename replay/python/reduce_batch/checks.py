@@ -5,12 +5,7 @@ import math
 import re
 import sys
 
-
-def _torch():
-    import torch  # imported on first use: reduce's worker reports a missing torch itself
-
-    return torch
-
+from .fileformat import torch_module
 
 
 def _is_namedtuple(x):
@@ -29,7 +24,7 @@ def check_outputs(out, expected):
     """Assert that a step's outputs (a tensor, a
     tuple or list, or a dict of them) match `expected`, fixture.json's boundary outputs: for each,
     name, dtype, shape, and its values (or their sum) within rtol/atol, compared in float64."""
-    torch = _torch()
+    torch = torch_module()
     got = outputs(out)
     for want in expected:
         name = want["name"]
@@ -59,7 +54,7 @@ def summarize(out):
     tensor, "0.loss"), "dtype": torch's name ("float32"; "float", "int" or "bool" for a Python
     number), "shape": [...] ([] for a number), "finite": no element is NaN or infinite (True for
     integers and booleans)}."""
-    torch = _torch()
+    torch = torch_module()
     found = []
 
     def walk(x, path):
@@ -85,7 +80,7 @@ def _children(x, sort=False):
     """[(name, part)] of a container as Flattener names a batch's parts: a dict's or a mapping's
     keys (sorted with sort), a named tuple's fields, a list's or a tuple's positions; None for
     anything else (a tensor, an array, a string: a leaf)."""
-    torch = _torch()
+    torch = torch_module()
     if isinstance(x, (torch.Tensor, str, bytes)):
         return None
     if isinstance(x, getattr(sys.modules.get("numpy"), "ndarray", ())):
@@ -200,7 +195,7 @@ def sample_leaf(sample, tensor):
 
 
 def is_array(x):
-    return isinstance(x, (_torch().Tensor, getattr(sys.modules.get("numpy"), "ndarray", ())))
+    return isinstance(x, (torch_module().Tensor, getattr(sys.modules.get("numpy"), "ndarray", ())))
 
 
 def _python_value(x, tensor, index):

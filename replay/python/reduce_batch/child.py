@@ -12,15 +12,9 @@ import reduce_batch
 from . import steps
 from .checks import summarize
 from .errors import HarnessError
+from .fileformat import torch_module
 from .memory import limit_device_memory
 from .steps import load_candidate, run_loaded
-
-
-def _torch():
-    import torch  # imported on first use: reduce's worker reports a missing torch itself
-
-    return torch
-
 
 
 class ChildFailure(Exception):
@@ -45,7 +39,7 @@ def _tail(text, lines=40, chars=4000):
     return out if len(out) <= chars else "..." + out[-chars:]
 
 
-_SUMMARY_LINE = "reduce_collect-summary: "
+_SUMMARY_LINE = "reduce_batch-summary: "
 _TRACEBACK_HEAD = "Traceback (most recent call last):"
 _RANK_MARK = re.compile(r"^\[rank\d+\]: ?")
 _FRAME_HEAD = '  File "'
@@ -64,11 +58,11 @@ child.child_replay(*sys.argv[5:])
 
 def child_replay(path, device, entry, device_memory, seed=""):
     """run_in_child's child: replay(path, device, entry) with the limit of --device-memory set
-    between the load and the run and the seed of --seed before it, as reduce_replay.replay does;
+    between the load and the run and the seed of --seed before it, as the worker's replay does;
     then the summary line."""
     batch, fn = load_candidate(path, device, entry or None)
     if seed:
-        _torch().manual_seed(int(seed))
+        torch_module().manual_seed(int(seed))
     nbytes = int(device_memory)
     lift = limit_device_memory(device, nbytes) if nbytes > 0 else None
     out = run_loaded(batch, fn, device)
@@ -219,7 +213,7 @@ def exception_class(name):
     found among the modules already imported (torch is), never by importing what a record names."""
     import builtins
 
-    _torch()
+    torch_module()
     parts = name.split(".")
     obj = getattr(builtins, name, None) if len(parts) == 1 else sys.modules.get(parts[0])
     for part in parts[1:]:

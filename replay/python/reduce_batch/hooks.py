@@ -1,7 +1,7 @@
 """Framework hooks for `reduce`: record the failing batch of a training framework's loop.
 
 Printed by `reduce recorder --hooks` beside reduce_batch.py (`reduce recorder`), the two of the
-same version. PyTorch Lightning (reduce's README, "PyTorch Lightning"):
+same version. PyTorch Lightning (reduce's docs/RECORDING.md, "PyTorch Lightning"):
 
     trainer = L.Trainer(callbacks=[reduce_hooks.lightning_callback("crash.bin")])
 
@@ -16,7 +16,7 @@ optimizer's state is not recorded: the replay stops after backward, where the fa
 (an index out of range, a NaN loss, a shape error) happen. Lightning (the `lightning` package, or
 `pytorch_lightning`) is imported only when a callback is made.
 
-The Hugging Face Trainer (reduce's README, "Hugging Face Trainer"), whose callbacks cannot catch an
+The Hugging Face Trainer (reduce's docs/RECORDING.md, "Hugging Face Trainer"), whose callbacks cannot catch an
 exception:
 
     trainer = reduce_hooks.record_trainer(Trainer(model=model, args=args, ...), "crash.bin")
@@ -46,11 +46,6 @@ if _theirs != __version__:
 
 warn = reduce_batch.warn
 
-
-def _torch():
-    import torch
-
-    return torch
 
 
 def _runtime():
@@ -129,7 +124,7 @@ class _LightningRecorder:
         def batch_to_device(batch, *args, **kwargs):
             if trainer.training:  # validation batches go through here too
                 # The generators before the step, not after the failure (about 40 us a step).
-                self._pending = (batch, reduce_batch.rng_state(_torch()))
+                self._pending = (batch, reduce_batch.rng_state(reduce_batch.torch_module()))
             return original(batch, *args, **kwargs)
 
         strategy.batch_to_device = batch_to_device
@@ -171,8 +166,8 @@ class _LightningRecorder:
             return
         if self._ended:
             warn(f"{what} came after training batch {self._batch_idx} had ended (in a hook, the loader, or reported "
-                  "late by the device: CUDA_LAUNCH_BLOCKING=1 makes it prompt): recording that batch; reduce says so "
-                  "if it does not fail")
+                 "late by the device: CUDA_LAUNCH_BLOCKING=1 makes it prompt): recording that batch; reduce says so "
+                 "if it does not fail")
         path = os.fspath(self.path)  # under DDP, record_on_failure writes this rank's own file (crash.rank1.bin)
         batch, kwargs = self._batch, {}
         for k, v in self.save_kwargs.items():
@@ -219,14 +214,14 @@ def _lightning_info(trainer, pl_module, batch_idx):
         extra = [k for k in hparams if k not in {p.name for p in params}]
         if extra:
             problems.append("self.hparams has {}, not an argument of its __init__".format(", ".join(extra)))
-    probe = reduce_batch.Flattener(_torch(), "", None)
+    probe = reduce_batch.Flattener(reduce_batch.torch_module(), "", None)
     probe.node(hparams)
     if probe.skipped:
         problems.append("hyperparameter {} is a {}, which is not recorded".format(*probe.skipped[0][:2]))
     if problems:
         warn("the LightningModule {} cannot be rebuilt as cls(**self.hparams): {}. Call "
-              "self.save_hyperparameters() in its __init__ (for every argument), or replay the file "
-              "with reduce --entry module:function".format(reduce_batch.type_path(cls), "; ".join(problems)))
+             "self.save_hyperparameters() in its __init__ (for every argument), or replay the file "
+             "with reduce --entry module:function".format(reduce_batch.type_path(cls), "; ".join(problems)))
     return info
 
 
@@ -290,7 +285,7 @@ def _load_weights(module, weights, whose, maker):
     kept = {k: v for k, v in weights.items() if v is not None}
     if len(kept) < len(weights):
         warn(f"{len(weights) - len(kept)} of the {whose} {len(weights)} recorded tensors could not be read when it "
-              f"failed: they keep the values {maker} gives them")
+             f"failed: they keep the values {maker} gives them")
     module.load_state_dict(kept, strict=len(kept) == len(weights))
 
 
@@ -391,7 +386,7 @@ def record_trainer(trainer, path="crash.bin", state=False, **save_kwargs):
         sig = inspect.signature(original)
     except (TypeError, ValueError):
         sig = None
-    torch, copying = _torch(), []
+    torch, copying = reduce_batch.torch_module(), []
 
     def training_step(*args, **kwargs):
         inputs = _argument(sig, args, kwargs, "inputs", 1)
@@ -444,7 +439,7 @@ def _kept_on_cpu(torch, batch, copying):
     if not copying:
         copying.append(on_device)
         warn(f"record_trainer: the Trainer hands training_step its batch on {on_device}: keeping a CPU copy of each "
-              "batch before its step")
+             "batch before its step")
     return reduce_batch.copied(torch, batch)
 
 
@@ -472,7 +467,7 @@ def _trainer_info(trainer, num_items, start=False):
             problem, info = f"its config cannot be written as JSON: {type(e).__name__}: {e}", None
     if problem:
         warn(f"record_trainer: {problem}: reduce cannot rebuild it from a file, which will record the batch and "
-              "the error only; replay it with reduce --entry module:function")
+             "the error only; replay it with reduce --entry module:function")
         return None
     args = getattr(trainer, "args", None)
     info["precision"] = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else "32"
@@ -491,7 +486,7 @@ def _trainer_info(trainer, num_items, start=False):
         info["own_loss"] = ", ".join(own)
     if start and own:
         warn("record_trainer: the Trainer computes its loss its own way ({}): reduce's replay runs the model's "
-              "forward and backward of the loss it returns, and says so if that does not fail".format(info["own_loss"]))
+             "forward and backward of the loss it returns, and says so if that does not fail".format(info["own_loss"]))
     return info
 
 

@@ -3,13 +3,7 @@
 import ctypes
 
 from .errors import HarnessError
-
-
-def _torch():
-    import torch  # imported on first use: reduce's worker reports a missing torch itself
-
-    return torch
-
+from .fileformat import torch_module
 
 
 def _vm_data():
@@ -51,7 +45,7 @@ def limit_device_memory(device, nbytes):
     the op. Free chunks inside the heap may still serve small allocations unseen: the limit is
     exact to a page for an op's large buffers, not for its small ones. Returns a function that
     lifts the limit again (for the summary of the output, which is the harness's, not the op's)."""
-    torch = _torch()
+    torch = torch_module()
     d = torch.device(device)
     if d.type == "cuda":
         index = d.index if d.index is not None else torch.cuda.current_device()

@@ -3,6 +3,7 @@
 import functools
 
 from .errors import HarnessError
+from .fileformat import torch_module
 
 _REQUIRED = object()  # the default of an attribute that has none: the batch must give it
 
@@ -55,11 +56,6 @@ _OPS = {
 # END generated
 
 
-def _torch():
-    import torch  # imported on first use: reduce's worker reports a missing torch itself
-
-    return torch
-
 
 
 def _op_args(op, tensors, attrs):
@@ -97,7 +93,7 @@ def run_op(op, tensors, attrs):
     """Run a built-in op through torch as its _OPS entry says: the same names and attributes as
     reduce's Go kernels, by position or as keyword arguments of torch's function. A failure is
     torch's own exception."""
-    torch = _torch()
+    torch = torch_module()
     t, a = _op_args(op, tensors, attrs)
     function, positional = _OPS[op][:2]
     keywords = {**t, **a}

@@ -26,6 +26,8 @@ from .checks import (
 from .child import ChildFailure, child_failure, run_in_child
 from .errors import HarnessError
 from .failure import DifferentFailure, failure_class, mismatch
+from .fileformat import torch_module
+from .modules import HOOKS_MODULES
 from .ops import run_op
 from .steps import load_candidate
 from .trust import Trust, printable, trusted
@@ -39,10 +41,36 @@ __version__ = reduce_batch.__version__
 RECORD_VERSION = 2  # the fixture.json layout this collector reads (regress.RecordVersion)
 
 
-def _torch():
-    import torch  # imported on first use: reduce's worker reports a missing torch itself
+def is_fixture(path):
+    """Whether the file at path is a fixture.json of reduce's: a JSON object with its "version" and
+    "source", or one that does not read as such beside the fixture's batch.bin (a malformed record
+    is one failing item). The plugin is installed for every pytest run of an environment: another
+    project's fixture.json, and the tests beside it, are not its business."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    key = (os.fspath(path), st.st_mtime_ns, st.st_size)
+    if key not in _fixture_kind:
+        try:
+            with open(path, "rb") as f:
+                record = json.loads(f.read(1 << 24))
+            ours = isinstance(record, dict) and "version" in record and "source" in record
+        except (OSError, ValueError):
+            ours = False
+        _fixture_kind[key] = ours or os.path.isfile(os.path.join(os.path.dirname(os.fspath(path)), "batch.bin"))
+    return _fixture_kind[key]
 
-    return torch
+
+_fixture_kind = {}  # (path, mtime, size) -> is_fixture's answer
+
+
+def _is_hook_step(step, qualname):
+    """Whether fixture.json's step ("module:qualname") is the hooks' step qualname, by either
+    module name (the package's, or a vendored reduce_hooks.py's)."""
+    mod, _, qual = str(step or "").rpartition(":")
+    return mod in HOOKS_MODULES and qual == qualname
+
 
 
 
@@ -237,7 +265,7 @@ class Fixture:
         # a torch.distributed run (its process group of one, and torchrun's variables, stay there),
         # a Trainer's (the Hub is offline there): nothing of it stays in the user's test session.
         self.child = self.exec or cpu is None or self.memory > 0 or bool(
-            r.get("compiled") or (r.get("source") or {}).get("ranks") or r.get("step") == "reduce_hooks:trainer_step")
+            r.get("compiled") or (r.get("source") or {}).get("ranks") or _is_hook_step(r.get("step"), "trainer_step"))
         device = (r.get("environment") or {}).get("device") or "cpu"
         self.device = os.environ.get("REDUCE_DEVICE", device if self.exec or cpu is None else "cpu")
         self.passing = [(b["file"], b.get("outputs")) for b in ([r["boundary"]] if r.get("boundary") else [])
@@ -267,11 +295,6 @@ class Fixture:
                     runs.append(what)
         if not runs:
             return Trust(_ROOT[0], False, "the fixture names no step: it runs a built-in op", "pytest")
-        if not hasattr(reduce_batch, "trust_dir"):
-            raise FixtureError(f"{printable(self.rel)}: the reduce_batch.py this collector imported ("
-                               f"{getattr(reduce_batch, '__version__', 'an older one')}, {reduce_batch.__file__}) "
-                               f"is older than the collector ({__version__}) and keeps no trust store: write it again "
-                               "with `reduce recorder > reduce_batch.py`")
         for name in self.files:
             mine, how = trusted(self.path(name), _ROOT[0])
             if not mine:
@@ -293,7 +316,7 @@ class Fixture:
 
     def no_device(self):
         """Why the batches cannot run here (a device this machine lacks), or ""."""
-        if not self.device.startswith("cuda") or _torch().cuda.is_available():
+        if not self.device.startswith("cuda") or torch_module().cuda.is_available():
             return ""
         return (f"the {self.family} failure was replayed on {self.device} only, not on the CPU, and torch.cuda is "
                 "not available here (set REDUCE_DEVICE to run it on another device)")
@@ -328,7 +351,7 @@ class Fixture:
         with self.trusted():
             batch, fn = load_candidate(self.path(name), entry=entry)
             if seed is not None:
-                _torch().manual_seed(seed)
+                torch_module().manual_seed(seed)
             return fn(batch) if fn is not None else run_op(op, batch.tensors, batch.attrs)
 
     def run(self, name):
@@ -520,7 +543,7 @@ def check_loader(loader, case):
         return
     if kind != "not_all":
         raise ValueError(f"loader case kind {kind!r}: want min_batch, max_batch or not_all")
-    torch = _torch()
+    torch = torch_module()
     for i, batch in enumerate(loader):
         try:
             leaf = sample_leaf(batch, case["tensor"])
@@ -747,7 +770,7 @@ if pytest is not None:
         steps.step_check = Trust(_ROOT[0], False, "no fixture of yours runs it", "pytest")
 
     def pytest_collect_file(parent, file_path):
-        if file_path.name == "fixture.json":
+        if file_path.name == "fixture.json" and is_fixture(file_path):
             return FixtureFile.from_parent(parent, path=file_path)
 
     def pytest_ignore_collect(collection_path, config):
@@ -755,9 +778,9 @@ if pytest is not None:
         # imported (an older reduce's generated test_*.py: its fixture.json's item says to regenerate
         # it). pytest itself imports a conftest.py or __init__.py of a directory it collects, before
         # any item: a fixture directory that holds one (from someone else) is not collected at all.
-        if collection_path.name != "fixture.json" and (collection_path.parent / "fixture.json").is_file():
+        if collection_path.name != "fixture.json" and is_fixture(collection_path.parent / "fixture.json"):
             return True
-        if collection_path.is_dir() and (collection_path / "fixture.json").is_file():
+        if collection_path.is_dir() and is_fixture(collection_path / "fixture.json"):
             held = [n for n in ("conftest.py", "__init__.py") if os.path.lexists(collection_path / n)]
             if held:
                 import warnings

@@ -11,16 +11,10 @@ import sys
 import reduce_batch
 
 from .errors import HarnessError
+from .fileformat import torch_module
 from .modules import HOOK_STEPS, HOOKS_MODULES, is_installed, module_files, under
 from .ops import run_op
 from .trust import Trust, file_digest, reduce_own, stored
-
-
-def _torch():
-    import torch  # imported on first use: reduce's worker reports a missing torch itself
-
-    return torch
-
 
 
 def resolve_entry(entry):
@@ -166,7 +160,7 @@ def _script(path, tree=None, within=None):
 
 # Set by reduce's worker and by the collector: step_check(step, target, what) raises HarnessError for
 # a recorded step (or class) of a file that is not the user's, before resolve_step imports anything
-# for it (Trust). None: the caller's own call (reduce_collect.replay), which trusts as given; a
+# for it (Trust). None: the caller's own call (steps.replay), which trusts as given; a
 # function of reduce's own is refused all the same.
 step_check = None
 
@@ -205,10 +199,12 @@ def resolve_step(step, chdir=False, what="step"):
         return resolve_entry(target)
     except HarnessError as e:
         why = str(e).replace(f"--entry {target!r}: ", "")
-        line = step.get("module") == "__main__" and reduce_batch.runs_at_import(_script(step["file"], tree, step.get("cwd")))
+        script = step.get("module") == "__main__" and _script(step["file"], tree, step.get("cwd"))
+        line = script and reduce_batch.runs_at_import(script)
         if line:
             why += f"; the script runs code when imported (line {line}): put it under `if __name__ == \"__main__\":`"
-        raise HarnessError("the recorded {} {}: {}".format(what, target, why.replace("(sys.path: ", "(sys.path tried: ")))
+        why = why.replace("(sys.path: ", "(sys.path tried: ")
+        raise HarnessError(f"the recorded {what} {target}: {why}")
 
 
 # The classes reduce_hooks' steps rebuild, by the kind a step names (its attribute `rebuilds`): what
@@ -259,7 +255,8 @@ def resolve_class(entry, kind):
         try:
             cls = resolve_entry(target)
         except HarnessError as e:
-            raise HarnessError("the recorded {} {}: {}".format(what, target, str(e).replace(f"--entry {target!r}: ", "")))
+            why = str(e).replace(f"--entry {target!r}: ", "")
+            raise HarnessError(f"the recorded {what} {target}: {why}")
     else:
         cls = resolve_step(entry, what=what)
     bases = []
@@ -288,7 +285,7 @@ def resolve_class(entry, kind):
 def restore_rng(state):
     """Set the random generators (torch, CUDA, random, numpy) to their states at the crash, as a
     State (reduce_batch.load's .state) records them under "rng"."""
-    rng, torch = state.get("rng") or {}, _torch()
+    rng, torch = state.get("rng") or {}, torch_module()
     if rng.get("torch") is not None:
         torch.set_rng_state(rng["torch"].cpu())
     if rng.get("cuda") and torch.cuda.is_available():
@@ -337,7 +334,8 @@ def _call_step(fn, batch):
     objects the state was restored into carry on), and then the failing step's batch; an
     exception in an earlier step is another failure than the recorded one (WindowStepError)."""
     state = batch.state if (batch.meta or {}).get("replay_state") != "fresh" else None
-    getattr(sys.modules.get("reduce_hooks"), "_live", {}).clear()  # no module of another replay goes on
+    for name in HOOKS_MODULES:  # no module of another replay goes on
+        getattr(sys.modules.get(name), "_live", {}).clear()
     alone(batch)
     if state is not None:
         restore_rng(state)
@@ -362,7 +360,7 @@ def alone(batch, check_only=False):
     meta = batch.meta or {}
     if not re.fullmatch("[0-9]+", str(meta.get("world_size", ""))) or int(meta["world_size"]) < 2:
         return
-    dist = getattr(_torch(), "distributed", None)
+    dist = getattr(torch_module(), "distributed", None)
     if dist is None or not dist.is_available():
         raise HarnessError("the batch is rank {} of {}'s of a torch.distributed run, and this torch has no "
                            "torch.distributed to replay its step alone in a process group of size 1: replay it "
@@ -453,7 +451,7 @@ def load_candidate(source, device="cpu", entry=None, step=None, load=None):
 def run_loaded(batch, fn, device):
     """Run the batch's op (or fn, called with the batch), then wait for the device: a CUDA
     kernel's failure is reported asynchronously, so it must surface here, not later."""
-    torch = _torch()
+    torch = torch_module()
     out = fn(batch) if fn is not None else run_op(batch.op, batch.tensors, batch.attrs)
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()

@@ -94,7 +94,7 @@ _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066
 _OWN_MODULES = ("reduce_batch", "reduce_hooks", "reduce_collect", "reduce_replay")  # trust.OwnModules
 _OWN_MARKS = (b'"""Record a failing PyTorch batch for `reduce`', b'"""Framework hooks for `reduce`',
               b"# reduce collector ", b'"""The replay worker and fork server of reduce\'s torch backend',
-              b'"""reduce_batch.')
+              b'"""reduce_batch')
 
 
 def _open_status(data):
@@ -122,8 +122,8 @@ def stored(digest):
     """The user's trust store's entry for digest (reduce_batch.trust_dir: what their recorder, their
     reduce or `reduce trust` recorded as theirs), or None: an entry is a regular file, never a link,
     whose JSON names that digest (trust.Store.Lookup)."""
-    if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest or "") or not hasattr(reduce_batch, "trust_dir"):
-        return None  # (a reduce_batch.py older than the store keeps none: Fixture.trust says so)
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest or ""):
+        return None
     try:
         path = os.path.join(reduce_batch.trust_dir(), digest[len("sha256:"):] + ".json")
     except OSError:  # no store: no HOME
@@ -195,7 +195,7 @@ def committed(root, path, digest):
 
 def trusted(path, root):
     """(mine, how): whether the file at path, of a fixture directory, is the user's, so that the
-    fixture runs what it names (the README's "A batch file from someone else"): its bytes in their
+    fixture runs what it names (docs/TRUST.md): its bytes in their
     trust store (stored), or committed with these bytes in the git repository that root lies in
     (committed); `how` says which, or why not. internal/trust's Check is Go's side. A batch file
     is the store's alone (trust.Of, replay)."""

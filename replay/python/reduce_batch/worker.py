@@ -1,8 +1,7 @@
 """reduce_batch.worker: the replay worker and fork server of reduce's torch backend; users never call it.
 
-reduce embeds this file, reduce_batch.py (the recorder users vendor), reduce_hooks.py and
-reduce_collect.py (the runtime of a recorded batch, which the fixtures' collector is too) and
-writes them into one directory; this file imports its siblings from there. Commands:
+reduce embeds the package, writes it as a zip beside a launcher, reduce_replay.py, which puts the
+zip first on sys.path and calls main here (replay.WorkerModule). Commands:
 
     reduce_replay.py replay FILE [--device cpu|cuda[:N]] [--entry MODULE:FUNCTION | --step JSON [--step-class JSON]] [--trusted] [--device-memory BYTES]
     reduce_replay.py zygote [--device D] [--entry MODULE:FUNCTION | --step JSON [--step-class JSON] | --exec JSON [--warm-import M,...]] [--trusted] [--slots N] [--slot-env JSON] [--device-memory BYTES]
@@ -15,11 +14,11 @@ backend's Python command (`python step.py {batch}`) as the interpreter would (_r
 candidate that fails exits as the interpreter would (1 and the traceback, or death by a
 signal); HARNESS_EXIT says that it never ran (replay.HarnessExitCode on the Go side).
 
-A batch file is data (see reduce_collect.Trust): a recorded step, and the class a step of
+A batch file is data (see trust.Trust): a recorded step, and the class a step of
 reduce_hooks rebuilds, are imported only with --trusted, which reduce gives for a file that is the
 user's (internal/trust decided), and never a function of reduce's own; a named tuple or mapping in
 a batch is rebuilt with its class only when the step's import already brought that class
-(reduce_collect.imported_type), never by importing what the file names.
+(steps.imported_type), never by importing what the file names.
 """
 
 import ctypes
@@ -33,12 +32,15 @@ import types
 
 import reduce_batch as rb
 
-from . import checks, memory, ops, steps, trust
+from . import checks, hooks, memory, ops, steps, trust
 from .errors import HarnessError
 
 # Where this package was imported from (the zip reduce writes beside its launcher, or a folder):
 # the launcher put it first on sys.path, and an exec program's own sys.path goes without it.
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(rb.__file__)))
+# A user module's `import reduce_hooks` (a vendored copy, maybe of another version) gets the
+# package's, as a recorded reduce_hooks:lightning_step does (steps.resolve_step).
+sys.modules.setdefault("reduce_hooks", hooks)
 
 HARNESS_EXIT = 86  # replay.HarnessExitCode: the harness failed, the candidate was never run
 _INT64_MAX = (1 << 63) - 1
@@ -246,7 +248,7 @@ def _summary(out):
 
 
 def replay(path, device="cpu", entry=None, device_memory=0, step=None):
-    """Run one candidate (a file's path, or a plan for load_view) as reduce_collect.replay does,
+    """Run one candidate (a file's path, or a plan for load_view) as steps.replay does,
     with reduce's --seed (REDUCE_SEED) and --device-memory (limit_device_memory, set once the batch
     is loaded) around the step, and a summary line of the output on stdout. A failure of the
     candidate is the exception the op raises; HarnessError when it cannot run."""
@@ -342,7 +344,7 @@ def _sums(t):
 
 
 def _report_outputs(out):
-    """A built-in op's outputs as replay.Output: by name (reduce_collect's names), each tensor's
+    """A built-in op's outputs as replay.Output: by name (checks.outputs' names), each tensor's
     dtype, shape, values in row-major order (at most MAX_REPORT_VALUES, else none), sum and sum of
     magnitudes; an output with a NaN or an infinity is left out."""
     import torch

@@ -10,6 +10,7 @@ if sys.path and sys.path[0] and os.path.realpath(sys.path[0]) == os.path.dirname
 else:
     sys.path.insert(0, _here)
 
-from reduce_batch.worker import main  # noqa: E402
+if __name__ == "__main__":  # not when a spawned child imports this file as __mp_main__
+    from reduce_batch.worker import main
 
-sys.exit(main())
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""reduce_batch.record: record_on_failure, the window of earlier steps it keeps, and what a rank of a
+torch.distributed run writes."""
+
+import contextlib
+import os
+import re
+import time
+
+from .fileformat import (
+    Flattener,
+    human_size,
+    is_int,
+    require,
+    rng_state,
+    save,
+    sign_as_mine,
+    torch_module,
+    warn,
+)
+
+# reduce recorder prints fileformat.py and what follows this line as one file (replay.PythonModule):
+# what follows uses the standard library imports above and fileformat's names, never another module.
+
+
+class record_on_failure:
+    """On an exception in the block, save the batch (a CPU copy, or a callable returning it) to `path` with the error,
+    and let it go on; other keywords are save()'s; `.saved`: whether it wrote (never in a replay: REDUCE_REPLAY).
+    window=K: the steps since the older of the last two copies of state= (one every K steps) too
+    (docs/RECORDING.md, "window").
+    keep="disk" writes the batch before the step, removed after it: left by a process that aborts (C++ terminate)."""
+
+    def __init__(self, path, batch=None, *, tensors=None, window=None, keep=None, **kwargs):
+        require("error" not in kwargs, TypeError, "record_on_failure: error is the exception raised in the block")
+        require(keep in (None, "disk"), ValueError, "keep: want None or 'disk' (the batch written before the step)")
+        self.keep = keep == "disk" and not os.environ.get("REDUCE_REPLAY")
+        require(window is None or is_int(window) and window > 0, ValueError, "window: want a number of steps > 0")
+        self.path, self.batch, self.kwargs, self.saved = path, tensors if batch is None else batch, kwargs, False
+        self.window = None if window is None or os.environ.get("REDUCE_REPLAY") else \
+            Window.of(path, window, kwargs.get("state"))
+
+    def __enter__(self):
+        if self.window is not None:
+            try:
+                self.batch = _called(self.batch)
+                self.window.enter(self.batch, self.kwargs.get("state"), self.kwargs.get("sample_ids"))
+            except Exception as e:  # noqa: BLE001  (the training step runs all the same)
+                warn(f"warning: window for {self.path}: {type(e).__name__}: {e}; recording this step alone")
+                self.window = None
+        try:  # keep="disk": as a failure would record it, less the error (reduce takes the first replay's), quietly
+            if self.keep:
+                self.batch, (self.kept, kwargs) = _called(self.batch), _ranked(self.path, self.kwargs, "kept_at")
+                save(self.kept, self.batch, _failed="kept", **kwargs)
+        except Exception as e:  # noqa: BLE001  (the training step runs all the same)
+            self.keep = warn(f"warning: keep=\"disk\" for {self.path}: {type(e).__name__}: {e}; not kept this step")
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None or not isinstance(exc, Exception):
+            if self.keep and os.path.lexists(self.kept):
+                os.unlink(self.kept)
+                with contextlib.suppress(OSError, KeyError):
+                    sign_as_mine(self.kept)
+            return False  # KeyboardInterrupt, SystemExit, GeneratorExit: nothing to record
+        if os.environ.get("REDUCE_REPLAY"):  # recording would write over the very batch being reduced
+            warn(f"not recording to {self.path}: this is a replay of reduce's (REDUCE_REPLAY is set)")
+            return False
+        try:
+            self.saved, steps = True, self._record(exc)
+            warn(f"saved the failing batch{steps} to {self.path}")
+        except BaseException as e:  # never mask the original exception
+            warn(f"warning: could not save the failing batch to {self.path}: {type(e).__name__}: {e}")
+            if not isinstance(e, Exception):
+                raise
+        return False
+
+    def _record(self, exc):
+        self.path, self.kwargs = _ranked(self.path, self.kwargs)  # under torch.distributed, each rank's own file
+        try:
+            batch = _called(self.batch)
+        except Exception as e:  # noqa: BLE001  (the crash is recorded all the same)
+            batch = warn(f"the batch callable raised {type(e).__name__}: {e}; recording the error alone") or {}
+        keep = {k: v for k, v in self.kwargs.items() if k in ("step", "sample_ids", "op", "attrs", "meta")}
+        first, w = self.kwargs, self.window
+        if w is not None and w.steps:  # with the steps since the older state copy, and that copy as the state
+            start, state = w.copies[0]  # the older copy: the first step's holds one
+            given = self.kwargs.get("state")  # its keys the copy has not (a Lightning module's record) kept
+            first = dict(self.kwargs, state=None if given is None else dict(
+                         {k: v for k, v in given.items() if k not in (state or {})}, **(state or {})),
+                         _window=(w.count - 1, start, [s for s in w.steps[:-1] if s[0] >= start]))
+        tries = [(first, batch, "")] * (first is not self.kwargs) + [(self.kwargs, batch, ""), (keep, batch, ""), (
+            {k: keep[k] for k in ("op", "meta") if k in keep}, lambda: _tensors_alone(torch_module(), batch),
+            "the tensors and the error"), ({}, dict, "the error")]  # the last resorts keep the op and a rank's meta
+        for i, (kwargs, b, what) in enumerate(tries):
+            try:  # an argument save() refuses: with the step if it can be; the last resorts: the tensors, the error
+                save(self.path, b() if what else b, error=exc, _failed=True, **kwargs)
+                n = len(kwargs.get("_window", (0, 0, ()))[2])  # what the message says of the steps it holds
+                return f" and the {n} step{'s' * (n > 1)} before it" if n else ""
+            except Exception as e:
+                if i == len(tries) - 1:
+                    raise
+                then = tries[i + 1][2] or f"the batch with {' and '.join(tries[i + 1][0]) or 'the error'}"
+                warn(f"{type(e).__name__}: {str(e)[:500]}; recording {then} alone")
+
+
+def _tensors_alone(torch, batch):  # the recorder's last resort: the tensors a batch holds, by path
+    return (fl := Flattener(torch, "", None)).node(batch) and dict(fl.tensors)
+
+
+def _called(batch):
+    return batch() if callable(batch) and not hasattr(batch, "__getitem__") else batch
+
+
+def _ranked(path, kwargs, when="failed_at"):  # under torch.distributed (or torchrun's env) of several ranks:
+    dist, env = getattr(torch_module(), "distributed", None), os.environ  # PATH.rank{R}.EXT, its meta: rank, run, time
+    on = dist is not None and dist.is_available() and dist.is_initialized()
+    rank, size = (dist.get_rank(), dist.get_world_size()) if on else (int(env["RANK"]), int(env["WORLD_SIZE"])) if \
+        re.fullmatch("[0-9]+", env.get("RANK", "")) and re.fullmatch("[0-9]+", env.get("WORLD_SIZE", "")) else (0, 1)
+    if size < 2:
+        return path, kwargs
+    root, ext = os.path.splitext(os.fspath(path))
+    meta = {"rank": rank, "world_size": size, when: f"{time.time():.6f}", "run_id": env.get("TORCHELASTIC_RUN_ID"),
+            "dist_backend": dist.get_backend() if on else None}
+    return f"{root}.rank{rank}{ext}", dict(kwargs, meta=dict(meta, **dict(kwargs.get("meta") or {})))
+
+
+def __getattr__(name):  # the hooks' names, where a user of the recorder alone looks for them
+    if name in ("record_trainer", "lightning_callback"):
+        raise AttributeError(f"reduce_batch.{name} is in the hooks: reduce_batch.hooks.{name} where the package is "
+                             f"installed, reduce_hooks.{name} where they are vendored (reduce recorder --hooks > "
+                             "reduce_hooks.py)")
+    raise AttributeError(f"module 'reduce_batch' has no attribute {name!r}")
+
+
+def copied(torch, x):
+    """A CPU copy of a batch or a state dict, in its structure (a class that cannot be rebuilt: a dict or list)."""
+    if not (isinstance(x, (list, tuple, dict)) or hasattr(x, "keys") and hasattr(x, "__getitem__")):
+        return x.detach().to("cpu", copy=True) if isinstance(x, torch.Tensor) else x
+    items = [copied(torch, v) for v in (x.values() if hasattr(x, "keys") else x)]
+    try:
+        return (type(x)(*items) if hasattr(type(x), "_fields") else type(x)(zip(x.keys(), items))
+                if hasattr(x, "keys") else type(x)(items))
+    except Exception:  # noqa: BLE001
+        return dict(zip(x.keys(), items)) if hasattr(x, "keys") else list(items)
+
+
+def _nbytes(torch, x):  # the bytes of the tensors of a copied batch or state
+    values = x.values() if hasattr(x, "keys") else x if isinstance(x, (list, tuple)) else ()
+    return x.element_size() * x.nelement() if isinstance(x, torch.Tensor) else sum(_nbytes(torch, v) for v in values)
+
+
+class Window:  # window=K's steps [(index, batch copy, ids)] since the older of 2 state copies [(index, state)]
+    _by_path = {}  # noqa: RUF012  (shared on purpose: a path's window outlives each record_on_failure block)
+
+    @classmethod
+    def of(cls, path, k, state):  # afresh for another K or other state objects (another model: another run)
+        key, path = (k, tuple(map(id, (state or {}).values()))), os.fspath(path)
+        if getattr(cls._by_path.get(path), "key", None) != key:
+            cls._by_path[path] = cls(k, key)
+        return cls._by_path[path]
+
+    def __init__(self, k, key=None):
+        self.k, self.key, self.count, self.copies, self.steps, self.said = k, key, 0, [], [], False
+
+    def enter(self, batch, state, sample_ids):
+        torch = torch_module()
+        if self.count % self.k == 0:
+            values = dict({str(n): copied(torch, v.state_dict() if callable(getattr(v, "state_dict", None)) else v)
+                           for n, v in (state or {}).items()}, rng=copied(torch, rng_state(torch)))
+            self.copies = (self.copies + [(self.count, values)])[-2:]
+            self.steps = [s for s in self.steps if s[0] >= self.copies[0][0]]
+        self.steps, self.count = self.steps + [(self.count, copied(torch, batch), sample_ids)], self.count + 1
+        if not self.said and len(self.steps) > 1:
+            self.said, size = True, [human_size(_nbytes(torch, x)) for x in (self.steps[0][1], self.copies[-1][1])]
+            warn(f"a window of {self.k} steps: CPU copies of the last {self.k} to {2 * self.k} batches "
+                 f"({size[0]} each) and of the state every {self.k} steps ({size[1]}, two held)")
+
