@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,7 +39,11 @@ func TestSuperviseAbandons(t *testing.T) {
 	defer func(d time.Duration) { killWait = d }(killWait)
 	killWait = 200 * time.Millisecond
 	r, root := faultRunner(t, testShort)
-	c := faultCmd(t, "hang")
+	// The timeout runs from the child's "worker: hanging" on: a child
+	// slow to start (a race build on a loaded machine) would otherwise be
+	// abandoned before it printed the line the test looks for.
+	readyFile := filepath.Join(t.TempDir(), "ready")
+	c := faultCmd(t, "hang", readyEnv+"="+readyFile)
 	dir, err := r.makeRunDir(&c)
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +67,16 @@ func TestSuperviseAbandons(t *testing.T) {
 		t.Fatal(err)
 	}
 	stuck := newStuckProc(p)
+	for i := 0; ; i++ {
+		if _, err := os.Stat(readyFile); err == nil {
+			break
+		}
+		if i == int(testLong/(10*time.Millisecond)) {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			t.Fatalf("the child did not start within %v", testLong)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	out := &output{stdout: startStream(outR, 1<<10), stderr: startStream(errR, 1<<10)}
 	res := r.supervise(context.Background(), supervised{proc: stuck, name: "stuck", start: start,
 		timeout: testShort, out: out, dir: dir})
