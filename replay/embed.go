@@ -4,7 +4,6 @@ import (
 	"archive/zip"
 	"bytes"
 	"crypto/sha256"
-	"embed"
 	"encoding/hex"
 	"io/fs"
 	"slices"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"reduce/replay/python"
 )
 
 // Version is reduce's version: `reduce --version`, fixture.json's
@@ -21,14 +22,13 @@ import (
 const Version = "0.21.0"
 
 // The Python package reduce_batch, one job per module (docs/ARCHITECTURE.md,
-// "The Python side"): what the torch backend runs, what the wheel installs,
+// "The Python side"), embedded by the package python with its table of
+// framework hooks: what the torch backend runs, what the wheel installs,
 // what the vendored zip beside a conftest.py holds. Its op table (ops.py) is
 // generated from the Go registry (kernels.Op): the directive below rewrites
 // it, and TestPythonOpTable fails while it is stale.
 //
 //go:generate go test -run TestPythonOpTable . -update
-//go:embed python/reduce_batch/*.py
-var packageFS embed.FS
 
 // PackageName is the Python package's import name.
 const PackageName = "reduce_batch"
@@ -37,80 +37,108 @@ const PackageName = "reduce_batch"
 // ("reduce_batch/steps.py"), as the wheel and the zip hold them.
 func PackageFiles() map[string][]byte {
 	out := map[string][]byte{}
-	entries, _ := fs.ReadDir(packageFS, "python/"+PackageName)
+	entries, _ := fs.ReadDir(python.FS, PackageName)
 	for _, e := range entries {
-		data, _ := packageFS.ReadFile("python/" + PackageName + "/" + e.Name())
+		data, _ := python.FS.ReadFile(PackageName + "/" + e.Name())
 		out[PackageName+"/"+e.Name()] = data
 	}
 	return out
 }
 
 func packageFile(name string) []byte {
-	data, err := packageFS.ReadFile("python/" + PackageName + "/" + name)
+	data, err := python.FS.ReadFile(PackageName + "/" + name)
 	if err != nil {
 		panic("replay: the embedded package has no " + name)
 	}
 	return data
 }
 
+// vendoredModules are the package's modules that join the vendored file
+// (python.Hook.Vendored: "recorder" or "hooks"), in the table's order.
+func vendoredModules(file string) [][]byte {
+	var out [][]byte
+	for _, h := range python.Hooks() {
+		if h.Vendored == file {
+			out = append(out, packageFile(h.Module+".py"))
+		}
+	}
+	return out
+}
+
 // PythonModule is the recorder users vendor, one file made from the
-// package's fileformat.py (the format, save, load) and record.py
-// (record_on_failure), standard library and torch alone (joinRecorder).
+// package's fileformat.py (the format, save, load), the hooks that join
+// the recorder (hook_torchrun.py: each rank's own file) and record.py
+// (record_on_failure): standard library and torch alone (joinModules).
 // `reduce recorder` prints it.
-var PythonModule = joinRecorder(packageFile("fileformat.py"), packageFile("record.py"))
+var PythonModule = joinModules(packageFile("fileformat.py"),
+	append(vendoredModules("recorder"), packageFile("record.py"))...)
 
-// recordMark is the line of record.py after which it joins fileformat.py
-// in PythonModule.
-const recordMark = "# reduce recorder prints fileformat.py and what follows this line as one file"
+// joinMark is the line of a module after which its code joins a vendored
+// file (joinModules); cutMark the line of hooks.py above which it does.
+const (
+	joinMark = "# reduce recorder joins what follows this line"
+	cutMark  = "# reduce recorder --hooks prints what is above this line"
+)
 
-// joinRecorder is first (fileformat.py) with second's standard library
-// imports added to its own, then second's code after recordMark (and the
-// comment it begins).
-func joinRecorder(first, second []byte) []byte {
-	head, body, ok := strings.Cut(string(second), recordMark)
-	if !ok {
-		panic("replay: record.py has no line " + recordMark)
+// joinModules is first with the code of each of rest after its joinMark
+// line (and the comment it begins), and their standard library imports
+// (`import x` lines) added to first's first block of imports, sorted: one
+// Python file made of several of the package's modules. The relative
+// imports before a module's mark are left out: what they name is in the
+// file.
+func joinModules(first []byte, rest ...[]byte) []byte {
+	lines := strings.Split(strings.TrimRight(string(first), "\n"), "\n")
+	start := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "import ") })
+	if start < 0 {
+		panic("replay: a joined file's first module imports nothing")
 	}
-	_, body, _ = strings.Cut(body, "\n")
-	for strings.HasPrefix(body, "#") { // the rest of the mark's comment
+	end := start
+	for end < len(lines) && strings.HasPrefix(lines[end], "import ") {
+		end++
+	}
+	block := slices.Clone(lines[start:end])
+	var bodies []string
+	for _, module := range rest {
+		head, body, ok := strings.Cut(string(module), joinMark)
+		if !ok {
+			panic("replay: a module joined into a vendored file has no line " + joinMark)
+		}
 		_, body, _ = strings.Cut(body, "\n")
-	}
-	imports := map[string]bool{}
-	lines := strings.Split(string(first), "\n")
-	last := -1
-	for i, l := range lines {
-		if strings.HasPrefix(l, "import ") {
-			imports[l], last = true, i
+		for strings.HasPrefix(body, "#") { // the rest of the mark's comment
+			_, body, _ = strings.Cut(body, "\n")
 		}
-	}
-	if last < 0 {
-		panic("replay: fileformat.py imports nothing")
-	}
-	var add []string
-	for _, l := range strings.Split(head, "\n") {
-		if strings.HasPrefix(l, "import ") && !imports[l] {
-			add = append(add, l)
+		for _, l := range strings.Split(head, "\n") {
+			if strings.HasPrefix(l, "import ") && l != "import "+PackageName && !slices.Contains(block, l) &&
+				!slices.Contains(lines, l) {
+				block = append(block, l)
+			}
 		}
+		bodies = append(bodies, strings.Trim(body, "\n"))
 	}
-	block := append(slices.Clone(lines[:last+1]), add...)
-	start := last + 1
-	for start > 0 && strings.HasPrefix(lines[start-1], "import ") {
-		start--
+	slices.Sort(block)
+	out := append(append(slices.Clone(lines[:start]), block...), lines[end:]...)
+	text := strings.TrimRight(strings.Join(out, "\n"), "\n")
+	for _, b := range bodies {
+		text += "\n\n\n" + b
 	}
-	sorted := slices.Clone(block[start:])
-	slices.Sort(sorted)
-	out := append(append(append([]string{}, lines[:start]...), sorted...), lines[last+1:]...)
-	return []byte(strings.TrimRight(strings.Join(out, "\n"), "\n") + "\n\n\n" + strings.Trim(body, "\n") + "\n")
+	return []byte(text + "\n")
 }
 
 // PythonModuleName is the file name users save PythonModule under.
 const PythonModuleName = "reduce_batch.py"
 
-// HooksModule is the framework hooks (reduce_batch/hooks.py: Lightning's
-// callback, the Trainer's wrapper and the steps they record), vendored
-// beside PythonModule, of the same version. `reduce recorder --hooks`
-// prints it.
-var HooksModule = packageFile("hooks.py")
+// HooksModule is the framework hooks users vendor beside PythonModule, of
+// the same version: hooks.py above its cutMark (the version check, what the
+// hooks share), then the code of each hook module that hooks.json joins to
+// the hooks (Lightning's callback, the Trainer's wrapper and the steps they
+// record). `reduce recorder --hooks` prints it.
+var HooksModule = func() []byte {
+	head, _, ok := strings.Cut(string(packageFile("hooks.py")), cutMark)
+	if !ok {
+		panic("replay: hooks.py has no line " + cutMark)
+	}
+	return joinModules([]byte(head), vendoredModules("hooks")...)
+}()
 
 // HooksModuleName is the file name users save HooksModule under.
 const HooksModuleName = "reduce_hooks.py"

@@ -62,7 +62,7 @@ def main():
     exe = "reduce.exe" if o.goos == "windows" else "reduce"
     files = []  # (name in the wheel, bytes, executable)
     for name in sorted(os.listdir(PACKAGE)):
-        if name.endswith(".py"):
+        if name.endswith((".py", ".json")):  # the modules and the hooks' table
             with open(os.path.join(PACKAGE, name), "rb") as f:
                 files.append((f"reduce_batch/{name}", f.read(), False))
     with open(o.binary, "rb") as f:

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"reduce/replay/python"
 )
 
 // OwnModules are reduce's Python modules: the recorder users vendor, the
@@ -21,10 +23,11 @@ var OwnModules = []string{"reduce_batch", "reduce_hooks", "reduce_collect", "red
 // vendored copy's.
 var HooksModules = []string{"reduce_batch.hooks", "reduce_hooks"}
 
-// HookSteps are the steps of reduce_hooks a framework's recording names
-// (reduce_hooks:lightning_step, reduce_hooks:trainer_step): reduce's own,
-// replayed from the worker's copy of reduce_hooks.
-var HookSteps = []string{"lightning_step", "trainer_step"}
+// HookSteps are the steps a framework hook's recordings name
+// (reduce_hooks:lightning_step), by the table of hooks the Python side
+// reads too (python.HookSteps): reduce's own, replayed from the worker's
+// copy of reduce_hooks.
+var HookSteps = python.HookSteps()
 
 // ownMarks begin reduce's Python files (their first bytes), wherever a copy
 // lies and whatever it is called: a vendored reduce_batch.py renamed, the

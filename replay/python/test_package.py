@@ -2,6 +2,7 @@
 The import graph is printed (pytest -s shows it)."""
 
 import ast
+import json
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -53,7 +54,7 @@ def test_no_circle():
         graph[m].discard("__init__")  # the package itself: every module is imported through it
     print("\nreduce_batch's import graph:")
     for m, to in sorted(graph.items()):
-        print("  %-10s -> %s" % (m, ", ".join(sorted(to)) or "(nothing of the package)"))
+        print("  %-14s -> %s" % (m, ", ".join(sorted(to)) or "(nothing of the package)"))
     seen, stack = {}, []
 
     def visit(m):
@@ -72,12 +73,53 @@ def test_no_circle():
         visit(m)
 
 
+def table():
+    with open(os.path.join(PACKAGE, "hooks.json"), encoding="utf-8") as f:
+        return json.load(f)["hooks"]
+
+
 def test_the_recorder_imports_nothing_else_of_the_package():
-    """fileformat and record are the vendored recorder (reduce recorder joins them): standard library
-    and torch, record importing fileformat alone."""
-    graph = imports()
+    """fileformat, the hooks that join the recorder (hooks.json: hook_torchrun) and record are the
+    vendored recorder (reduce recorder joins them): standard library and torch, each importing only
+    those before it."""
+    graph, before = imports(), ["fileformat"]
     assert graph["fileformat"] == {}
-    assert list(graph["record"]) == ["fileformat"]
+    for row in table():
+        if row["vendored"] == "recorder":
+            assert set(graph[row["module"]]) <= set(before), row["name"]
+            before.append(row["module"])
+    assert set(graph["record"]) == set(before)
+
+
+def test_hooks_table():
+    """Every row of hooks.json names a module of the package that has what the row says (the functions
+    it exports, its step, its before_replay), a hook vendored with the hooks imports hooks alone (for
+    what they share), and reduce_batch.hooks gives each exported function."""
+    import reduce_batch.hooks as hooks
+
+    graph = imports()
+    assert [row["name"] for row in table()] == ["lightning", "trainer", "torchrun"]
+    for row in table():
+        module = hooks.hook_module(row)
+        for name in row["exports"] + [row["step"], row["before_replay"]]:
+            if name:
+                assert callable(getattr(module, name, None)), (row["name"], name)
+        for name in row["exports"]:
+            assert getattr(hooks, name) is getattr(module, name)
+        if row["vendored"] == "hooks":
+            assert set(graph[row["module"]]) == {"hooks"}, row["name"]
+        assert (row["rebuilds"] is None) == (row["state_class"] is None), row["name"]
+        assert row["step"] or not row["rebuilds"], row["name"]
+        if row["rebuilds"]:
+            assert hooks.class_kind(row["name"])[2] == row["rebuilds"]["base"]
+    assert hooks.step_names() == ("lightning_step", "trainer_step")
+    assert hooks.of_step("trainer_step")["child"] and not hooks.of_step("lightning_step")["child"]
+    try:
+        hooks.record_nothing  # noqa: B018
+    except AttributeError as e:
+        assert "reduce_batch.hooks" in str(e)
+    else:
+        raise AssertionError("hooks.__getattr__ gave a name no row exports")
 
 
 def test_plugin_takes_only_reduces_fixtures(tmp_path):

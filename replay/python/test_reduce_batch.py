@@ -20,6 +20,7 @@ sys.path.insert(0, HERE)
 import reduce_batch as rb  # noqa: E402
 import reduce_batch.child  # noqa: E402
 import reduce_batch.errors  # noqa: E402
+import reduce_batch.hook_torchrun  # noqa: E402
 import reduce_batch.steps  # noqa: E402
 import reduce_batch.worker  # noqa: E402
 
@@ -993,12 +994,12 @@ def test_record_on_failure_rank_file_per_rank(tmp_path, monkeypatch):
 
 
 def test_rank_replays_alone_in_a_process_group_of_one(tmp_path):
-    """rb.steps.alone: a rank's batch replays its DDP step in a process group of size 1 (in
+    """hook_torchrun.before_replay: a rank's batch replays its DDP step in a process group of size 1 (in
     a child: a process group outlives the test)."""
     code = (
-        "import sys, torch, torch.distributed as dist; sys.path.insert(0, %r); import reduce_batch as rb, reduce_batch.steps\n"
+        "import sys, torch, torch.distributed as dist; sys.path.insert(0, %r); import reduce_batch as rb, reduce_batch.hook_torchrun\n"
         "class B: meta = {'rank': '1', 'world_size': '4'}; tensors = {'x': torch.ones(2, 3)}\n"
-        "rb.steps.alone(B())\n"
+        "rb.hook_torchrun.before_replay(B())\n"
         "m = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 1))\n"
         "m(B.tensors['x']).sum().backward()\n"
         "print(dist.get_world_size(), dist.get_rank(), dist.get_backend())\n" % HERE)
@@ -1014,9 +1015,9 @@ def test_rank_without_torch_distributed_is_refused(monkeypatch):
 
     monkeypatch.setattr(torch.distributed, "is_available", lambda: False)
     with pytest.raises(rb.errors.HarnessError, match=r"rank 3 of 4's .* no torch.distributed to replay its step alone"):
-        rb.steps.alone(types.SimpleNamespace(meta={"rank": "3", "world_size": "4"}, tensors={}), check_only=True)
-    rb.steps.alone(types.SimpleNamespace(meta={"world_size": "1"}, tensors={}))  # one process: nothing to do
-    rb.steps.alone(types.SimpleNamespace(meta={"world_size": "\u00b2"}, tensors={}))  # no ASCII number: no rank of a run
+        rb.hook_torchrun.before_replay(types.SimpleNamespace(meta={"rank": "3", "world_size": "4"}, tensors={}), check_only=True)
+    rb.hook_torchrun.before_replay(types.SimpleNamespace(meta={"world_size": "1"}, tensors={}))  # one process: nothing to do
+    rb.hook_torchrun.before_replay(types.SimpleNamespace(meta={"world_size": "\u00b2"}, tensors={}))  # no ASCII number: no rank of a run
 
 
 def test_keep_disk_per_rank(tmp_path, monkeypatch):

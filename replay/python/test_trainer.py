@@ -16,6 +16,7 @@ sys.path.insert(0, HERE)
 
 import reduce_batch as rb  # noqa: E402
 import reduce_batch.errors  # noqa: E402
+import reduce_batch.hook_trainer  # noqa: E402
 import reduce_batch.hooks  # noqa: E402
 import reduce_batch.steps  # noqa: E402
 import reduce_batch.trust  # noqa: E402
@@ -147,9 +148,9 @@ def test_the_class_must_be_a_pretrained_model(transformers, tmp_path, monkeypatc
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(rb.steps, "step_check", rb.trust.Trust(str(tmp_path), True))
     cls = transformers.BertForSequenceClassification
-    assert rb.steps.resolve_class({"module": cls.__module__, "qualname": cls.__qualname__}, "transformers") is cls
+    assert rb.steps.resolve_class({"module": cls.__module__, "qualname": cls.__qualname__}, "trainer") is cls
     mine = rb.steps.resolve_class({"module": "mymodels", "qualname": "Mine", "file": str(tmp_path / "mymodels.py")},
-                            "transformers")
+                            "trainer")
     assert mine.__name__ == "Mine"
     for entry, why in [
         ({"module": "transformers", "qualname": "TrainingArguments"}, "it is not a PreTrainedModel subclass"),
@@ -164,7 +165,7 @@ def test_the_class_must_be_a_pretrained_model(transformers, tmp_path, monkeypatc
         ({"module": "transformers/../x.py", "qualname": "X"}, "is not a module:qualname of Python names"),
     ]:
         with pytest.raises(rb.errors.HarnessError, match="Trainer model class") as e:
-            rb.steps.resolve_class(entry, "transformers")
+            rb.steps.resolve_class(entry, "trainer")
         assert why in str(e.value), e.value
     state = rb.State({"trainer": {"model_class": {"module": "mymodels", "qualname": "Plain"}, "config": "{}"}})
     with pytest.raises(rb.errors.HarnessError, match="is not a PreTrainedModel subclass"):
@@ -172,7 +173,7 @@ def test_the_class_must_be_a_pretrained_model(transformers, tmp_path, monkeypatc
     monkeypatch.setattr(rb.steps, "step_check", rb.trust.Trust(str(tmp_path), False, "not yours"))
     with pytest.raises(rb.errors.HarnessError, match="Trainer model class transformers.models.bert.modeling_bert:"
                                                "BertForSequenceClassification is not run: not yours"):
-        rb.steps.resolve_class({"module": cls.__module__, "qualname": cls.__qualname__}, "transformers")
+        rb.steps.resolve_class({"module": cls.__module__, "qualname": cls.__qualname__}, "trainer")
     assert not marker.exists()
 
 
@@ -286,10 +287,10 @@ class _OnDevice(torch.Tensor):
 def test_a_batch_on_a_device_is_copied_before_the_step(capfd):
     cpu = {"x": torch.ones(2, 3), "y": [torch.tensor([1, 2])]}
     copying = []
-    assert rb.hooks._kept_on_cpu(torch, cpu, copying) is cpu and not copying  # the collator's own: a reference
+    assert rb.hook_trainer._kept_on_cpu(torch, cpu, copying) is cpu and not copying  # the collator's own: a reference
     moved = {"x": torch.ones(2, 3).as_subclass(_OnDevice), "y": [torch.tensor([1, 2])]}
     for _ in range(2):
-        kept = rb.hooks._kept_on_cpu(torch, moved, copying)
+        kept = rb.hook_trainer._kept_on_cpu(torch, moved, copying)
         assert kept is not moved and kept["x"] is not moved["x"] and kept["y"][0] is not moved["y"][0]
         assert torch.equal(kept["x"], moved["x"]) and torch.equal(kept["y"][0], moved["y"][0])
     err = capfd.readouterr().err

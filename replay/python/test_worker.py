@@ -144,7 +144,7 @@ def test_runtime_replays_from_its_zip(tmp_path):
     z = tmp_path / "reduce_batch-test.zip"
     with zipfile.ZipFile(str(z), "w") as f:
         for name in sorted(os.listdir(os.path.join(HERE, "reduce_batch"))):
-            if name.endswith(".py"):
+            if name.endswith((".py", ".json")):  # the package's files, as replay.PackageZip holds them
                 f.write(os.path.join(HERE, "reduce_batch", name), "reduce_batch/" + name)
     child = ("import sys; sys.path.insert(0, sys.argv[1]); import reduce_batch.steps as s; "
              "s.replay(sys.argv[2], sys.argv[3]); assert s.__file__.startswith(sys.argv[1])")

@@ -5,7 +5,6 @@ import contextlib
 import os
 import sys
 
-HOOK_STEPS = ("lightning_step", "trainer_step")  # the hooks' steps, each with its `rebuilds` kind
 # The hooks' module as the package names it, and as a vendored copy (reduce_hooks.py) recorded it:
 # a step of either is the package's (steps.resolve_step).
 HOOKS_MODULES = ("reduce_batch.hooks", "reduce_hooks")

@@ -27,6 +27,7 @@ from .child import ChildFailure, child_failure, run_in_child
 from .errors import HarnessError
 from .failure import DifferentFailure, failure_class, mismatch
 from .fileformat import torch_module
+from .hooks import of_step
 from .modules import HOOKS_MODULES
 from .ops import run_op
 from .steps import load_candidate
@@ -65,11 +66,13 @@ def is_fixture(path):
 _fixture_kind = {}  # (path, mtime, size) -> is_fixture's answer
 
 
-def _is_hook_step(step, qualname):
-    """Whether fixture.json's step ("module:qualname") is the hooks' step qualname, by either
-    module name (the package's, or a vendored reduce_hooks.py's)."""
+def _in_child(step):
+    """Whether fixture.json's step ("module:qualname") is a hook's whose fixtures run in a child
+    process (its row in hooks.json), by either module name (the package's, or a vendored
+    reduce_hooks.py's)."""
     mod, _, qual = str(step or "").rpartition(":")
-    return mod in HOOKS_MODULES and qual == qualname
+    row = of_step(qual) if mod in HOOKS_MODULES else None
+    return bool(row and row["child"])
 
 
 
@@ -265,7 +268,7 @@ class Fixture:
         # a torch.distributed run (its process group of one, and torchrun's variables, stay there),
         # a Trainer's (the Hub is offline there): nothing of it stays in the user's test session.
         self.child = self.exec or cpu is None or self.memory > 0 or bool(
-            r.get("compiled") or (r.get("source") or {}).get("ranks") or _is_hook_step(r.get("step"), "trainer_step"))
+            r.get("compiled") or (r.get("source") or {}).get("ranks") or _in_child(r.get("step")))
         device = (r.get("environment") or {}).get("device") or "cpu"
         self.device = os.environ.get("REDUCE_DEVICE", device if self.exec or cpu is None else "cpu")
         self.passing = [(b["file"], b.get("outputs")) for b in ([r["boundary"]] if r.get("boundary") else [])

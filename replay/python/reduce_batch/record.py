@@ -1,10 +1,7 @@
-"""reduce_batch.record: record_on_failure, the window of earlier steps it keeps, and what a rank of a
-torch.distributed run writes."""
+"""reduce_batch.record: record_on_failure, and the window of earlier steps it keeps."""
 
 import contextlib
 import os
-import re
-import time
 
 from .fileformat import (
     Flattener,
@@ -17,9 +14,10 @@ from .fileformat import (
     torch_module,
     warn,
 )
+from .hook_torchrun import ranked
 
-# reduce recorder prints fileformat.py and what follows this line as one file (replay.PythonModule):
-# what follows uses the standard library imports above and fileformat's names, never another module.
+# reduce recorder joins what follows this line (replay.PythonModule): it uses the standard library
+# imports above, fileformat's names and hook_torchrun's, never another module.
 
 
 class record_on_failure:
@@ -48,7 +46,7 @@ class record_on_failure:
                 self.window = None
         try:  # keep="disk": as a failure would record it, less the error (reduce takes the first replay's), quietly
             if self.keep:
-                self.batch, (self.kept, kwargs) = _called(self.batch), _ranked(self.path, self.kwargs, "kept_at")
+                self.batch, (self.kept, kwargs) = _called(self.batch), ranked(self.path, self.kwargs, "kept_at")
                 save(self.kept, self.batch, _failed="kept", **kwargs)
         except Exception as e:  # noqa: BLE001  (the training step runs all the same)
             self.keep = warn(f"warning: keep=\"disk\" for {self.path}: {type(e).__name__}: {e}; not kept this step")
@@ -74,7 +72,7 @@ class record_on_failure:
         return False
 
     def _record(self, exc):
-        self.path, self.kwargs = _ranked(self.path, self.kwargs)  # under torch.distributed, each rank's own file
+        self.path, self.kwargs = ranked(self.path, self.kwargs)  # under torch.distributed, each rank's own file
         try:
             batch = _called(self.batch)
         except Exception as e:  # noqa: BLE001  (the crash is recorded all the same)
@@ -110,25 +108,10 @@ def _called(batch):
     return batch() if callable(batch) and not hasattr(batch, "__getitem__") else batch
 
 
-def _ranked(path, kwargs, when="failed_at"):  # under torch.distributed (or torchrun's env) of several ranks:
-    dist, env = getattr(torch_module(), "distributed", None), os.environ  # PATH.rank{R}.EXT, its meta: rank, run, time
-    on = dist is not None and dist.is_available() and dist.is_initialized()
-    rank, size = (dist.get_rank(), dist.get_world_size()) if on else (int(env["RANK"]), int(env["WORLD_SIZE"])) if \
-        re.fullmatch("[0-9]+", env.get("RANK", "")) and re.fullmatch("[0-9]+", env.get("WORLD_SIZE", "")) else (0, 1)
-    if size < 2:
-        return path, kwargs
-    root, ext = os.path.splitext(os.fspath(path))
-    meta = {"rank": rank, "world_size": size, when: f"{time.time():.6f}", "run_id": env.get("TORCHELASTIC_RUN_ID"),
-            "dist_backend": dist.get_backend() if on else None}
-    return f"{root}.rank{rank}{ext}", dict(kwargs, meta=dict(meta, **dict(kwargs.get("meta") or {})))
-
-
-def __getattr__(name):  # the hooks' names, where a user of the recorder alone looks for them
-    if name in ("record_trainer", "lightning_callback"):
-        raise AttributeError(f"reduce_batch.{name} is in the hooks: reduce_batch.hooks.{name} where the package is "
-                             f"installed, reduce_hooks.{name} where they are vendored (reduce recorder --hooks > "
-                             "reduce_hooks.py)")
-    raise AttributeError(f"module 'reduce_batch' has no attribute {name!r}")
+def __getattr__(name):  # a hook's name, where a user of the recorder alone may look for it
+    raise AttributeError(f"module 'reduce_batch' has no attribute {name!r}" + ("" if name.startswith("_") else (
+        f": a framework hook's is reduce_batch.hooks.{name} where the package is installed, reduce_hooks.{name} "
+        "where the hooks are vendored (reduce recorder --hooks > reduce_hooks.py)")))
 
 
 def copied(torch, x):

@@ -10,9 +10,10 @@ import sys
 
 import reduce_batch
 
+from . import hooks
 from .errors import HarnessError
 from .fileformat import torch_module
-from .modules import HOOK_STEPS, HOOKS_MODULES, is_installed, module_files, under
+from .modules import HOOKS_MODULES, is_installed, module_files, under
 from .ops import run_op
 from .trust import Trust, file_digest, reduce_own, stored
 
@@ -193,7 +194,7 @@ def resolve_step(step, chdir=False, what="step"):
     elif reduce_own(step, target):
         raise HarnessError(f"the recorded {what} {target} is not run: {reduce_own(step, target)}, and reduce's own "
                            "functions are never a step")
-    if step.get("module") in HOOKS_MODULES and step.get("qualname") in HOOK_STEPS:
+    if step.get("module") in HOOKS_MODULES and step.get("qualname") in hooks.step_names():
         target = "reduce_batch.hooks:" + step["qualname"]  # the package's, never a vendored copy on sys.path
     try:
         return resolve_entry(target)
@@ -207,32 +208,20 @@ def resolve_step(step, chdir=False, what="step"):
         raise HarnessError(f"the recorded {what} {target}: {why}")
 
 
-# The classes reduce_hooks' steps rebuild, by the kind a step names (its attribute `rebuilds`): what
-# an error calls it, the packages whose base class it must subclass, that class's name, and the one
-# installed package it may come from besides the user's tree (a Trainer's model: transformers').
-CLASS_KINDS = {
-    "lightning": ("LightningModule class", ("lightning.pytorch", "pytorch_lightning"), "LightningModule", None),
-    "transformers": ("Trainer model class", ("transformers",), "PreTrainedModel", "transformers"),
-}
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
 
 
 def resolve_class(entry, kind):
-    """The class a step of reduce_hooks rebuilds (recorded as a step entry: {module, qualname,
-    file, cwd}), returned only when it is what that step expects (kind, a key of CLASS_KINDS): a
-    subclass of the kind's base class, named by a file that is the user's (step_check, as
+    """The class a hook's step rebuilds (recorded as a step entry: {module, qualname, file, cwd}),
+    returned only when it is what that step expects (kind: the hook's name, whose row in hooks.json
+    says what its step rebuilds: hooks.class_kind): a subclass of the kind's base class, named by a file that is the user's (step_check, as
     resolve_step imports a step), defined in their code or, where the kind names one, in that
     installed package (transformers and its submodules, every file the import runs found installed
     before any runs, never a folder of that name). issubclass is checked after the import and
     before anything instantiates it. HarnessError otherwise."""
     import importlib
 
-    what, packages, base_name, installed = CLASS_KINDS[kind]
-    if kind == "transformers":
-        os.environ["HF_HUB_OFFLINE"] = "1"  # a replay downloads nothing (read when the Hub's library is imported)
-        hub = sys.modules.get("huggingface_hub.constants")
-        if hub is not None:  # imported already (by the user's conftest.py)
-            hub.HF_HUB_OFFLINE = True
+    what, packages, base_name, installed = hooks.class_kind(kind)
     mod, qual = str(entry.get("module") or ""), str(entry.get("qualname") or "")
     target, tree = f"{mod}:{qual}", getattr(step_check, "tree", None) or os.getcwd()
     if not (_DOTTED.match(mod) and _DOTTED.match(qual)):
@@ -334,9 +323,7 @@ def _call_step(fn, batch):
     objects the state was restored into carry on), and then the failing step's batch; an
     exception in an earlier step is another failure than the recorded one (WindowStepError)."""
     state = batch.state if (batch.meta or {}).get("replay_state") != "fresh" else None
-    for name in HOOKS_MODULES:  # no module of another replay goes on
-        getattr(sys.modules.get(name), "_live", {}).clear()
-    alone(batch)
+    hooks.before_replay(batch)  # no module of another replay goes on; a rank's replay gets its group
     if state is not None:
         restore_rng(state)
     for index, data, _, samples in getattr(batch, "window", ()):
@@ -349,27 +336,6 @@ def _call_step(fn, batch):
                                   f"step {batch.failed_step}") from None
         state = None
     return fn(batch.data) if state is None else fn(batch.data, state)
-
-
-def alone(batch, check_only=False):
-    """One rank's recording of a torch.distributed run (its meta's world_size over 1) replays
-    alone: a process group of size 1 (gloo, nccl where the batch is on a CUDA device) in an
-    in-process store, so that the step's DDP wrapping and collectives run; torchrun's variables
-    say rank 0 of 1. HarnessError when this torch has no torch.distributed (check_only: that
-    check alone, the worker's before any replay)."""
-    meta = batch.meta or {}
-    if not re.fullmatch("[0-9]+", str(meta.get("world_size", ""))) or int(meta["world_size"]) < 2:
-        return
-    dist = getattr(torch_module(), "distributed", None)
-    if dist is None or not dist.is_available():
-        raise HarnessError("the batch is rank {} of {}'s of a torch.distributed run, and this torch has no "
-                           "torch.distributed to replay its step alone in a process group of size 1: replay it "
-                           "with a torch built with it (--python)".format(meta.get("rank", "?"), meta["world_size"]))
-    if check_only or dist.is_initialized():
-        return
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
-    cuda = any(getattr(t, "is_cuda", False) for t in (batch.tensors or {}).values())
-    dist.init_process_group("nccl" if cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1)
 
 
 class WindowStepError(RuntimeError):

@@ -8,7 +8,8 @@ import subprocess
 import reduce_batch
 
 from .errors import HarnessError
-from .modules import HOOK_STEPS, HOOKS_MODULES, is_installed, module_files, under
+from .hooks import step_names
+from .modules import HOOKS_MODULES, is_installed, module_files, under
 
 
 class Trust:
@@ -31,7 +32,7 @@ class Trust:
             raise HarnessError(f"the recorded {what} {printable(target)} is not run: {own}, and reduce's own "
                                "functions are never a step (a file naming one would have reduce call it with the "
                                "file's data): the file is damaged or was made to do so")
-        if self.runner != "pytest" or (step.get("module") in HOOKS_MODULES and step.get("qualname") in HOOK_STEPS):
+        if self.runner != "pytest" or (step.get("module") in HOOKS_MODULES and step.get("qualname") in step_names()):
             return
         # Not trust: a fixture tests the repository pytest runs in, not another checkout of it
         # (_step_paths moved the recorded folders into it where it holds the step).
@@ -52,7 +53,7 @@ def reduce_own(step, target=None):
     is named after one or begins as one of reduce's files do. reduce_hooks' steps, named by that
     module, are steps (the worker's copy replays them). trust.OwnStep is Go's side."""
     mod, qual = str(step.get("module") or ""), str(step.get("qualname") or "")
-    if mod in HOOKS_MODULES and qual in HOOK_STEPS:
+    if mod in HOOKS_MODULES and qual in step_names():
         return None
     if mod.partition(".")[0] == "reduce_batch" or mod.rpartition(".")[2] in _OWN_MODULES:
         return f"its module {mod} is reduce's own"

@@ -34,6 +34,7 @@ import reduce_batch as rb
 
 from . import checks, hooks, memory, ops, steps, trust
 from .errors import HarnessError
+from .modules import HOOKS_MODULES
 
 # Where this package was imported from (the zip reduce writes beside its launcher, or a folder):
 # the launcher put it first on sys.path, and an exec program's own sys.path goes without it.
@@ -69,22 +70,22 @@ def _resolve(o):
     replay will resolve them; HarnessError when one cannot be."""
     if o.entry:
         return steps.resolve_entry(o.entry)
-    world = os.environ.get("REDUCE_WORLD_SIZE", "")
-    if re.fullmatch("[0-9]+", world) and int(world) > 1:  # one rank's recording: replayed alone only with torch.distributed
-        steps.alone(types.SimpleNamespace(meta={"world_size": world, "rank": os.environ.get("REDUCE_RANK") or "?"},
-                                       tensors={}), check_only=True)
+    # What each hook checks before any replay (one rank's recording: replayed alone only with torch.distributed).
+    hooks.before_replay(types.SimpleNamespace(meta={"world_size": os.environ.get("REDUCE_WORLD_SIZE", ""),
+                                                    "rank": os.environ.get("REDUCE_RANK") or "?"}, tensors={}),
+                        check_only=True)
     fn = steps.resolve_step(o.step, chdir=True) if o.step else None
     if o.step_class:
-        # Built only as the kind of class the step rebuilds (reduce_hooks: lightning_step's
+        # Built only as the kind of class the step rebuilds (its hook's row in hooks.json: lightning_step's
         # LightningModule, trainer_step's PreTrainedModel), checked before any replay.
-        kind = getattr(fn, "rebuilds", None)
-        if kind not in steps.CLASS_KINDS:
-            step = o.step or {}
+        step = o.step or {}
+        row = hooks.of_step(step.get("qualname")) if step.get("module") in HOOKS_MODULES else None
+        if row is None or not row["rebuilds"]:
             raise HarnessError("the file names a class to rebuild ({}:{}), and its step {}:{} rebuilds none: a file "
                                   "written by reduce_hooks names reduce_hooks' step".format(
                                       o.step_class.get("module"), o.step_class.get("qualname"),
                                       step.get("module"), step.get("qualname")))
-        steps.resolve_class(o.step_class, kind)
+        steps.resolve_class(o.step_class, row["name"])
     return fn
 
 
