@@ -31,6 +31,11 @@ export REDUCE_PYTHON := $(PYTHON)
 TEST_TRUST_DIR ?= $(abspath .test-trust)
 test test-go test-go-torch2 test-python test-wheel fuzz-short test-slurm bench bench-slurm: export REDUCE_TRUST_DIR = $(TEST_TRUST_DIR)
 
+# The reduce executable the pytest plugin asks to judge each run of a fixture's
+# batch (`reduce judge`): the one just built, for the tests that run pytest on
+# fixtures (not test-wheel: there the wheel's own is judged).
+test-go test-go-torch2 test-python: export REDUCE_BINARY = $(abspath $(BIN))
+
 # Every run of the Go tests names its timeout first: go's default (10 minutes) stops a
 # package that a loaded machine makes slow (cmd/reduce takes about 9 minutes
 # under the race detector on two busy cores). Well above what each takes.
@@ -76,12 +81,12 @@ vet:
 
 # REDUCE_REQUIRE_TORCH turns the torch-dependent tests' skips into failures:
 # under make test, a missing torch is a broken setup, not a reason to pass.
-test: deps deps-torch2 vet test-trust test-go test-go-torch2 test-python test-wheel fuzz-short test-slurm
+test: deps deps-torch2 vet build test-trust test-go test-go-torch2 test-python test-wheel fuzz-short test-slurm
 
 test-trust:
 	rm -rf $(TEST_TRUST_DIR)
 
-test-go:
+test-go: build
 	REDUCE_REQUIRE_TORCH=1 $(GO) test -timeout $(TEST_TIMEOUT) -race -count=1 ./...
 
 # The Go tests that run reduce's Python, again under the PyPI torch: the torch
@@ -99,7 +104,7 @@ test-go:
 # The go worker's own death under a 1 GiB address-space limit runs here too
 # (GoWorkerDeath): under the race detector its runtime cannot start.
 # One run of the Go tests, so that the packages run side by side.
-test-go-torch2:
+test-go-torch2: build
 	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_RUFF=1 $(GO) test -timeout $(TEST_TIMEOUT) -count=1 \
 		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|Collector|Ruff|RecorderHostile|GoWorkerDeath' \
 		./replay/ ./fixtures/ ./internal/regress/
@@ -121,7 +126,7 @@ endef
 # Under both torches: Debian's 1.13 ($(PYTHON)), which has no Lightning, and
 # PyPI's current one, whose environment has it: there the Lightning tests
 # must run (REDUCE_REQUIRE_LIGHTNING).
-test-python:
+test-python: build
 	$(call python-tests,$(PYTHON))
 	$(call python-tests,$(TORCH2_PYTHON),REDUCE_REQUIRE_LIGHTNING=1 REDUCE_REQUIRE_TRANSFORMERS=1)
 

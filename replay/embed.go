@@ -108,6 +108,9 @@ func joinModules(first []byte, rest ...[]byte) []byte {
 			_, body, _ = strings.Cut(body, "\n")
 		}
 		for _, l := range strings.Split(head, "\n") {
+			if strings.HasPrefix(l, "from ") && strings.Contains(l, " import ") && !strings.HasPrefix(l, "from .") {
+				panic("replay: a module joined into a vendored file imports with " + l + ": only `import x` and the package's own names join")
+			}
 			if strings.HasPrefix(l, "import ") && l != "import "+PackageName && !slices.Contains(block, l) &&
 				!slices.Contains(lines, l) {
 				block = append(block, l)

@@ -127,8 +127,9 @@ if [ -n "$REDUCE" ] && [ "$TORCH_OK" = 1 ]; then
 		done
 		if [ -f "$OUT/main/$name.fixture.json" ] && timeout 60 "$PYTHON" -c 'import pytest' 2>/dev/null; then
 			# pytest's root is the repository: a fixture replays a recorded step only from there.
-			# Collected by the conftest.py and the package's zip reduce wrote there.
-			run "main/$name-pytest" "$PYTHON" -m pytest -q -p no:cacheprovider \
+			# Collected by the conftest.py and the package's zip reduce wrote there; each run
+			# judged by the reduce just built.
+			REDUCE_BINARY="$REDUCE" run "main/$name-pytest" "$PYTHON" -m pytest -q -p no:cacheprovider \
 				--rootdir "$PWD" "$OUT/main/fixtures-$name"
 			tail -n 1 "$OUT/main/$name-pytest.stdout" 2>/dev/null | tee -a "$SUMMARY"
 		fi

@@ -26,6 +26,7 @@ pip_python=$python
 "$pip_python" -m pip --python "$work/venv/bin/python" install -q --no-index --no-deps --no-compile "$wheel" \
 	|| fail "pip install $wheel"
 export PATH="$work/venv/bin:$PATH" REDUCE_TRUST_DIR="$work/trust"
+unset REDUCE_BINARY  # the plugin judges with the wheel's reduce, as a user's has it
 [ "$(command -v reduce)" = "$work/venv/bin/reduce" ] || fail "reduce is not on PATH from the venv"
 reduce --version | grep -q "$version" || fail "reduce --version"
 python3 -c 'import reduce_batch, reduce_batch.plugin' || fail "import reduce_batch"

@@ -2,10 +2,10 @@ package main
 
 import (
 	"io"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"reduce/internal/cliargs"
 	"reduce/replay"
 )
 
@@ -13,7 +13,7 @@ import (
 // what main calls and what the testscript tests call.
 func run(args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
-	err := app.Run(intersperse(app, args))
+	err := app.Run(cliargs.Intersperse(app, args))
 	if err != nil {
 		report(stderr, err)
 	}
@@ -27,12 +27,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Usage:     "shrink a recorded failing PyTorch batch to the smallest input that fails the same way",
 		UsageText: "reduce --batch crash.bin [flags]\nreduce COMMAND [flags] ARGS",
 		Description: "reduce replays subsets of a recorded batch, each in a fresh process, until it has the\n" +
-			"minimal input that still triggers the same failure, then writes a regression fixture:\n" +
-			"the minimal batch, fixture.json and report.md, in a directory named by op and content\n" +
-			"hash under --out, whose conftest.py (reduce's collector) turns every fixture into tests.\n" +
-			"Progress goes to stderr; the fixture path is the last line of stdout (--json: one JSON\n" +
-			"event per line, the last the summary).\n\n" +
-			"Record a batch with the Python module that `reduce recorder` prints.\n\n" +
+			"minimal input that still triggers the same failure, then writes a regression fixture under\n" +
+			"--out, which reduce's pytest plugin turns into tests. Progress goes to stderr; the fixture\n" +
+			"path is the last line of stdout (--json: one JSON event per line, the last the summary).\n\n" +
 			"Examples:\n" +
 			"   reduce --batch crash.bin                          # reduce with the built-in kernels\n" +
 			"   reduce --batch crash.bin --backend torch --device cuda -j 4\n" +
@@ -58,6 +55,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			recorderCommand(),
 			fixedCommand(),
 			trustCommand(),
+			judgeCommand(),
 		},
 		// Errors are printed and mapped to exit codes by run, not by the
 		// library (which would call os.Exit from inside tests).
@@ -81,74 +79,4 @@ func onUsageError(c *cli.Context, err error, isSubcommand bool) error {
 		help = "reduce " + c.Command.Name + " --help"
 	}
 	return usagef("%v (see %s)", err, help)
-}
-
-// intersperse moves a subcommand's flags ahead of its positional arguments,
-// so `reduce convert in.npz -o out.bin` works: urfave/cli/v2 stops parsing
-// flags at the first positional argument. A "--" ends the flags as usual.
-func intersperse(app *cli.App, args []string) []string {
-	if len(args) < 2 {
-		return args
-	}
-	var cmd *cli.Command
-	at := -1
-	for i := 1; i < len(args); i++ {
-		if !strings.HasPrefix(args[i], "-") {
-			cmd = app.Command(args[i])
-			at = i
-			break
-		}
-		if takesValue(app.Flags, args[i]) {
-			i++
-		}
-	}
-	if cmd == nil {
-		return args
-	}
-	var flags, positional []string
-	rest := args[at+1:]
-	for i := 0; i < len(rest); i++ {
-		a := rest[i]
-		switch {
-		case a == "--":
-			positional = append(positional, rest[i+1:]...)
-			i = len(rest)
-		case strings.HasPrefix(a, "-") && a != "-":
-			flags = append(flags, a)
-			if takesValue(cmd.Flags, a) && i+1 < len(rest) {
-				flags = append(flags, rest[i+1])
-				i++
-			}
-		default:
-			positional = append(positional, a)
-		}
-	}
-	out := append([]string{}, args[:at+1]...)
-	out = append(out, flags...)
-	if len(positional) > 0 {
-		out = append(out, "--")
-		out = append(out, positional...)
-	}
-	return out
-}
-
-// takesValue reports whether arg is a flag of flags that consumes the next
-// argument (it has no "=value" of its own and is not boolean).
-func takesValue(flags []cli.Flag, arg string) bool {
-	name := strings.TrimLeft(arg, "-")
-	if strings.Contains(name, "=") {
-		return false
-	}
-	for _, f := range flags {
-		for _, n := range f.Names() {
-			if n != name {
-				continue
-			}
-			if v, ok := f.(cli.DocGenerationFlag); ok {
-				return v.TakesValue()
-			}
-			return false
-		}
-	}
-	return false
 }

@@ -62,7 +62,7 @@ func TestCompiledCrash(t *testing.T) {
 	// Inductor's check, aborting on several threads, takes no test session
 	// down with it.
 	tests := exec.Command(py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "regress")
-	tests.Dir, tests.Env = proj, env
+	tests.Dir, tests.Env = proj, append(env, testenv.BinaryEnv+"="+bin)
 	got, err := tests.CombinedOutput()
 	require.NoError(t, err, "%s", got)
 	assert.Regexp(t, `\d+ passed.*1 xfailed`, string(got))

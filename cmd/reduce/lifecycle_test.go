@@ -56,7 +56,7 @@ func pytestOutcomes(t *testing.T, proj, dir string) (map[string]string, string) 
 	py := testenv.Python(t, "torch", "pytest")
 	cmd := exec.Command(py, "-m", "pytest", "-v", "-rA", "-p", "no:cacheprovider", dir)
 	cmd.Dir = proj
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+proj)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+proj, testenv.BinaryEnv+"="+reduceBinary(t))
 	out, _ := cmd.CombinedOutput()
 	res := map[string]string{}
 	re := regexp.MustCompile(`(?m)^\S+/fixture\.json::(\S+) (PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR)`)

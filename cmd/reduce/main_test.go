@@ -64,6 +64,7 @@ func (r removingBinary) Run() int {
 	if benchBin != "" {
 		os.RemoveAll(filepath.Dir(benchBin))
 	}
+	testenv.RemoveReduceBinary()
 	return code
 }
 

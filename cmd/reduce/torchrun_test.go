@@ -59,7 +59,7 @@ func TestTorchrunCrash(t *testing.T) {
 	// The fixture's tests replay the step alone too, under pytest in the
 	// project: the minimal batch fails (xfail while open), the others pass.
 	tests := exec.Command(py, "-m", "pytest", "-q", "-p", "no:cacheprovider", outDir)
-	tests.Dir = proj
+	tests.Dir, tests.Env = proj, append(os.Environ(), testenv.BinaryEnv+"="+bin)
 	got, err := tests.CombinedOutput()
 	require.NoError(t, err, "%s", got)
 	assert.Regexp(t, `\d+ passed.*1 xfailed`, string(got))

@@ -70,7 +70,7 @@ func TestTrainerCrashes(t *testing.T) {
 				return
 			}
 			tests := exec.Command(py, "-m", "pytest", "-q", "-p", "no:cacheprovider", outDir)
-			tests.Dir, tests.Env = proj, env
+			tests.Dir, tests.Env = proj, append(env, testenv.BinaryEnv+"="+bin)
 			got, err := tests.CombinedOutput()
 			require.NoError(t, err, "%s", got)
 			assert.Regexp(t, `\d+ passed.*1 xfailed`, string(got))

@@ -47,7 +47,7 @@ func CheckReplay(path string, b *fixtures.Batch, v replay.Verdict, level signatu
 	if v.Launcher != replay.LauncherLocal {
 		c.Launcher, c.JobID, c.Node = string(v.Launcher), v.JobID, v.Node
 	}
-	judge := signature.Judge{Level: level, Volatile: volatileValues(b)}
+	judge := signature.Judge{Level: level, Volatile: regress.VolatileValues(b)}
 	switch {
 	case b.Meta[regress.MetaExpect] == regress.ExpectPass:
 		c.Expect = regress.ExpectPass

@@ -2,7 +2,6 @@ package reduction
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -402,7 +401,7 @@ func run0(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) 
 	if err := regress.CheckCollector(o.Out); err != nil {
 		return nil, collectorError(err) // before any replay: the fixture could not be written
 	}
-	r := &run{o: o, batch: b.WithoutWindow(), full: b, be: be, srcHash: srcHash, source: source, start: time.Now(), judge: signature.Judge{Level: o.Match, Volatile: volatileValues(b)},
+	r := &run{o: o, batch: b.WithoutWindow(), full: b, be: be, srcHash: srcHash, source: source, start: time.Now(), judge: signature.Judge{Level: o.Match, Volatile: regress.VolatileValues(b)},
 		phases: map[Phase]PhaseCount{}, others: map[string]*regress.OtherFailure{}, otherRows: map[string]int{}}
 	if b.Error != nil {
 		s := signature.Recorded(b.Error.Text)
@@ -754,26 +753,6 @@ func (r *run) idsOf(set []int) []string {
 		ids[i] = r.batch.SampleIDs[x]
 	}
 	return ids
-}
-
-// volatileValues are the values of b that a host message may quote
-// (signature.Judge.Volatile): its per-sample strings, and the fresh
-// values the relation probes give them (freshJSON).
-func volatileValues(b *fixtures.Batch) []string {
-	out := []string{"reduce-fresh-1"} // every reduce-fresh-<k> normalizes as this one does
-	for _, path := range b.SampleValues() {
-		leaf := b.Structure.SampleLeaf(path)
-		if leaf == nil {
-			continue
-		}
-		for _, v := range leaf.Values {
-			var s string
-			if json.Unmarshal(v, &s) == nil && s != "" {
-				out = append(out, s)
-			}
-		}
-	}
-	return signature.VolatileValues(out)
 }
 
 // hashFile is the hex SHA-256 of the file at path (trust.Digest's).

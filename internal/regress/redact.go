@@ -65,7 +65,8 @@ const (
 	phURLAuth = "<user>:<password>"
 )
 
-// placeholderRe is any placeholder, as messagePattern skips them.
+// placeholderRe is any placeholder: never redacted again, and any text in a
+// run JudgeRun judges (signature.Judge.Placeholders).
 var placeholderRe = regexp.MustCompile(`<(?:id|user|host|email|token|secret|ip|private key|password)>`)
 
 // isPlaceholder reports whether s is one placeholder, which is never
@@ -338,6 +339,12 @@ type span struct {
 	to         string
 }
 
+// signature redacts the texts of s, as a record holds them (and as a run
+// the plugin reports is judged against them, JudgeRun).
+func (r *redactor) signature(s *signature.Signature) {
+	s.Kernel, s.Expression, s.File, s.Exception = r.text(s.Kernel), r.text(s.Expression), r.text(s.File), r.text(s.Exception)
+}
+
 // text is s redacted: every span the rules find (redactor.spans), the
 // leftmost first and of those the longest, none replaced twice.
 func (r *redactor) text(s string) string { return apply(s, r.spans(s, true)) }
@@ -368,20 +375,6 @@ func secrets(s string) string {
 		spans = append(spans, rule.find(s)...)
 	}
 	return apply(s, pick(spans))
-}
-
-// pattern is a Python regular expression that s, and any text that
-// redacts as s does, matches: s's parts between spans quoted, each span
-// any run of characters.
-func (r *redactor) pattern(s string) string {
-	var parts []string
-	at := 0
-	for _, sp := range r.spans(s, true) {
-		parts = append(parts, regexp.QuoteMeta(s[at:sp.start]))
-		at = sp.end
-	}
-	parts = append(parts, regexp.QuoteMeta(s[at:]))
-	return strings.Join(parts, ".*?")
 }
 
 // spans are the parts of s to replace, in order, none overlapping.
@@ -597,13 +590,10 @@ func wholeWord(s string, i, j int) bool {
 // do), the names stay; the command and the entry the collector runs lose
 // their secrets only (secrets): their paths are needed to run them.
 func (r *redactor) record(rec *Record) {
-	sig := func(s *signature.Signature) {
-		s.Kernel, s.Expression, s.File, s.Exception = r.text(s.Kernel), r.text(s.Expression), r.text(s.File), r.text(s.Exception)
-	}
-	sig(&rec.Signature)
+	r.signature(&rec.Signature)
 	if rec.Recorded != nil {
 		c := *rec.Recorded
-		sig(&c)
+		r.signature(&c)
 		rec.Recorded = &c
 	}
 	rec.ModeReason, rec.Diagnosis, rec.Predates = r.text(rec.ModeReason), r.text(rec.Diagnosis), r.text(rec.Predates)
@@ -649,7 +639,7 @@ func (r *redactor) record(rec *Record) {
 	rec.OtherFailures = slices.Clone(rec.OtherFailures)
 	for i := range rec.OtherFailures {
 		o := &rec.OtherFailures[i]
-		sig(&o.Signature)
+		r.signature(&o.Signature)
 		o.Message = r.text(o.Message)
 	}
 	rec.Source.File = r.text(rec.Source.File)

@@ -91,7 +91,8 @@ func TestCollectorFromElsewhere(t *testing.T) {
 	// the session goes on.
 	shape := write("shape", exampleRegression(t, nil))
 	editRecord(t, shape, func(r map[string]any) { r["boundary"], r["neighbours"] = map[string]any{"x": 1}, []any{1} })
-	// A pattern that backtracks for ever on the message the batch raises.
+	// A pattern that backtracks for ever on the message the batch raises:
+	// never run (reduce judges a run by the signature), the test ends.
 	redos := exampleRegression(t, nil)
 	redos.Record.CPU.Message = ""
 	redos.Record.Signature.Expression = "IndexError: Target N is out of bounds."
@@ -141,7 +142,7 @@ func TestCollectorFromElsewhere(t *testing.T) {
 		"absolute/fixture":               "FAILED",
 		"linkbatch/fixture":              "FAILED",
 		"save/fixture":                   "FAILED",
-		"redos/fixture":                  "FAILED",
+		"redos/minimal_batch":            "XFAIL",
 		"old/fixture":                    "FAILED",
 		"shape/fixture":                  "FAILED",
 	}
@@ -164,7 +165,6 @@ func TestCollectorFromElsewhere(t *testing.T) {
 	assert.NotContains(t, out, "root:x:0", "nothing of a file outside the fixture reaches the report")
 	assert.Contains(t, out, "batch.bin is not a regular file")
 	assert.Contains(t, out, "holds conftest.py: not collected")
-	assert.Contains(t, out, "is none that reduce writes (words joined by .*?)")
 	assert.Contains(t, out, "regenerate it with `reduce --batch 'x.bin; touch PWNED' --out old`")
 	assert.NotContains(t, out, " ERROR", "no collection error")
 	assert.NotContains(t, out, "Interrupted", "the session went on")
@@ -213,7 +213,7 @@ func collectorIn(t *testing.T, env []string, dir string) (map[string]string, str
 	t.Helper()
 	py := testenv.Python(t, "torch", "pytest")
 	cmd := exec.Command(py, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider", ".")
-	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
+	cmd.Dir, cmd.Env = dir, append(append(os.Environ(), testenv.BinaryEnv+"="+testenv.ReduceBinary(t)), env...)
 	out, _ := cmd.CombinedOutput()
 	res := map[string]string{}
 	re := regexp.MustCompile(`(?m)^(\S+)/fixture\.json::(\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)`)

@@ -1,5 +1,10 @@
 package signature
 
+import (
+	"regexp"
+	"strings"
+)
+
 // Outcome is what a replay shows about the failure wanted: a closed set.
 type Outcome int
 
@@ -53,6 +58,11 @@ type Judge struct {
 	// is one failure whichever sample or probe value it names. Made by
 	// VolatileValues.
 	Volatile []string
+	// Placeholders, where Want's texts were redacted (a fixture's record:
+	// internal/regress), match the placeholders the redaction wrote
+	// ("<host>", "<user>"): in Want's expression each stands for any text
+	// of the replay's, which names the host or the user it ran as.
+	Placeholders *regexp.Regexp
 }
 
 // Ruling is a Judge's answer about one replay.
@@ -94,6 +104,9 @@ type Ruling struct {
 func (j Judge) Rule(got Signature) Ruling {
 	want, level := maskVolatile(j.Want, j.Volatile), j.Level
 	got = maskVolatile(got, j.Volatile)
+	if j.Placeholders != nil && redactedMatch(want.Expression, got.Expression, j.Placeholders) {
+		got.Expression = want.Expression
+	}
 	if level == "" {
 		level = MatchStrict
 	}
@@ -133,4 +146,25 @@ func (j Judge) Rule(got Signature) Ruling {
 		return Ruling{Outcome: Passes}
 	}
 	return Ruling{Outcome: OtherFailure}
+}
+
+// redactedMatch reports whether got is want with each placeholder of want
+// (a match of placeholders) standing for any text: the parts between them
+// equal, in order. false when want holds no placeholder.
+func redactedMatch(want, got string, placeholders *regexp.Regexp) bool {
+	spans := placeholders.FindAllStringIndex(want, -1)
+	if len(spans) == 0 || want == got {
+		return false
+	}
+	var b strings.Builder
+	b.WriteString("^(?s)")
+	at := 0
+	for _, sp := range spans {
+		b.WriteString(regexp.QuoteMeta(want[at:sp[0]]))
+		b.WriteString(".*?")
+		at = sp[1]
+	}
+	b.WriteString(regexp.QuoteMeta(want[at:]) + "$")
+	re, err := regexp.Compile(b.String())
+	return err == nil && re.MatchString(got)
 }

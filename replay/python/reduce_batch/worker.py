@@ -26,14 +26,13 @@ import json
 import math
 import os
 import platform
-import re
 import sys
 import types
 
 import reduce_batch as rb
 
 from . import checks, hooks, memory, ops, steps, trust
-from .errors import HarnessError
+from .errors import HARNESS_EXIT, HarnessError
 from .modules import HOOKS_MODULES
 
 # Where this package was imported from (the zip reduce writes beside its launcher, or a folder):
@@ -43,7 +42,6 @@ _HERE = os.path.dirname(os.path.dirname(os.path.abspath(rb.__file__)))
 # package's, as a recorded reduce_hooks:lightning_step does (steps.resolve_step).
 sys.modules.setdefault("reduce_hooks", hooks)
 
-HARNESS_EXIT = 86  # replay.HarnessExitCode: the harness failed, the candidate was never run
 _INT64_MAX = (1 << 63) - 1
 
 
@@ -275,7 +273,7 @@ def replay(path, device="cpu", entry=None, device_memory=0, step=None):
         # another device, that of the same candidate loaded and run again on the CPU (a broken
         # CUDA context leaves the CPU usable), when it fails there too.
         # Not after running out of memory: the host would run the batch too large for the device.
-        oom = isinstance(e, MemoryError) or "out of memory" in str(e).lower()
+        oom = isinstance(e, (MemoryError, getattr(torch.cuda, "OutOfMemoryError", MemoryError)))  # by class, not text
         if fn is None and not isinstance(e, HarnessError) and (torch.device(device).type == "cpu" or not oom):
             cpu = e if torch.device(device).type == "cpu" else _cpu_failure(path, step)
             if cpu is not None:
