@@ -192,11 +192,17 @@ func TestThenRestDeadBranch(t *testing.T) {
 		mu              sync.Mutex
 		dead, abandoned int
 	)
+	// The questions answer only once a dead branch's rest was asked ahead
+	// (or after 50 ms): on a loaded machine answers that come at once could
+	// leave the speculation no free slot, and the test nothing to check.
+	asked := make(chan struct{})
 	o := func(ctx context.Context, c Candidate) (Outcome, error) {
 		if c.Len() == n-1 && c.String() != rest {
 			// Every unit but one that is no culprit: never the question.
 			mu.Lock()
-			dead++
+			if dead++; dead == 1 {
+				close(asked)
+			}
 			mu.Unlock()
 			select {
 			case <-ctx.Done():
@@ -205,6 +211,12 @@ func TestThenRestDeadBranch(t *testing.T) {
 				mu.Lock()
 				abandoned++ // Run waited for it
 				mu.Unlock()
+			}
+		} else {
+			select {
+			case <-asked:
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
 			}
 		}
 		return d.oracle()(ctx, c)
