@@ -111,7 +111,7 @@ func JudgeRun(f *Fixture, run Run) (Verdict, error) {
 		case signature.Reproduces:
 			return Verdict{Outcome: OutcomeRecorded, Why: got.String()}, nil
 		case signature.OtherFailure:
-			return Verdict{Outcome: OutcomeOther, Why: fmt.Sprintf("it fails otherwise than recorded: %s, not %s (match %s)", got, judge.Want, level)}, nil
+			return Verdict{Outcome: OutcomeOther, Why: fmt.Sprintf("%s, where the record has %s (match %s)", got, judge.Want, level)}, nil
 		}
 		return outputsFine(run.Outputs, run.Like), nil
 	}

@@ -40,7 +40,7 @@ func TestJudgeRun(t *testing.T) {
 		{"another target, the same check", regress.Run{Batch: "batch.bin", Exit: failed,
 			Stderr: traceback("IndexError: Target 7 is out of bounds.")}, regress.OutcomeRecorded, ""},
 		{"another failure", regress.Run{Batch: "batch.bin", Exit: failed,
-			Stderr: traceback("RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)")}, regress.OutcomeOther, "fails otherwise than recorded"},
+			Stderr: traceback("RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)")}, regress.OutcomeOther, "RuntimeError: mat1 and mat2 shapes cannot be multiplied (Nx3 and Nx5) [RuntimeError], where the record has host_check(cpu) IndexError"},
 		{"a crash", regress.Run{Batch: "batch.bin", Exit: signature.ExitInfo{Code: -1, Signal: 11}}, regress.OutcomeOther, "SIGSEGV"},
 		{"a timeout", regress.Run{Batch: "batch.bin", Exit: signature.ExitInfo{TimedOut: true}}, regress.OutcomeOther, "timeout"},
 		{"fixed", regress.Run{Batch: "batch.bin", Outputs: []regress.OutputSummary{{DType: "float32", Shape: []int64{}, Finite: true}}},
