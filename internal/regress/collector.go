@@ -85,15 +85,24 @@ func WriteCollector(out string, src []byte) error {
 	if err := CheckCollector(out); err != nil {
 		return err
 	}
-	path := filepath.Join(out, CollectorFile)
-	if have, err := readNoFollow(path); err == nil && bytes.Equal(have, src) {
+	return writeChanged(out, CollectorFile, src, "the collector")
+}
+
+// writeChanged writes data as dir/name, atomically, dir made when missing,
+// unless the file holds these bytes already; what names the file in an
+// error. A symbolic link at dir/name is an error wrapping ErrLink.
+func writeChanged(dir, name string, data []byte, what string) error {
+	path := filepath.Join(dir, name)
+	if have, err := readNoFollow(path); err == nil && bytes.Equal(have, data) {
 		return nil
+	} else if errors.Is(err, ErrLink) {
+		return err
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return fmt.Errorf("write the collector: %w", err)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write %s: %w", what, err)
 	}
-	if err := renameio.WriteFile(path, src, 0o644); err != nil {
-		return fmt.Errorf("write the collector: %w", err)
+	if err := renameio.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", what, err)
 	}
 	return nil
 }
@@ -109,22 +118,10 @@ const VendoredDir = ".reduce"
 // once the conftest.py that names this one is written.
 func WriteVendored(out, name string, data []byte) error {
 	dir := filepath.Join(out, VendoredDir)
-	path := filepath.Join(dir, name)
 	if err := NoLink(dir); err != nil {
 		return err
 	}
-	if have, err := readNoFollow(path); err == nil && bytes.Equal(have, data) {
-		return nil
-	} else if errors.Is(err, ErrLink) {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("write the vendored package: %w", err)
-	}
-	if err := renameio.WriteFile(path, data, 0o644); err != nil {
-		return fmt.Errorf("write the vendored package: %w", err)
-	}
-	return nil
+	return writeChanged(dir, name, data, "the vendored package")
 }
 
 // PruneVendored removes reduce's zips other than name under

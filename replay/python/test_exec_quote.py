@@ -114,3 +114,19 @@ def test_exec_fixture_newline_in_repo(tmp_path, exec_fixture):
     ran, e = fx.run("batch.bin")
     assert isinstance(e, rb.child.ChildFailure) and ran["exit"] == {"code": 1}
     assert rb.plugin.judge(fx, ran)[0] == "recorded"
+
+
+def test_exec_fixture_timeout(tmp_path, exec_fixture):
+    """A command that gives no answer is killed with what it started, and is a timeout (what reduce
+    judges), not the plugin's own error."""
+    import time
+
+    marker = tmp_path / "grandchild"
+    fx = exec_fixture(os.path.join(tmp_path, "fx"), ["sh", "-c", f"(sleep 3; touch {marker}) & sleep 60", "{batch}"])
+    start = time.monotonic()
+    with pytest.raises(rb.child.ChildFailure) as info:
+        fx._run_command("batch.bin", timeout=1)
+    assert info.value.timed_out and info.value.exit() == {"code": -1, "timed_out": True}
+    assert time.monotonic() - start < 30
+    time.sleep(4)
+    assert not marker.exists(), "the command's child outlived its timeout"

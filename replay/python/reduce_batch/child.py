@@ -1,5 +1,6 @@
 """reduce_batch.child: replays in a child process: run_in_child, and what a child's failure was."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -31,8 +32,8 @@ class ChildFailure(Exception):
             head = f"the child process ended by signal {_signal_name(-returncode)}"
         else:
             head = f"the child process exited {returncode}"
-        tail = _tail(stderr)
-        Exception.__init__(self, head + ("\n--- the end of its stderr ---\n" + tail if tail else
+        end = tail(stderr)
+        Exception.__init__(self, head + ("\n--- the end of its stderr ---\n" + end if end else
                                          "\n(its stderr is empty)"))
 
     def exit(self):
@@ -40,7 +41,8 @@ class ChildFailure(Exception):
         return {"code": -1, "timed_out": True} if self.timed_out else {"code": self.returncode}
 
 
-def _tail(text, lines=40, chars=4000):
+def tail(text, lines=40, chars=4000):
+    """The end of a process's output, as a failure's text shows it: its last lines, at most chars."""
     out = "\n".join(text.rstrip().splitlines()[-lines:])
     return out if len(out) <= chars else "..." + out[-chars:]
 
@@ -105,32 +107,34 @@ def run_in_child(path, device="cpu", entry=None, device_memory=0, timeout=900, s
            *trust, os.path.abspath(os.fspath(path)), str(device), entry or "",
            str(int(device_memory or 0)), "" if seed is None else str(int(seed))]
     env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1", AMD_SERIALIZE_KERNEL="3", REDUCE_REPLAY="1")
-    # A session of its own: a timeout kills the child with whatever it started (loader workers).
-    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                         start_new_session=True)
-    timed_out = False
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except BaseException as e:  # the timeout, or Ctrl-C in the test run: the child goes too
-        import signal
-
-        timed_out = isinstance(e, subprocess.TimeoutExpired)
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        out, err = p.communicate()
-        if not timed_out:
-            raise
-    stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
-    if timed_out:
-        raise ChildFailure(None, stderr, timed_out=True)
-    if p.returncode == 0:
+    returncode, stdout, stderr = run_process(cmd, env, timeout)
+    if returncode == 0:
         for line in reversed(stdout.splitlines()):
             if line.startswith(_SUMMARY_LINE):
                 return json.loads(line[len(_SUMMARY_LINE):])
         raise HarnessError("the child process exited 0 without its summary line (did the step exit the "
-                           f"process?); its stderr ends:\n{_tail(stderr)}")
-    if p.returncode == HARNESS_EXIT:
-        raise HarnessError(f"the batch could not run in the child process; its stderr ends:\n{_tail(stderr)}")
-    raise ChildFailure(p.returncode, stderr)
+                           f"process?); its stderr ends:\n{tail(stderr)}")
+    if returncode == HARNESS_EXIT:
+        raise HarnessError(f"the batch could not run in the child process; its stderr ends:\n{tail(stderr)}")
+    raise ChildFailure(returncode, stderr)
+
+
+def run_process(argv, env, timeout):
+    """Run argv with env in a session of its own, its stdin empty, and return (exit status, stdout,
+    stderr as text). ChildFailure when it gives no answer within `timeout` seconds: then its process
+    group is killed, with whatever it started (loader workers, a shell's children), as it is on
+    Ctrl-C in the test run, which goes on."""
+    import signal
+
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except BaseException as e:  # the timeout, or Ctrl-C: the process goes too
+        with contextlib.suppress(OSError):
+            os.killpg(p.pid, signal.SIGKILL)
+        _, err = p.communicate()
+        if not isinstance(e, subprocess.TimeoutExpired):
+            raise
+        raise ChildFailure(None, err.decode("utf-8", "replace"), timed_out=True) from None
+    return p.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")

@@ -22,7 +22,7 @@ from .checks import (
     sample_value,
     summarize,
 )
-from .child import ChildFailure, run_in_child
+from .child import ChildFailure, run_in_child, run_process, tail
 from .errors import HarnessError
 from .failure import DifferentFailure, RecordedFailure
 from .fileformat import torch_module
@@ -273,10 +273,6 @@ def judge(fx, ran):
     return outcome, str(verdict.get("why", ""))
 
 
-def _tail(text, lines=30):
-    return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
 class FixtureError(Exception):
     """A fixture.json that this collector cannot run: an older or newer layout, a bad field."""
 
@@ -451,29 +447,17 @@ class Fixture:
         return ran, None
 
     def _run_command(self, name, timeout=900):
-        """Run the user's command of an exec fixture on a batch: ChildFailure when it does not exit 0
-        (its exit status and stderr are what is judged: its outputs are its own), or gives no answer
-        within `timeout` seconds (then its process group is killed)."""
-        import signal
-
+        """Run the user's command of an exec fixture on a batch (run_process): ChildFailure when it
+        does not exit 0 or gives no answer within `timeout` seconds (its exit status and stderr are
+        what is judged: its outputs are its own)."""
         try:
             argv = exec_argv(self.args, self.path(os.path.splitext(name)[0] + self.ext))
         except ValueError as e:
             raise FixtureError(f"{self.rel}/fixture.json: replay_args {self.args!r}: {e}") from None
         env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1", AMD_SERIALIZE_KERNEL="3", PYTHONUNBUFFERED="1")
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                             start_new_session=True)
-        try:
-            _, err = p.communicate(timeout=timeout)
-        except BaseException as e:  # the timeout, or Ctrl-C in the test run: the command goes, with its children
-            with contextlib.suppress(OSError):
-                os.killpg(p.pid, signal.SIGKILL)
-            _, err = p.communicate()
-            if not isinstance(e, subprocess.TimeoutExpired):
-                raise
-            raise ChildFailure(None, err.decode("utf-8", "replace"), timed_out=True) from None
-        if p.returncode != 0:
-            raise ChildFailure(p.returncode, err.decode("utf-8", "replace"))
+        returncode, _, stderr = run_process(argv, env, timeout)
+        if returncode != 0:
+            raise ChildFailure(returncode, stderr)
 
     def check_minimal(self):
         """The minimal batch runs (as many trials as the failure needed to show), and reduce judges
@@ -496,7 +480,7 @@ class Fixture:
             raise RecordedFailure(f"the minimal batch fails as recorded: {why}") from e
         if outcome != "pass":
             raise DifferentFailure(f"the minimal batch fails otherwise than recorded: {why}" + (
-                "\n" + _tail(ran.get("stderr", "")) if ran.get("stderr") else "")) from e
+                "\n" + tail(ran.get("stderr", "")) if ran.get("stderr") else "")) from e
 
     def check_passing(self, name, outputs):
         """A batch that passes runs, before and after the fix, and reduce judges it: with the
@@ -509,7 +493,7 @@ class Fixture:
         outcome, why = judge(self, ran)
         if outcome != "pass":
             raise AssertionError(f"the batch {name}, which passed when reduce wrote the fixture: {why}" + (
-                "\n" + _tail(ran.get("stderr", "")) if ran.get("stderr") else "")) from e
+                "\n" + tail(ran.get("stderr", "")) if ran.get("stderr") else "")) from e
 
     def data_cases(self):
         """The data tests' cases: each triggering element of the culprit samples with the rule found
