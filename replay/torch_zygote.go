@@ -574,6 +574,10 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data zygoteInpu
 	// died is the verdict of a request whose zygote died before its child
 	// exited: res.Err is nil, or says so (errZygoteDied).
 	died := func(res Result) (Verdict, bool, error) {
+		// Its calls are marked gone just before the zygote counts as dead:
+		// waited for, so that the retry starts a new zygote rather than
+		// meet this one again (zygoteLocked).
+		<-z.dead
 		if res.Err == nil {
 			res.Err = errZygoteDied
 		}
