@@ -114,6 +114,10 @@ type Options struct {
 	// Untrusted is why the file is not the user's, for ForBatch's error
 	// ("not in your trust store ...; not committed in ...").
 	Untrusted string
+	// Command is a recorded command (fixtures.Batch.Command) the exec
+	// backend replays, the candidate handed over in place of its first
+	// batch; ForBatch sets it for a batch that records one.
+	Command *fixtures.Command
 	// Replay is the exec backend's command (--replay), split into words
 	// like a shell does (see SplitCommand); {batch} in it is replaced by
 	// the candidate file's path.
@@ -543,6 +547,17 @@ func (o Options) ForBatch() (Options, error) {
 	}
 	if b.Op == "" && o.Step == nil {
 		o.Step, o.StepClass = b.Step, b.StepClass()
+	}
+	if c, err := b.Command(); err != nil {
+		return o, fmt.Errorf("%s: %w", o.File, err)
+	} else if c != nil && o.Step == nil && o.Entry == "" && o.Replay == "" && (o.Kind == "" || o.Kind == KindExec) {
+		if !o.Trusted {
+			return o, fmt.Errorf("%s: %w: the file names a command to run, and it is not yours (%s). It would run %s. A batch file from someone else runs nothing it names: read it (reduce inspect %s), then allow it once with `reduce trust %s`; or replay it with a command of yours, --replay 'CMD {batch}'",
+				o.File, ErrUntrusted, o.untrusted(), strings.Join(b.Runs(), ", "), fixtures.ShellQuote(o.File), fixtures.ShellQuote(o.File))
+		}
+		o.Kind, o.Command = KindExec, c
+		o.notice("the candidate replaces " + c.Handed() + "; it passes once its step completed")
+		return o, nil
 	}
 	kind, chosenBy, err := KindFor(o)
 	if err != nil {

@@ -39,10 +39,16 @@ type execBackend struct {
 	env    []string
 	set    Settings
 	warm   *torchBackend // nil: every candidate runs the command itself (cold)
-	closed atomic.Bool
+	// A recorded command's (newCommandBackend): its directory, and the
+	// startup hook's directory and the PYTHONPATH that holds it.
+	dir, hook, pythonPath string
+	closed                atomic.Bool
 }
 
 func newExecBackend(o Options) (Backend, error) {
+	if o.Command != nil {
+		return newCommandBackend(o)
+	}
 	if strings.TrimSpace(o.Replay) == "" {
 		return nil, fmt.Errorf("replay: --backend exec needs --replay 'CMD ... %s'", BatchArg)
 	}
@@ -109,6 +115,9 @@ type pythonProgram struct {
 	noPyc  bool     // -B
 	file   string   // the candidate's file name in its run directory
 	warm   []string // --warm-import
+	// handover: a recorded command, which is its own fork server
+	// (newCommandBackend); the fields above but file are unused.
+	handover *handoverProgram
 }
 
 // zygoteArgs say what the zygote's children run (reduce_replay.py zygote
@@ -238,6 +247,7 @@ func (e *execBackend) Replay(ctx context.Context, v *fixtures.View) (Verdict, er
 		Path:    e.path,
 		Args:    e.args,
 		Env:     e.env,
+		Dir:     e.dir,
 		Streams: map[string]func(io.Writer) error{e.file: data},
 		Foreign: true,
 	})
@@ -255,6 +265,9 @@ func (e *execBackend) Close() error {
 	}
 	err = errors.Join(err, e.release())
 	sweep("") // a stray re-parented after its replay's sweep
+	if e.hook != "" {
+		err = errors.Join(err, os.RemoveAll(e.hook))
+	}
 	return err
 }
 

@@ -727,3 +727,25 @@ func firstLine(b []byte) string {
 	s, _, _ := strings.Cut(string(b), "\n")
 	return s
 }
+
+// FlagQueueTimeout is --queue-timeout for Options.QueueTimeout: zero (the
+// option unset) unless the user gave it, so that the local launcher does not
+// reject a default it was never given; a given 0 is no bound (-1).
+func FlagQueueTimeout(given bool, v time.Duration) time.Duration {
+	switch {
+	case !given:
+		return 0
+	case v == 0:
+		return -1
+	}
+	return v
+}
+
+// FlagRetries is --retries for Options.Retries, where 0 means the default
+// and negative none: a given 0 or less is none.
+func FlagRetries(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}

@@ -168,6 +168,11 @@ func startZygote(t *torchBackend) (*zygote, error) {
 	args := []string{t.module, "zygote", "--device", t.device, "--slots", strconv.Itoa(len(t.slotEnv)), "--slot-env", string(slotEnv)}
 	args = append(append(args, t.entryArgs()...), t.memoryArgs()...)
 	cmd := exec.Command(t.python, args...)
+	started := zygoteStart
+	if h := t.program.handoverOf(); h != nil { // the recorded command serves from its first batch
+		cmd, started = exec.Command(t.python, h.argv...), handoverStart
+		cmd.Dir = h.dir
+	}
 	cmd.Env = MergeEnv(t.runner.environ(), t.env)
 	var pipes [6]*os.File // in r/w, out r/w, err r/w
 	for i := 0; i < 6; i += 2 {
@@ -207,7 +212,7 @@ func startZygote(t *torchBackend) (*zygote, error) {
 	go z.readStderr(pipes[4])
 	go z.readEvents(pipes[2])
 
-	timer := time.NewTimer(zygoteStart)
+	timer := time.NewTimer(started)
 	defer timer.Stop()
 	fail := func(format string, a ...any) (*zygote, error) {
 		z.stop()
@@ -223,7 +228,7 @@ func startZygote(t *torchBackend) (*zygote, error) {
 	case <-z.dead:
 		return fail("replay: --python %s: the torch zygote exited at start", t.python)
 	case <-timer.C:
-		return fail("replay: --python %s: the torch zygote did not start within %v", t.python, zygoteStart)
+		return fail("replay: --python %s: the torch zygote did not start within %v", t.python, started)
 	}
 	if hello.Error != "" {
 		_, err := fail("replay: --python %s: %s", t.python, hello.Error)

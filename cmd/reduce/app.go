@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 
 	"github.com/urfave/cli/v2"
@@ -14,7 +15,7 @@ import (
 func run(args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
 	err := app.Run(cliargs.Intersperse(app, args))
-	if err != nil {
+	if err != nil && !errors.Is(err, errQuiet) {
 		report(stderr, err)
 	}
 	return exitCode(err)
@@ -52,6 +53,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			inspectCommand(),
 			convertCommand(),
 			replayCommand(),
+			recordCommand(),
 			recorderCommand(),
 			fixedCommand(),
 			trustCommand(),

@@ -32,6 +32,10 @@ func (e *exitError) ExitCode() int { return e.code }
 
 var _ cli.ExitCoder = (*exitError)(nil)
 
+// errQuiet is an exit status with nothing to say (reduce record's, the
+// command's own).
+var errQuiet = errors.New("")
+
 // usageErr marks err as bad usage or bad input (exit 2).
 func usageErr(err error) error {
 	if err == nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -79,7 +78,7 @@ func newBackend(c *cli.Context, path string, b *fixtures.Batch, v trust.Verdict)
 			}
 		},
 		Launcher: replay.Launcher(c.String("launcher")), SlurmArgs: c.String("slurm-args"), SharedDir: c.String("shared-dir"),
-		QueueTimeout: slurmFlag(c, "queue-timeout", c.Duration("queue-timeout")), Retries: retriesFlag(c),
+		QueueTimeout: replay.FlagQueueTimeout(c.IsSet("queue-timeout"), c.Duration("queue-timeout")), Retries: replay.FlagRetries(c.Int("retries")),
 	}.ForBatch()
 	if err != nil {
 		return nil, usageErr(err)
@@ -97,29 +96,6 @@ func newBackend(c *cli.Context, path string, b *fixtures.Batch, v trust.Verdict)
 		return nil, usageErr(err)
 	}
 	return be, nil
-}
-
-// slurmFlag is a slurm launcher flag's value for replay.Options: zero (the
-// option unset) unless the user gave it, so that the local launcher does
-// not reject a default it was never given.
-func slurmFlag(c *cli.Context, name string, v time.Duration) time.Duration {
-	if !c.IsSet(name) {
-		return 0
-	}
-	if v == 0 {
-		return -1 // --queue-timeout 0: no bound
-	}
-	return v
-}
-
-// retriesFlag is --retries for replay.Options, where 0 means the default
-// and negative none.
-func retriesFlag(c *cli.Context) int {
-	n := c.Int("retries")
-	if n <= 0 {
-		return -1
-	}
-	return n
 }
 
 func replayCommand() *cli.Command {

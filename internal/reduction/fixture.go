@@ -252,6 +252,9 @@ func (r *run) regression(f Finding, k int, culprits []regress.Culprit) *regress.
 		Source:      regress.RecordSource{File: filepath.Base(r.o.Source), Hash: "sha256:" + r.srcHash, Samples: r.batch.Samples, Ranks: r.o.Ranks},
 		Environment: r.environment(set), Attrs: r.batch.Attrs, Entry: set.Entry, Step: set.Step, Shape: f.Shape,
 	}
+	if r.batch.DatasetIndices() {
+		rec.IDKind = fixtures.MetaDatasetIndex
+	}
 	if rs := (regress.ReplaySettings{DeviceMemory: set.DeviceMemory, Seed: set.Seed}); rs.DeviceMemory > 0 || rs.Seed != nil || r.o.Trials > 1 {
 		if r.o.Trials > 1 {
 			rs.Trials = r.o.Trials
@@ -395,7 +398,7 @@ func collectorError(err error) error {
 
 // Culprit is the finding as the record and the summary list it.
 func (f Finding) Culprit(dir string) regress.Culprit {
-	c := regress.Culprit{Indices: f.Indices, IDs: f.IDs, Elements: []regress.Element{}, Fixture: dir, Relation: f.Relation}
+	c := regress.Culprit{Indices: f.Indices, IDs: f.IDs, Wrapped: f.Wrapped, Elements: []regress.Element{}, Fixture: dir, Relation: f.Relation}
 	if c.IDs == nil {
 		c.IDs = []string{}
 	}

@@ -126,6 +126,8 @@ func errorf(kind error, format string, args ...any) error {
 
 // Result is what a reduction found and wrote.
 type Result struct {
+	// IDKind says what the findings' IDs are (regress.Record.IDKind).
+	IDKind string
 	// Want is the failure kept; Recorded the recorded one's signature, nil
 	// when the batch recorded none.
 	Want     signature.Signature
@@ -192,6 +194,9 @@ type Finding struct {
 	// Indices are positions in the original batch, IDs their sample ids.
 	Indices []int
 	IDs     []string
+	// Wrapped are the IDs' indices in the dataset a Subset wraps, where
+	// they are dataset indices (fixtures.Batch.WrappedIDs).
+	Wrapped []string
 	// Elements are the triggering elements, each with its boundary.
 	Elements []Element
 	// Batch is the minimal failing batch; Boundary the same with every
@@ -479,6 +484,9 @@ func run0(ctx context.Context, b *fixtures.Batch, be replay.Backend, o Options) 
 		r.journal.close(false)
 		return nil, err
 	}
+	for i := range found { // a Subset's dataset indices, named with the indices in the dataset it wraps
+		found[i].Wrapped = r.batch.WrappedIDs(found[i].Indices)
+	}
 	dirs, err := r.writeFixtures(found)
 	r.journal.close(err == nil && !interrupted)
 	if err != nil {
@@ -501,6 +509,9 @@ func (r *run) result(found []Finding, dirs []string, partial bool) *Result {
 	res := &Result{Want: r.judge.Want, Recorded: r.recorded, Ranks: r.o.Ranks, Message: r.message, Predates: r.history, Compiled: r.compiled, WantNote: r.wantNote, Mode: r.mode, ModeReason: r.modeReason, Size: r.size,
 		Findings: found, Fixtures: dirs, Phases: maps.Clone(r.phases), OtherFailures: r.otherFailures(),
 		Launch: replay.Provenance(r.be), Seconds: time.Since(r.start).Seconds(), Partial: partial}
+	if r.batch.DatasetIndices() {
+		res.IDKind = fixtures.MetaDatasetIndex
+	}
 	for _, pc := range r.phases {
 		res.Replays += pc.Replays
 		res.Resumed += pc.Resumed

@@ -123,7 +123,7 @@ func (res *Result) writeText(w io.Writer) {
 			continue
 		}
 		if res.Mode != ModeSize {
-			fmt.Fprintln(w, strings.TrimSpace(fmt.Sprintf("culprit: samples %v %s", f.Indices, strings.Join(f.IDs, " "))))
+			fmt.Fprintln(w, strings.TrimSpace(fmt.Sprintf("culprit: samples %v %s", f.Indices, fixtures.NameIDs(res.IDKind, f.IDs, f.Wrapped))))
 		}
 		if f.Relation != nil {
 			fmt.Fprintf(w, "  relation: %s (equal values fail; either one changed to a value found nowhere in the batch passes)\n", f.Relation.Text)

@@ -119,7 +119,7 @@ def run_in_child(path, device="cpu", entry=None, device_memory=0, timeout=900, s
     raise ChildFailure(returncode, stderr)
 
 
-def run_process(argv, env, timeout):
+def run_process(argv, env, timeout, cwd=None):
     """Run argv with env in a session of its own, its stdin empty, and return (exit status, stdout,
     stderr as text). ChildFailure when it gives no answer within `timeout` seconds: then its process
     group is killed, with whatever it started (loader workers, a shell's children), as it is on
@@ -127,7 +127,7 @@ def run_process(argv, env, timeout):
     import signal
 
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                         start_new_session=True)
+                         start_new_session=True, cwd=cwd)
     try:
         out, err = p.communicate(timeout=timeout)
     except BaseException as e:  # the timeout, or Ctrl-C: the process goes too

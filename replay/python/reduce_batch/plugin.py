@@ -11,7 +11,7 @@ import sys
 
 import reduce_batch
 
-from . import steps
+from . import command, steps
 from .checks import (
     check_distinct,
     check_sample_rule,
@@ -332,6 +332,7 @@ class Fixture:
                         + (r.get("neighbours") or [])]
         self.compare = r.get("size") is None and r.get("shape") is None and bool(r.get("boundary"))
         self.files = fixture_files(self.dir, r, self.rel)
+        self.command = None  # a recorded command's (reduce record): the batch's meta
         self.trust = self._trust()
 
     def _trust(self):
@@ -348,6 +349,14 @@ class Fixture:
                     m = reduce_batch.read_manifest(self.path(name))[0]
                 except (OSError, reduce_batch.BatchFileError) as e:
                     raise FixtureError(f"{self.rel}/{name}: {e}") from e
+                if self.exec and name == "batch.bin" and (m.get("meta") or {}).get("command"):
+                    try:  # a recorded command's (reduce record): run as its replays ran, by the startup hook
+                        self.command = json.loads(m["meta"]["command"])
+                        cmd = self.command
+                        runs.append("the recorded command {} (in {})".format(
+                            shlex.join([cmd["executable"], *cmd["argv"]]), cmd.get("cwd")))
+                    except (ValueError, KeyError, TypeError) as e:
+                        raise FixtureError(f"{self.rel}/{name}: its recorded command: {e}") from e
                 step = m.get("step") if not m.get("op") and isinstance(m.get("step"), dict) else None
                 what = step and "the step {}:{} (file {})".format(step.get("module"), step.get("qualname"),
                                                                   step.get("file") or "none recorded")
@@ -450,6 +459,19 @@ class Fixture:
         """Run the user's command of an exec fixture on a batch (run_process): ChildFailure when it
         does not exit 0 or gives no answer within `timeout` seconds (its exit status and stderr are
         what is judged: its outputs are its own)."""
+        if self.command is not None:
+            import shutil
+            import tempfile
+
+            scratch = tempfile.mkdtemp(prefix="reduce-fixture-")
+            try:
+                argv, cwd, env = command.fixture_run(self.command, self.path(name), scratch)
+                returncode, _, stderr = run_process(argv, env, timeout, cwd=cwd)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            if returncode != 0:
+                raise ChildFailure(returncode, stderr)
+            return
         try:
             argv = exec_argv(self.args, self.path(os.path.splitext(name)[0] + self.ext))
         except ValueError as e:
@@ -504,7 +526,7 @@ class Fixture:
             return self._cases
         r, self._cases = self.record, ([], [])
         culprits, k = r.get("culprits") or [], r.get("finding") or 0
-        if len(culprits) <= k or r.get("partial") or (self.exec and not self.args):
+        if len(culprits) <= k or r.get("partial") or (self.exec and not self.args and self.command is None):
             return self._cases
         c = culprits[k]
         ids, indices = c.get("ids") or [], c.get("indices") or []
@@ -740,7 +762,7 @@ if pytest is not None:
                 yield BrokenFixture.from_parent(self, name="fixture", error=e)
                 return
             yield MinimalBatch.from_parent(self, name="minimal_batch", fixture=fx)
-            if fx.exec and not fx.args:
+            if fx.exec and not fx.args and fx.command is None:
                 return
             for name, outputs in fx.passing:
                 yield PassingBatch.from_parent(self, name=f"passing_batch[{name}]", fixture=fx, batch=name,
@@ -791,7 +813,7 @@ if pytest is not None:
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
             fx = self.fixture
-            if fx.exec and not fx.args:
+            if fx.exec and not fx.args and fx.command is None:
                 self.add_marker(pytest.mark.skip(reason="the batch was reduced with a command of the user's own, and "
                                                         "the record does not say which"))
             elif fx.no_device():

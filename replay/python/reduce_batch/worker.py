@@ -630,6 +630,35 @@ def _children_of(ppid):
     return out
 
 
+_HANDOVER = "handover"  # the program of a recorded command's fork server: its children go on with the program
+
+
+class _Resume(BaseException):  # raised in a recorded command's child, through the zygote's frames, to serve_handover
+    def __init__(self, req):
+        super().__init__(req)
+        self.req = req
+
+
+def serve_handover(proto_in, proto_out, slots, why=""):
+    """A recorded command's replay, at the handover of its first batch (reduce_batch.command): this process becomes
+    the fork server, and returns only in a child, with its request (the candidate's "path"). Torch runs on one thread
+    in a child: GNU OpenMP's pool, used before the fork, hangs a child's first parallel op."""
+    import torch
+
+    hello = {"event": "hello", "pid": os.getpid(), "python": platform.python_version(), "executable": sys.executable,
+             "device": "cpu", "torch": str(torch.__version__)}
+    if why:
+        hello["error"] = "the recorded command cannot fork at its first batch: " + why
+    _write_all(proto_out, (json.dumps(hello, sort_keys=True) + "\n").encode())
+    if why:
+        os._exit(HARNESS_EXIT)
+    try:
+        _Zygote("cpu", None, slots, [], proto_in, proto_out, program=_HANDOVER, threads=1).run()
+    except _Resume as r:
+        return r.req
+    os._exit(0)  # reduce closed the protocol: every child is gone
+
+
 class _Child:
     def __init__(self, pid, slot, req_w, status_r):
         self.pid = pid
@@ -753,7 +782,9 @@ class _Zygote:
                 except BaseException:
                     pass
             finally:
-                os._exit(code)
+                if not isinstance(code, _Resume):
+                    os._exit(code)
+            raise code  # a recorded command's child: back into the program (serve_handover)
         os.close(req_r)
         os.close(st_w)
         try:
@@ -840,6 +871,8 @@ class _Zygote:
             sys.stderr.write("reduce_batch: harness: cannot initialize device %s\n" % self.device)
             _flush()
             return HARNESS_EXIT
+        if self.program is _HANDOVER:
+            return _Resume(req)
         if self.program is not None:
             return _run_program(self.program, req.get("run_dir") or os.path.dirname(req["path"]))
         what = req.get("plan") or req.get("path")

@@ -1,0 +1,189 @@
+"""reduce_batch.command, the startup hook of `reduce record -- COMMAND` and of its replays, run as reduce runs it:
+programs of our own in a fresh interpreter with reduce's sitecustomize first on PYTHONPATH."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import require
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# A training program: a DataLoader over a Dataset (or a random_split Subset of it) whose item BAD has a label past the
+# classes; LOOP says how the loop takes its batches.
+PROGRAM = """
+import sys
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset, random_split
+
+BAD, WORKERS, SUBSET, LOOP = {bad}, {workers}, {subset}, {loop!r}
+
+
+class Items(Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        if LOOP == "loader_error" and i == BAD:
+            raise KeyError("the loader's own error")
+        return torch.full((3,), float(i)), torch.tensor(9 if i == BAD else i % 3)
+
+
+torch.manual_seed(0)
+ds = Items()
+if SUBSET:
+    ds, _ = random_split(ds, [48, 16], generator=torch.Generator().manual_seed(1))
+loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=WORKERS)
+w = torch.nn.Linear(3, 3)
+opt = torch.optim.SGD(w.parameters(), lr=0.0)
+for epoch in range(2):
+    if LOOP == "ahead":  # the next batch fetched before the backward; the step sees copies
+        it = iter(loader)
+        x, y = next(it)
+        for nxt in it:
+            loss = F.cross_entropy(w(x.clone()), y.clone())
+            x, y = nxt
+            loss.backward()
+            opt.step()
+    else:
+        for x, y in loader:
+            F.cross_entropy(w(x), y).backward()
+            opt.step()
+print("done")
+"""
+
+
+def hooked(tmp_path, conf, env_name):
+    """The environment reduce gives a command: its sitecustomize and the package first on PYTHONPATH."""
+    from reduce_batch import command
+
+    hook = tmp_path / "hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(command.SITECUSTOMIZE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hook), HERE]), **{env_name: json.dumps(conf)})
+    env.pop("REDUCE_REPLAY", None)
+    return env
+
+
+def record(tmp_path, **kw):
+    require("torch", "python3-torch")
+    kw = dict({"bad": 37, "workers": 0, "subset": False, "loop": "plain"}, **kw)
+    (tmp_path / "train.py").write_text(PROGRAM.format(**kw))
+    out = tmp_path / "crash.bin"
+    env = hooked(tmp_path, {"out": str(out), "hook_dir": str(tmp_path / "hook")}, "REDUCE_RECORD")
+    p = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    return p, out
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("loop", ["plain", "ahead"])
+def test_records_the_failing_step_by_dataset_index(tmp_path, workers, loop):
+    """The batch whose step raised, named by the batch sampler's indices: with worker processes (which fetch
+    ahead), and in a loop that fetches the next batch before its backward and steps on copies (no frame holds
+    the loader's tensors: the steps completed say which batch it was)."""
+    import reduce_batch
+
+    p, out = record(tmp_path, workers=workers, loop=loop)
+    assert p.returncode == 1, p.stderr
+    assert "IndexError" in p.stderr and "reduce: recorded the batch whose step raised" in p.stderr, p.stderr
+    b = reduce_batch.load(str(out))
+    m = reduce_batch.read_manifest(str(out))[0]
+    assert "37" in m["sample_ids"], m["sample_ids"]
+    assert m["meta"]["sample_ids"] == "dataset index"
+    row = m["sample_ids"].index("37")
+    assert int(b.data[1][row]) == 9 and float(b.data[0][row][0]) == 37.0  # the ids are the samples' own
+    cmd = json.loads(m["meta"]["command"])
+    assert cmd["argv"] == ["train.py"] and cmd["cwd"] == str(tmp_path) and cmd["grad"] is True
+    assert cmd["loader"].endswith("Items:64") and "train.py" in cmd["entries"]
+    assert json.loads(m["meta"]["batch_position"])["epoch"] == 0
+
+
+def test_subset_names_the_wrapped_index(tmp_path):
+    """Through random_split's Subset: the Subset's index is the id, the wrapped dataset's is in batch_position."""
+    import reduce_batch
+
+    p, out = record(tmp_path, subset=True)
+    assert p.returncode == 1, p.stderr
+    m = reduce_batch.read_manifest(str(out))[0]
+    wrapped = json.loads(m["meta"]["batch_position"])["wrapped"]
+    assert 37 in wrapped, wrapped
+    sub = json.loads(m["meta"]["command"])["loader"]
+    assert sub.endswith("Subset:48"), sub
+
+
+def test_loader_error_records_nothing(tmp_path):
+    """An error the DataLoader raised making a batch is no step's: nothing is recorded, and it is said."""
+    p, out = record(tmp_path, loop="loader_error")
+    assert p.returncode == 1 and "KeyError" in p.stderr, p.stderr
+    assert "raised by the DataLoader" in p.stderr
+    assert not out.exists()
+
+
+def test_no_crash_writes_nothing(tmp_path):
+    p, out = record(tmp_path, bad=1000)
+    assert p.returncode == 0 and "done" in p.stdout, p.stderr
+    assert not out.exists()
+
+
+def test_chains_the_sitecustomize_it_shadows(tmp_path):
+    """The sitecustomize that was first before reduce's (Debian's, a virtual environment's) still runs, once."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os\nos.environ['CHAINED'] = os.environ.get('CHAINED', '') + 'x'\n")
+    env = hooked(tmp_path, {"out": str(tmp_path / "c.bin")}, "REDUCE_RECORD")
+    env["PYTHONPATH"] += os.pathsep + str(other)
+    p = subprocess.run([sys.executable, "-c", "import os, sitecustomize; print(os.environ['CHAINED'], "
+                        "sitecustomize.__file__)"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    chained, first = p.stdout.split()
+    assert chained == "x" and first == str(tmp_path / "hook" / "sitecustomize.py")
+
+
+@pytest.mark.parametrize("loop", ["plain", "ahead"])
+def test_handover_replay(tmp_path, loop):
+    """A replay (cold): the candidate replaces the recorded loader's first batch; its step completed, the process
+    exits 0 at once, saying so; a failing candidate fails as the program prints it; the run's outputs land in a
+    scratch directory, not in the recorded one."""
+    import reduce_batch
+    from reduce_batch import command
+
+    p, out = record(tmp_path, loop=loop)
+    assert p.returncode == 1, p.stderr
+    cmd = json.loads(reduce_batch.read_manifest(str(out))[0]["meta"]["command"])
+    b = reduce_batch.load(str(out))
+    row = list(b.manifest["sample_ids"]).index("37")
+    for keep, want in ((row, 1), ((row + 1) % 4, 0)):  # the recorded batch: 4 samples
+        cand = tmp_path / f"cand{keep}.bin"
+        reduce_batch.save(str(cand), (b.data[0][keep:keep + 1], b.data[1][keep:keep + 1]))
+        scratch = tmp_path / f"run{keep}"
+        scratch.mkdir()
+        env = hooked(tmp_path, {"command": cmd, "batch": str(cand), "scratch": str(scratch)}, "REDUCE_HANDOVER")
+        r = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == want, r.stderr
+        assert (command.PASSED in r.stderr) == (want == 0), r.stderr
+        assert "done" not in r.stdout  # it ended at the candidate's step, not the program's end
+        here = scratch / "root" / os.path.relpath(os.path.realpath(tmp_path), os.sep)
+        assert (here / "train.py").is_symlink() and (here / ".." / tmp_path.name).is_dir()
+        assert sorted(os.listdir(here)) == ["hook", "train.py"]  # as it was: no crash.bin
+
+
+def test_startup_imports_no_torch():
+    """Every Python process of the command runs the hook: it costs no torch import."""
+    p = subprocess.run([sys.executable, "-c", "import sys, reduce_batch.command as c; c.install(); "
+                        "print('torch' in sys.modules)"], env=dict(os.environ, PYTHONPATH=HERE,
+                       REDUCE_RECORD=json.dumps({"out": "x.bin"})), capture_output=True, text=True, timeout=60)
+    assert p.stdout.strip() == "False", p.stderr
+
+
+def test_sitecustomize_is_one_text():
+    """reduce (replay.HookDir) writes the same sitecustomize the collector does: Go's copy is checked against this
+    one by TestSitecustomizeAgrees; here, that it compiles and names the module's startup."""
+    from reduce_batch import command
+
+    compile(command.SITECUSTOMIZE, "sitecustomize.py", "exec")
+    assert "_reduce_command.startup(__file__)" in textwrap.dedent(command.SITECUSTOMIZE)
