@@ -109,7 +109,7 @@ test-go-torch2: build
 		-run 'Torch|Zygote|PythonOpTable|DeviceMemory|Numpy|Python|Collector|Ruff|RecorderHostile|GoWorkerDeath' \
 		./replay/ ./fixtures/ ./internal/regress/
 	REDUCE_PYTHON=$(TORCH2_PYTHON) REDUCE_REQUIRE_TORCH=1 REDUCE_REQUIRE_LIGHTNING=1 REDUCE_REQUIRE_TRANSFORMERS=1 REDUCE_REQUIRE_COMPILE=1 $(GO) test -timeout $(TEST_TIMEOUT) -count=1 \
-		-run 'TestProject|TestLightning|TestTrainer|TestTorchrun|TestCompiled|TestRegressionLife|TestUpstream|TestExamplesReduce' ./cmd/reduce/ ./internal/regress/
+		-run 'TestProject|TestRecordCommand|TestLightning|TestTrainer|TestTorchrun|TestCompiled|TestRegressionLife|TestUpstream|TestExamplesReduce' ./cmd/reduce/ ./internal/regress/
 
 # The Python tests under the interpreter $(1), with the variables $(2). Then
 # the committed fixtures, collected by the package's pytest plugin (-p, the
@@ -161,7 +161,7 @@ fuzz:
 	$(MAKE) fuzz-short FUZZTIME=2m
 
 # The 1 GiB batch benchmarks run once each; the others long enough to be stable.
-bench: build
+bench: build deps-torch2
 	$(GO) test -timeout $(BENCH_TIMEOUT) -run='^$$' -bench=. -benchmem ./shrink/ ./kernels/ ./replay/
 	$(GO) test -timeout $(BENCH_TIMEOUT) -run='^$$' -bench=. -benchmem -benchtime=1x ./fixtures/
 	# The main job: every example, go and torch backends, -j 1 and -j 2; a
@@ -174,6 +174,10 @@ bench: build
 	# Against the peers, as ratios in one run: picire and shrinkray (PyPI), a
 	# bare torch script, log2 n (scripts/bench-peers.py).
 	$(PYTHON) scripts/bench-peers.py
+	# reduce record: a training epoch bare against recorded, and a recorded
+	# command's replays forked at its first batch against fresh runs, beside
+	# the bare step (scripts/bench-record.py).
+	$(PYTHON) scripts/bench-record.py --python $(TORCH2_PYTHON)
 	# The cost of record_on_failure(window=8) on a training step, against the
 	# bare step and record_on_failure without a window, and the memory it holds.
 	$(PYTHON) scripts/bench-window.py

@@ -357,6 +357,11 @@ func (o *Options) env() []string {
 	if o.Seed != nil {
 		env = append(env, fmt.Sprintf("REDUCE_SEED=%d", *o.Seed))
 	}
+	// The recorded process's sys.argv, which a step's module that reads its
+	// command line when imported reads (reduce_batch.steps.resolve_step).
+	if o.Batch != nil && o.Batch.Meta["argv"] != "" {
+		env = append(env, "REDUCE_ARGV="+o.Batch.Meta["argv"])
+	}
 	return env
 }
 

@@ -187,3 +187,29 @@ def test_sitecustomize_is_one_text():
 
     compile(command.SITECUSTOMIZE, "sitecustomize.py", "exec")
     assert "_reduce_command.startup(__file__)" in textwrap.dedent(command.SITECUSTOMIZE)
+
+
+def test_step_module_reads_the_recorded_argv(tmp_path):
+    """A step whose module parses its command line when imported (argparse at the top level, as scripts do) is
+    imported with the recorded sys.argv (meta "argv"), not the replay's."""
+    require("torch", "python3-torch")
+    (tmp_path / "mystep.py").write_text(textwrap.dedent("""
+        import argparse
+        p = argparse.ArgumentParser()
+        p.add_argument("--classes", type=int, required=True)
+        args = p.parse_args()
+
+        def step(batch):
+            return batch[0] * args.classes
+        """))
+    (tmp_path / "main.py").write_text("import torch, reduce_batch, mystep\n"
+                                      "reduce_batch.save('b.bin', (torch.ones(2),), step=mystep.step)\n")
+    env = dict(os.environ, PYTHONPATH=HERE)
+    env.pop("REDUCE_ARGV", None)
+    subprocess.run([sys.executable, "main.py", "--classes", "3"], cwd=tmp_path, env=env, check=True, timeout=120)
+    code = ("import sys; from reduce_batch import steps, trust; steps.step_check = trust.Trust('.', True, '', 'test')\n"
+            "b, fn = steps.load_candidate('b.bin'); print(fn(b)[0].tolist())")
+    p = subprocess.run([sys.executable, "-c", code, "--other"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "3.0"  # the step ran, with --classes 3

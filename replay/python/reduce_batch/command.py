@@ -675,7 +675,7 @@ def _handover(real, it, key=None):
         _S.handed = grad
         if _S.conf.get("serve"):
             _serve()  # returns in each forked child, with its candidate's path set
-        _S.candidate = _load_candidate()
+        _S.candidate = _load_candidate(state=True)
         return _S.candidate
     _S.after += 1
     if _S.after >= 2:
@@ -683,13 +683,29 @@ def _handover(real, it, key=None):
     return _load_candidate()
 
 
-def _load_candidate():
+def _load_candidate(state=False):
+    """The candidate's batch; with state (the handover), the weights and optimizer state it records (--state) loaded
+    into the objects of the same names in the frames that asked for the batch (their function and local name)."""
     from .reader import load
 
     path = _S.conf["batch"]
     if not os.path.isabs(path):
         path = os.path.join(os.environ.get("REDUCE_RUN_DIR", ""), path)
-    return load(path).data
+    b = load(path)
+    if state and b.state:
+        from .steps import restore_rng
+
+        restore_rng(b.state)  # the random generators as they were at the crash
+        f, left = sys._getframe(1), {k: v for k, v in b.state.items() if k != "rng"}
+        while f is not None and left:
+            for name, v in f.f_locals.items():
+                key = f"{f.f_code.co_name}.{name}"
+                if key in left and callable(getattr(v, "load_state_dict", None)):
+                    v.load_state_dict(left.pop(key))
+            f = f.f_back
+        if left:
+            _say(f"the recorded state of {', '.join(sorted(left))} found nothing of that name to load into")
+    return b.data
 
 
 def _passed():

@@ -180,6 +180,7 @@ def _error_entry(error):
 def _provenance(torch, items, failed=False):
     meta = {"torch": str(torch.__version__), "python": platform.python_version(), "device": "cpu",
             "executable": sys.executable,  # the user's interpreter: reduce replays the step with it
+            "argv": json.dumps([str(a) for a in sys.argv]),  # sys.argv again while a replay imports the step's module
             "host": socket.gethostname(), "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     with contextlib.suppress(Exception):  # the GPU the step ran on, when one can still be named
         cuda = next((t.device for _, t in items if isinstance(t, torch.Tensor) and t.device.type == "cuda"), None)

@@ -196,7 +196,10 @@ def resolve_step(step, chdir=False, what="step"):
                            "functions are never a step")
     if step.get("module") in HOOKS_MODULES and step.get("qualname") in hooks.step_names():
         target = "reduce_batch.hooks:" + step["qualname"]  # the package's, never a vendored copy on sys.path
+    argv, saved = _recorded_argv(), sys.argv
     try:
+        if argv is not None:  # a module that reads its command line when imported reads the recorded one
+            sys.argv = argv
         return resolve_entry(target)
     except HarnessError as e:
         why = str(e).replace(f"--entry {target!r}: ", "")
@@ -206,6 +209,17 @@ def resolve_step(step, chdir=False, what="step"):
             why += f"; the script runs code when imported (line {line}): put it under `if __name__ == \"__main__\":`"
         why = why.replace("(sys.path: ", "(sys.path tried: ")
         raise HarnessError(f"the recorded {what} {target}: {why}")
+    finally:
+        sys.argv = saved
+
+
+def _recorded_argv():
+    """The sys.argv of the recorded process (meta "argv", given as REDUCE_ARGV), or None."""
+    try:
+        argv = json.loads(os.environ.get("REDUCE_ARGV") or "null")
+    except ValueError:
+        return None
+    return [str(a) for a in argv] if isinstance(argv, list) and argv else None
 
 
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
@@ -387,6 +401,8 @@ def _recorded_step(source):
         m = json.loads(m) if isinstance(m, (str, bytes)) else m
     except (OSError, reduce_batch.BatchFileError, KeyError, TypeError, ValueError) as e:
         raise HarnessError(f"cannot load the candidate: {e}")
+    if (m.get("meta") or {}).get("argv"):  # the collector's runs: the recorded command line (resolve_step)
+        os.environ.setdefault("REDUCE_ARGV", m["meta"]["argv"])
     return m.get("step") if not m.get("op") else None
 
 
