@@ -561,7 +561,7 @@ func (o Options) ForBatch() (Options, error) {
 				o.File, ErrUntrusted, o.untrusted(), strings.Join(b.Runs(), ", "), fixtures.ShellQuote(o.File), fixtures.ShellQuote(o.File))
 		}
 		o.Kind, o.Command = KindExec, c
-		o.notice("the candidate replaces " + c.Handed() + "; it passes once its step completed")
+		o.notice(fmt.Sprintf("the candidate replaces %s; it passes once its step completed. The command runs with the %d environment variables it read when recorded (reduce inspect lists them)", c.Handed(), len(c.Env)))
 		return o, nil
 	}
 	kind, chosenBy, err := KindFor(o)

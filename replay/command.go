@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,7 +100,7 @@ func newCommandBackend(o Options) (Backend, error) {
 	}
 	base := append(append(env, PythonEnv()...), DeviceEnv(kind, o.blocking())...)
 	base = append(append(base, o.env()...), "PYTHONPATH="+e.pythonPath)
-	e.env = append(base, handover(false, 0))
+	e.env = append(slices.Clip(base), handover(false, 0))
 	e.set = o.settings(KindExec, kind)
 	e.set.Replay = c.String()
 	e.pool = o.pool(kind)
@@ -109,7 +110,7 @@ func newCommandBackend(o Options) (Backend, error) {
 	}
 	prog := &pythonProgram{file: e.file, handover: &handoverProgram{argv: c.Argv, dir: c.Cwd}}
 	t := &torchBackend{python: python, device: DeviceCPU, kind: kind, runner: o.runner(), program: prog,
-		seenPIDs: map[int]bool{}, env: append(base, handover(true, e.pool.Size()))}
+		seenPIDs: map[int]bool{}, env: append(slices.Clip(base), handover(true, e.pool.Size()))}
 	if err := t.setUp(e.pool); err != nil {
 		e.release()
 		os.RemoveAll(e.hook)

@@ -1,6 +1,7 @@
 """reduce_batch.command, the startup hook of `reduce record -- COMMAND` and of its replays, run as reduce runs it:
 programs of our own in a fresh interpreter with reduce's sitecustomize first on PYTHONPATH."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -213,3 +214,87 @@ def test_step_module_reads_the_recorded_argv(tmp_path):
                        timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "3.0"  # the step ran, with --classes 3
+
+
+def test_record_on_failure_names_dataset_indices(tmp_path):
+    """record_on_failure (and the hooks, which record through it) given the batch a DataLoader yielded, with no
+    sample_ids: the batch sampler's indices, through a Subset the wrapped dataset's in batch_position; ids given win."""
+    torch = require("torch", "python3-torch")
+    import reduce_batch
+    from torch.utils.data import DataLoader, TensorDataset, random_split
+
+    reduce_batch.record.Yielded.watch()  # as importing reduce_batch after torch does
+    ds = TensorDataset(torch.arange(20.0).view(20, 1), torch.arange(20))
+    sub, _ = random_split(ds, [15, 5], generator=torch.Generator().manual_seed(0))
+    for given in (None, ["a", "b", "c", "d"]):
+        path = tmp_path / f"{given is None}.bin"
+        for i, (x, y) in enumerate(DataLoader(sub, batch_size=4, shuffle=True, num_workers=2)):
+            with contextlib.suppress(ValueError), reduce_batch.record_on_failure(str(path), (x, y), sample_ids=given):
+                if i == 2:  # every step in the block, as a loop has it
+                    raise ValueError("the step")
+            if i == 2:
+                break
+        m = reduce_batch.read_manifest(str(path))[0]
+        if given is not None:
+            assert m["sample_ids"] == given and "batch_position" not in m["meta"]
+            continue
+        assert [sub.indices[int(i)] for i in m["sample_ids"]] == y.tolist()  # the Subset's indices
+        where = json.loads(m["meta"]["batch_position"])
+        assert where == {"position": 2, "wrapped": y.tolist()} and m["meta"]["sample_ids"] == "dataset index"
+
+
+WRITER = """
+import os
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+with open("log.txt", "w") as f:  # a log, truncated at the start
+    f.write("this run")
+os.makedirs("ckpt", exist_ok=True)
+with open(os.path.join("ckpt", "last.txt"), "w") as f:
+    f.write("this run")
+if os.environ.get("OTHER_LOADER"):
+    loader = DataLoader(TensorDataset(torch.zeros(6, 2)), batch_size=2)  # another dataset than the recording's
+else:
+    loader = DataLoader(TensorDataset(torch.arange(8.0).view(8, 1)), batch_size=4)
+w = torch.nn.Linear(1, 1)
+for (x,) in loader:
+    w(x).sum().backward()
+    if x.max() > 6:
+        raise ValueError("the step")
+"""
+
+
+def test_replay_writes_into_its_scratch_directory(tmp_path):
+    """A replay of a recorded command writes what it writes (a log, a checkpoint in a folder it had) into its
+    scratch directory, never through the links into the recorded directory; a replay whose program no longer gives
+    the recorded loader's batch is the harness's failure (86), naming it."""
+    import reduce_batch
+
+    require("torch", "python3-torch")
+    (tmp_path / "train.py").write_text(WRITER)
+    (tmp_path / "log.txt").write_text("the user's log")
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "last.txt").write_text("the user's checkpoint")
+    out = tmp_path / "crash.bin"
+    env = hooked(tmp_path, {"out": str(out), "hook_dir": str(tmp_path / "hook")}, "REDUCE_RECORD")
+    p = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300, check=False)
+    assert p.returncode == 1 and out.exists(), p.stderr
+    (tmp_path / "log.txt").write_text("the user's log")  # the recording run wrote them: the user's again
+    (tmp_path / "ckpt" / "last.txt").write_text("the user's checkpoint")
+    cmd = json.loads(reduce_batch.read_manifest(str(out))[0]["meta"]["command"])
+    for other, want in (("", 1), ("1", 86)):
+        scratch = tmp_path / f"run{other}"
+        scratch.mkdir()
+        env = hooked(tmp_path, {"command": cmd, "batch": str(out), "scratch": str(scratch)}, "REDUCE_HANDOVER")
+        env["OTHER_LOADER"] = other
+        r = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=300, check=False)
+        assert r.returncode == want, r.stderr
+        assert (tmp_path / "log.txt").read_text() == "the user's log"
+        assert (tmp_path / "ckpt" / "last.txt").read_text() == "the user's checkpoint"
+        here = scratch / "root" / os.path.relpath(os.path.realpath(tmp_path), os.sep)
+        assert (here / "log.txt").read_text() == "this run" and not (here / "log.txt").is_symlink()
+        assert (here / "ckpt" / "last.txt").read_text() == "this run"
+    assert "harness: the program raised RuntimeError before torch.utils.data.dataset.TensorDataset:8" in r.stderr

@@ -298,3 +298,21 @@ def test_a_window_records_the_steps_before_and_replays_them(lightning_packages, 
     alone = rb.load(path)
     alone.window = []
     assert torch.isfinite(rb.steps._call_step(rb.steps.resolve_step(alone.step), alone))
+
+
+class CliModule:  # a module's class, at the top level, as LightningCLI's are
+    def __init__(self, hidden=4):
+        self.hidden = hidden
+
+
+def test_cli_hparams_rebuild(capsys):
+    """LightningCLI puts _instantiator (and _class_path) in self.hparams: no argument of the module's __init__, they
+    are left out of what the recording keeps and of cls(**hparams), so that the module is rebuilt."""
+    from reduce_batch import hook_lightning
+
+    module = CliModule()
+    module.hparams = {"hidden": 4, "_instantiator": "lightning.pytorch.cli.instantiate_module", "_class_path": "x.Y"}
+    info = hook_lightning._lightning_info(None, module, 3)
+    assert info["hparams"] == {"hidden": 4}
+    assert "cannot be rebuilt" not in capsys.readouterr().err
+    assert CliModule(**hook_lightning._own_hparams(module.hparams)).hidden == 4

@@ -36,7 +36,10 @@ PASSED = "reduce: the candidate's step completed"  # printed on stderr before th
 # What the replay takes of the recorded environment: what the program read, and these, never what looks like a secret.
 _ENV_PREFIXES = ("CUDA_", "PYTORCH_", "TORCH", "NCCL_", "OMP_", "MKL_", "HF_", "TRANSFORMERS_", "TOKENIZERS_",
                  "ACCELERATE_", "PL_", "LIGHTNING_", "WANDB_MODE", "PYTHONHASHSEED", "CUBLAS_", "HIP_")
-_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE", re.IGNORECASE)
+_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|_URL|URI|DSN|CONN|_PAT\b",
+                     re.IGNORECASE)
+_SHELL_ENV = ("PATH", "HOME", "SHELL", "TERM", "PWD", "OLDPWD", "SHLVL", "USER", "LOGNAME", "MAIL", "_", "HOSTNAME",
+              "LS_COLORS", "DISPLAY", "EDITOR", "PAGER", "LESS", "TMUX", "STY", "COLORTERM")  # the shell's, not the run's
 _RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
              "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
              "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE")
@@ -76,9 +79,14 @@ def fixture_run(command, batch, scratch):
     cwd = os.path.expanduser(command.get("cwd") or "")
     exe = os.path.expanduser(command.get("executable") or "")
     cwd, exe = cwd if os.path.isdir(cwd) else os.getcwd(), exe if os.path.isfile(exe) else sys.executable
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # site-packages, or the vendored zip
+    package = os.path.dirname(os.path.abspath(__file__))  # this package alone, beside the hook (no other of its site)
+    path = scratch
+    if os.path.isdir(package):
+        os.symlink(package, os.path.join(scratch, "reduce_batch"))
+    else:  # a zip's: the zip
+        path = os.pathsep.join((scratch, os.path.dirname(package)))
     env = dict(os.environ, **{k: v for k, v in (command.get("env") or {}).items() if k != "PYTHONPATH"})
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (scratch, package, (command.get("env") or {}).get(
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (path, (command.get("env") or {}).get(
         "PYTHONPATH", os.environ.get("PYTHONPATH", ""))) if p)
     env[HANDOVER_ENV] = json.dumps({"command": dict(command, cwd=cwd), "batch": os.path.abspath(batch),
                                     "scratch": scratch})
@@ -106,6 +114,8 @@ class _State:
         self.after = 0  # replay: fetches in the handover's grad mode since it
         self.candidate = None
         self.entries = None  # the names in the directory the process started in, then
+        self.iterating = 0  # os.environ is being iterated or copied
+        self.backward_after = False  # replay: a backward returned after the handover
 
 
 _S = _State()
@@ -131,6 +141,7 @@ def install():
             _move_protocol()
         _group_of_one()
         _scratch_cwd(cmd)
+        _never_handed()
     elif os.environ.get(RECORD_ENV):
         _S.mode, _S.conf = "record", json.loads(os.environ[RECORD_ENV])
         _S.conf["batch_fn"] = _as_main(_S.conf.get("batch_fn") or "")
@@ -152,8 +163,16 @@ def install():
 def _as_main(fn):
     """--batch-fn train:get_batch where the command runs train.py: the script's module is __main__."""
     module, _, name = fn.partition(":")
-    argv = list(getattr(sys, "orig_argv", ()))
-    script = next((a for a in argv[1:] if not a.startswith("-")), "") if "-m" not in argv and "-c" not in argv else ""
+    script, rest = "", list(getattr(sys, "orig_argv", ()))[1:]
+    while rest:  # the interpreter's options, up to the script (-X and -W take a value; -c and -m run no script)
+        a = rest.pop(0)
+        if a in ("-c", "-m") or a.startswith(("-c", "-m")) and len(a) > 2:
+            break
+        if a in ("-X", "-W", "-Q"):
+            rest = rest[1:]
+        elif not a.startswith("-"):
+            script = a
+            break
     if script and os.path.splitext(os.path.basename(script))[0] == module:
         return "__main__:" + name
     return fn
@@ -183,7 +202,11 @@ def _patch_loader(dl):
     It = dl._BaseDataLoaderIter
     if getattr(It, "_reduce_patched", False):
         return
-    next_index, next_batch = It._next_index, It.__next__
+    next_index, next_batch, reset = It._next_index, It.__next__, It._reset
+
+    def _reset(self, *args, **kwargs):  # a pass starts (persistent workers: each epoch): what it fetches from here
+        self.__dict__["_reduce_indices"] = collections.deque()
+        return reset(self, *args, **kwargs)
 
     def _next_index(self):
         index = next_index(self)
@@ -200,7 +223,7 @@ def _patch_loader(dl):
             _yielded(_loader_key(self._dataset), self._dataset, data, index, getattr(self, "_num_yielded", 0), self)
         return data
 
-    It._next_index, It.__next__, It._reduce_patched = _next_index, __next__, True
+    It._next_index, It.__next__, It._reset, It._reduce_patched = _next_index, __next__, _reset, True
     _LOADER_FRAMES.add(__next__.__code__)
     for sub in _subclasses(dl.DataLoader):
         _patch_iter(sub)
@@ -219,6 +242,8 @@ def _patch_iter(cls):  # a DataLoader subclass's own __iter__ (accelerate's): it
         return
 
     def __iter__(self):
+        with _S.lock:
+            _S.pending.clear()  # a pass left early (a break) leaves what it fetched ahead
         it = own(self)
         while True:
             with _S.lock:
@@ -435,7 +460,7 @@ def _ids(dataset, index):
         return None, None
     ids = list(index) if isinstance(index, (list, tuple)) else [index]
     if not all(isinstance(i, int) or hasattr(i, "__index__") for i in ids):
-        return [str(i) for i in ids], None
+        return None, None  # an IterableDataset's (None), or a sampler's own kind: no dataset indices
     ids, wrapped, d = [int(i) for i in ids], None, dataset
     try:
         while hasattr(d, "indices") and hasattr(d, "dataset") and type(d).__name__ == "Subset":
@@ -451,7 +476,7 @@ def _step_done():
         if _S.serial != _S.counted_at:
             _S.backwards, _S.counted_at = _S.backwards + 1, _S.serial
     if _S.mode == "replay" and _S.handed is not None:
-        _passed()
+        _S.backward_after = True  # the candidate's step completes at its optimizer step or the next fetch
 
 
 def _failing(exc):
@@ -469,10 +494,23 @@ def _failing(exc):
     if train:
         p = max(train, key=lambda p: p.ring[-1][4])
         want = _S.backwards - p.start
+        if want > 0 and _S.counted_at == _S.serial and _in_update(exc):  # raised after the batch's own backward
+            want -= 1
         return p, next((item for item in p.ring if item[0] == want), p.ring[-1])
     if found:
         return max(found, key=lambda f: f[1][4])
     return (_S.last, _S.last.ring[-1]) if _S.last is not None and _S.last.ring else None
+
+
+def _in_update(exc):
+    """Whether the error came from an update after the backward: an optimizer's step, gradient clipping, the scaler."""
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+        if "/torch/optim/" in name or "clip_grad" in name or "grad_scaler" in name:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _tensor_ids(x, depth=0):
@@ -524,10 +562,14 @@ def _record(exc):
 
     found = _failing(exc)
     if found is None:
-        what = "no DataLoader yielded a batch" + (f" and {_S.conf['batch_fn']} returned none"
-                                                   if _S.conf.get("batch_fn") else "")
-        return _say(f"{what} before the error: nothing recorded (name the function that makes the batches: "
-                    "reduce record --batch-fn MODULE:FUNCTION -- ...)")
+        if type(exc).__module__.startswith("torch.distributed.elastic") or (
+                type(exc).__name__ == "CalledProcessError" and _S.backwards == 0):
+            return None  # a launcher's own process (torchrun, accelerate), telling of a rank's: the rank records its own
+        if _S.conf.get("batch_fn"):
+            return _say(f"the error came before {_S.conf['batch_fn']} returned a batch: nothing recorded")
+        return _say("the error came before any DataLoader yielded a batch (in the program's setup?): nothing "
+                    "recorded. A loop that makes its own batches names the function: reduce record --batch-fn "
+                    "MODULE:FUNCTION -- ...")
     if _through_loader(exc):
         return _say("the error was raised by the DataLoader while it made a batch, not by a step: nothing recorded")
     p, (position, batch, ids, wrapped, _) = found
@@ -549,7 +591,8 @@ def _record(exc):
             if i == len(tries) - 1:
                 raise
             _say(f"{type(e).__name__}: {str(e)[:300]}; recording {'without the state' if i == 0 else 'without ids'}")
-    at = f"dataset indices {_few(ids)}: batch {position + 1} of epoch {p.epoch + 1}" if ids else \
+    of = f" of the Subset; {_few(wrapped)} in the dataset it wraps" if wrapped else ""
+    at = f"dataset indices {_few(ids)}{of}: batch {position + 1} of epoch {p.epoch + 1}" if ids else \
         f"{p.key.partition(':')[2]}, call {position + 1}" if p.key.split("(")[0] == _S.conf.get("batch_fn") else \
         f"batch {position + 1} of epoch {p.epoch + 1}"
     _say(f"recorded the batch whose step raised ({at}) to {path}")
@@ -564,7 +607,9 @@ def _command(p):
     variables and secrets aside), and the loader (or batch function) whose batch is handed over."""
     read = set(_S.read)  # before the items below are read
     env = {k: v for k, v in os.environ.items() if (k in read or k.startswith(_ENV_PREFIXES)) and
-           not _SECRET.search(k) and k not in _RANK_ENV and not k.startswith("REDUCE_") and k != "PYTHONPATH"}
+           not _SECRET.search(k) and k not in _RANK_ENV and k not in _SHELL_ENV and not k.startswith(("REDUCE_", "SSH_",
+           "XDG_", "LC_", "SLURM_", "OMPI_", "PMI_", "PMIX_")) and k not in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES",
+                                                                             "HIP_VISIBLE_DEVICES")}
     hook = os.path.realpath(_S.conf.get("hook_dir") or "")
     path = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e and
             os.path.realpath(e) != hook and not os.path.realpath(e).startswith(hook + os.sep)]
@@ -590,14 +635,32 @@ def _state_of(exc):
     return state or None
 
 
-class _Reading(type(os.environ)):  # os.environ, noting what the program reads (the environment that matters)
+class _Reading(type(os.environ)):
+    """os.environ, noting the variables the program reads by name (the environment that matters); not those a
+    copy or an iteration of the whole reads."""
+
     def __getitem__(self, key):
-        _S.read.add(key)
+        if not _S.iterating:
+            _S.read.add(key)
         return super().__getitem__(key)
 
     def __contains__(self, key):
         _S.read.add(key)
         return super().__contains__(key)
+
+    def __iter__(self):
+        _S.iterating += 1
+        try:
+            yield from super().__iter__()
+        finally:
+            _S.iterating -= 1
+
+    def copy(self):
+        _S.iterating += 1
+        try:
+            return dict(self)
+        finally:
+            _S.iterating -= 1
 
 
 def _watch_environ():
@@ -619,15 +682,16 @@ def _group_of_one():  # a rank's recording replays that rank alone, in a process
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
 
 
-def _scratch_cwd(cmd):
+def _scratch_cwd(cmd, base=None):
     """A replay runs in a scratch copy of the recorded directory made of links: to what the directory held when the
     recorded process started, and at each directory above it to what else that one holds, so that a path relative
     to it (data/, ../data) reads what it read. What the program writes there (a config, logs, checkpoints) is the
     replay's, removed with it, and what the recorded run wrote there (a config a second run refuses to write over)
     is not seen."""
-    src, base = cmd.get("cwd"), _S.conf.get("scratch") or os.environ.get("REDUCE_RUN_DIR")
+    src, base = cmd.get("cwd"), base or _S.conf.get("scratch") or os.environ.get("REDUCE_RUN_DIR")
     if not src or not base or not os.path.isdir(src):
         return
+    _S.conf["real_cwd"] = src
     real, farm = os.path.realpath(src), os.path.join(base, "root")
     try:
         up, here = os.sep, farm
@@ -640,8 +704,59 @@ def _scratch_cwd(cmd):
         _links(real, here, _listed(real) if names is None else names)
         os.chdir(here)
         os.environ["PWD"] = here
+        _S.farm = (farm, real)
+        if not getattr(_S, "audit", False):
+            sys.addaudithook(_copy_on_write)
+            _S.audit = True
     except OSError as e:
-        _say(f"the replay runs in {src} itself (no scratch directory: {e})")
+        from .errors import HARNESS_EXIT
+
+        _say(f"harness: cannot make the replay's scratch directory under {base}: {e}")
+        os._exit(HARNESS_EXIT)
+
+
+def _copy_on_write(event, args):
+    """A replay writes into its scratch directory, never through its links into yours: a file opened for writing (or
+    a directory made) under a linked directory gets a directory of its own, of links, and a linked file opened for
+    writing is replaced by a copy first."""
+    if event not in ("open", "os.mkdir", "os.rename", "os.remove", "os.rmdir") or not getattr(_S, "farm", None):
+        return
+    path = args[0]
+    if event == "open":
+        flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
+        mode = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
+        if not (flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND) or set(mode) & set("wax+")):
+            return
+    if not isinstance(path, (str, bytes, os.PathLike)) or isinstance(path, int):
+        return
+    with contextlib.suppress(OSError, ValueError):
+        _privatize(os.path.abspath(os.fsdecode(path)), event == "open")
+
+
+def _privatize(path, file):
+    import shutil
+
+    farm = _S.farm[0]
+    if not path.startswith(farm + os.sep):
+        return
+    parts = os.path.relpath(path, farm).split(os.sep)
+    here = farm
+    for i, part in enumerate(parts):
+        nxt = os.path.join(here, part)
+        if not os.path.islink(nxt):
+            here = nxt
+            continue
+        target = os.readlink(nxt)
+        last = i == len(parts) - 1
+        if last and not file:
+            return  # a link itself renamed or removed: the link goes, not what it names
+        os.unlink(nxt)
+        if os.path.isdir(target) and not last:
+            os.mkdir(nxt)
+            _links(target, nxt, _listed(target))
+        elif last and os.path.isfile(target):
+            shutil.copy2(target, nxt)
+        here = nxt
 
 
 def _listed(d):
@@ -655,6 +770,29 @@ def _links(src, dst, names):
     for name in names:
         if os.path.lexists(os.path.join(src, name)) and not os.path.lexists(os.path.join(dst, name)):
             os.symlink(os.path.join(src, name), os.path.join(dst, name))
+
+
+def _never_handed():
+    """A replay whose program ends, or dies, before the recorded loader (or function) gave its first batch ran no
+    candidate: the harness's exit, naming what never came (the program changed, or failed in its setup)."""
+    import atexit
+
+    from .errors import HARNESS_EXIT
+
+    what = _S.conf.get("batch_fn_call") or _S.conf.get("loader")
+
+    def check(exc=None):
+        if _S.handed is None:
+            _say(f"harness: the program {'raised ' + type(exc).__name__ if exc else 'ended'} before {what} gave its "
+                 "first batch: no candidate ran (has the program changed since the recording?)")
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(HARNESS_EXIT)
+
+    previous = sys.excepthook
+    sys.excepthook = lambda tp, exc, tb: (previous(tp, exc, tb), check(exc))
+    atexit.register(check)
 
 
 def _move_protocol():  # serve: the fork server's protocol is fds 0 and 1 as reduce started the process
@@ -678,7 +816,7 @@ def _handover(real, it, key=None):
         _S.candidate = _load_candidate(state=True)
         return _S.candidate
     _S.after += 1
-    if _S.after >= 2:
+    if _S.after >= 2 or _S.backward_after:
         _passed()
     return _load_candidate()
 
@@ -709,6 +847,9 @@ def _load_candidate(state=False):
 
 
 def _passed():
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():  # a device error the step queued shows here
+        torch.cuda.synchronize()
     _say(PASSED)
     with contextlib.suppress(Exception):
         sys.stdout.flush()
@@ -725,10 +866,23 @@ def _serve():
 
     proto_in, proto_out = _S.proto
     torch = sys.modules.get("torch")
-    why = "the program initialized CUDA before its first batch (each replay is a fresh run)" if (
-        torch is not None and torch.cuda.is_initialized()) else ""
+    dist = getattr(torch, "distributed", None)
+    why = "the program initialized CUDA before its first batch" if torch is not None and \
+        torch.cuda.is_initialized() else "the program started a torch.distributed process group before its first " \
+        "batch" if dist is not None and dist.is_available() and dist.is_initialized() else ""
     req = serve_handover(proto_in, proto_out, int(_S.conf.get("slots", 1)), why)  # returns in a child only
     _S.conf["batch"] = req["path"]
+    if req.get("run_dir"):  # a scratch directory of its own: concurrent candidates write apart
+        _scratch_cwd(dict(_S.conf.get("command") or {}, cwd=_S.conf.get("real_cwd")), req["run_dir"])
+
+    def leave(code=0):  # sys.exit in the child: its status, with no teardown of the server's
+        code = 0 if code is None else code if isinstance(code, int) else (_say(str(code)) or 1)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+    sys.exit = leave
 
     def excepthook(tp, exc, tb):
         with contextlib.suppress(BaseException):

@@ -149,12 +149,18 @@ class _LightningRecorder:
             self.saved = rec.path
 
 
+def _own_hparams(hparams):
+    """The module's hyperparameters less Lightning's own entries in them (LightningCLI's _instantiator and
+    _class_path), which no __init__ takes."""
+    return {k: v for k, v in dict(hparams).items() if k not in ("_instantiator", "_class_path")}
+
+
 def _lightning_info(trainer, pl_module, batch_idx):
     """The state's "lightning" entry, with a warning when the module cannot be rebuilt from it."""
     import inspect
 
     cls = type(pl_module)
-    hparams = dict(getattr(pl_module, "hparams", None) or {})
+    hparams = _own_hparams(getattr(pl_module, "hparams", None) or {})
     info = {"hparams": hparams, "batch_idx": int(batch_idx or 0),
             "precision": str(getattr(trainer, "precision", "32"))}
     problems = []
@@ -209,7 +215,7 @@ def lightning_step(batch, state=None):
         raise HarnessError("the file records no LightningModule class it can import (see the warning written "
                            "with it): replay it with --entry module:function")
     cls = steps.resolve_class(info["module_class"], "lightning")  # a LightningModule of the user's tree, or refused
-    hparams = info.get("hparams") or {}
+    hparams = _own_hparams(info.get("hparams") or {})
     try:
         module = cls(**hparams)
     except TypeError as e:

@@ -1,7 +1,9 @@
 """reduce_batch.record: record_on_failure, and the window of earlier steps it keeps."""
 
 import contextlib
+import json
 import os
+import sys
 
 from .fileformat import (
     Flattener,
@@ -28,6 +30,7 @@ class record_on_failure:
     keep="disk" writes the batch before the step, removed after it: left by a process that aborts (C++ terminate)."""
 
     def __init__(self, path, batch=None, *, tensors=None, window=None, keep=None, **kwargs):
+        Yielded.watch()
         require("error" not in kwargs, TypeError, "record_on_failure: error is the exception raised in the block")
         require(keep in (None, "disk"), ValueError, "keep: want None or 'disk' (the batch written before the step)")
         self.keep = keep == "disk" and not os.environ.get("REDUCE_REPLAY")
@@ -77,6 +80,9 @@ class record_on_failure:
             batch = _called(self.batch)
         except Exception as e:  # noqa: BLE001  (the crash is recorded all the same)
             batch = warn(f"the batch callable raised {type(e).__name__}: {e}; recording the error alone") or {}
+        ids, meta = (None, None) if self.kwargs.get("sample_ids") is not None else Yielded.of(batch)
+        if ids:  # the batch a DataLoader yielded: its dataset indices (ids a user names win)
+            self.kwargs = dict(self.kwargs, sample_ids=ids, meta=dict(meta, **(self.kwargs.get("meta") or {})))
         keep = {k: v for k, v in self.kwargs.items() if k in ("step", "sample_ids", "op", "attrs", "meta")}
         first, w = self.kwargs, self.window
         if w is not None and w.steps:  # with the steps since the older state copy, and that copy as the state
@@ -98,6 +104,76 @@ class record_on_failure:
                     raise
                 then = tries[i + 1][2] or f"the batch with {' and '.join(tries[i + 1][0]) or 'the error'}"
                 warn(f"{type(e).__name__}: {str(e)[:500]}; recording {then} alone")
+
+
+class Yielded:
+    """The batches DataLoaders yielded last with the dataset indices their batch samplers gave (through a Subset the
+    wrapped dataset's too), found again by a tensor a batch holds: record_on_failure's and the hooks' sample ids where
+    none are given (docs/RECORDING.md, "Sample ids")."""
+
+    recent = []  # noqa: RUF012  [(batch, indices, wrapped, position)], the last few: a loader may fetch ahead
+
+    @classmethod
+    def watch(cls):
+        """Once torch's DataLoader is imported (at this module's import, or a record_on_failure's): the iterators
+        made from then on note the indices of what they yield (an iterator made before has none)."""
+        it = getattr(sys.modules.get("torch.utils.data.dataloader"), "_BaseDataLoaderIter", None)
+        if it is None or it.__dict__.get("_reduce_yielded"):
+            return
+        next_index, next_batch, reset = it._next_index, it.__next__, it._reset
+
+        def _reset(self, *args, **kwargs):  # a pass starts (and fetches ahead): its indices from here on
+            self.__dict__["_reduce_yielded_q"] = []
+            return reset(self, *args, **kwargs)
+
+        def _next_index(self):
+            index = next_index(self)
+            if "_reduce_yielded_q" in self.__dict__:
+                self._reduce_yielded_q.append(index)
+            return index
+
+        def __next__(self):
+            data = next_batch(self)
+            queue = self.__dict__.get("_reduce_yielded_q")
+            if queue:
+                cls.kept(data, queue.pop(0), self._dataset, getattr(self, "_num_yielded", 0))
+            return data
+
+        it._next_index, it.__next__, it._reset, it._reduce_yielded = _next_index, __next__, _reset, True
+
+    @classmethod
+    def kept(cls, data, index, dataset, position):
+        with contextlib.suppress(Exception):  # a sampler's own kind of index: no ids
+            ids, wrapped, d = [int(i) for i in (index if isinstance(index, (list, tuple)) else [index])], None, dataset
+            while type(d).__name__ == "Subset" and hasattr(d, "indices"):
+                wrapped, d = [int(d.indices[i]) for i in (wrapped or ids)], d.dataset
+            cls.recent = [*cls.recent[-2:], (data, ids, wrapped, position)]
+
+    @classmethod
+    def of(cls, batch):
+        """(sample ids, meta) of a batch a DataLoader yielded lately, by a tensor both hold; else (None, None)."""
+        held = _tensor_ids(batch)
+        for data, ids, wrapped, position in reversed(cls.recent):
+            if held & _tensor_ids(data):
+                where = dict({"position": position - 1}, **({"wrapped": wrapped} if wrapped else {}))
+                return [str(i) for i in ids], {"sample_ids": "dataset index", "batch_position": json.dumps(where)}
+        return None, None
+
+
+def _tensor_ids(x, depth=0):
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return {id(x)}
+    values = () if depth > 3 else x.values() if hasattr(x, "keys") and hasattr(x, "values") else \
+        x if isinstance(x, (list, tuple)) else ()
+    out = set()
+    with contextlib.suppress(Exception):
+        for v in values:
+            out |= _tensor_ids(v, depth + 1)
+    return out
+
+
+Yielded.watch()
 
 
 def _tensors_alone(torch, batch):  # the recorder's last resort: the tensors a batch holds, by path

@@ -401,8 +401,10 @@ def _recorded_step(source):
         m = json.loads(m) if isinstance(m, (str, bytes)) else m
     except (OSError, reduce_batch.BatchFileError, KeyError, TypeError, ValueError) as e:
         raise HarnessError(f"cannot load the candidate: {e}")
-    if (m.get("meta") or {}).get("argv"):  # the collector's runs: the recorded command line (resolve_step)
-        os.environ.setdefault("REDUCE_ARGV", m["meta"]["argv"])
+    if not isinstance(source, dict):  # the collector's runs: this file's recorded command line (resolve_step)
+        os.environ.pop("REDUCE_ARGV", None)
+        if (m.get("meta") or {}).get("argv"):
+            os.environ["REDUCE_ARGV"] = m["meta"]["argv"]
     return m.get("step") if not m.get("op") else None
 
 
