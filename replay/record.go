@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // RecordOptions are those of `reduce record -- COMMAND`.
@@ -34,9 +36,9 @@ type Recorded struct {
 
 // Record runs the command as it is, its standard streams reduce's, with
 // reduce's startup hook in every Python process it starts (HookDir,
-// reduce_batch.command). SIGTERM, SIGHUP and SIGQUIT are passed on to it;
-// SIGINT is not (a terminal sends it to the whole foreground group, the
-// command included), and reduce waits for the command whatever it gets.
+// reduce_batch.command). SIGTERM, SIGHUP and SIGQUIT are passed on to it,
+// and SIGINT unless the terminal sent it (terminalSent); reduce waits for
+// the command whatever it gets.
 func Record(ctx context.Context, o RecordOptions) (Recorded, error) {
 	if len(o.Argv) == 0 {
 		return Recorded{}, errors.New("record: no command: reduce record -- python train.py ...")
@@ -86,7 +88,7 @@ func Record(ctx context.Context, o RecordOptions) (Recorded, error) {
 		for {
 			select {
 			case s := <-sigs:
-				if s != syscall.SIGINT {
+				if s != syscall.SIGINT || !terminalSent() {
 					cmd.Process.Signal(s)
 				}
 			case <-done:
@@ -114,6 +116,15 @@ func Record(ctx context.Context, o RecordOptions) (Recorded, error) {
 	}
 	slices.Sort(r.Files)
 	return r, nil
+}
+
+// terminalSent says whether a SIGINT reduce got came from its terminal
+// (Ctrl-C), which sends it to the whole foreground process group, the
+// command included: reduce is in that group. Else (kill -INT, a CI's
+// timeout) reduce passes it on.
+func terminalSent() bool {
+	pgrp, err := unix.IoctlGetInt(int(os.Stdin.Fd()), unix.TIOCGPGRP)
+	return err == nil && pgrp == syscall.Getpgrp()
 }
 
 // crashFiles are out and its ranks' files (reduce_batch.hook_torchrun.ranked)

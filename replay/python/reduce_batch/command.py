@@ -31,6 +31,8 @@ import re
 import sys
 import threading
 
+from .record import tensor_ids
+
 RECORD_ENV, HANDOVER_ENV = "REDUCE_RECORD", "REDUCE_HANDOVER"
 PASSED = "reduce: the candidate's step completed"  # printed on stderr before the replay exits 0
 # What the replay takes of the recorded environment: what the program read, and these, never what looks like a secret.
@@ -486,7 +488,7 @@ def _failing(exc):
       next batch already: a loop that fetches it before its backward);
     - else the one the frames hold, else the last one yielded."""
     held = _held(exc)
-    found = [(p, item) for p in _S.passes.values() for item in p.ring if _tensor_ids(item[1]) & held]
+    found = [(p, item) for p in _S.passes.values() for item in p.ring if tensor_ids(item[1]) & held]
     evals = [f for f in found if not f[0].grad]
     if evals and len(evals) == len(found):
         return max(evals, key=lambda f: f[1][4])
@@ -513,27 +515,12 @@ def _in_update(exc):
     return False
 
 
-def _tensor_ids(x, depth=0):
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.Tensor):
-        return {id(x)}
-    if depth > 3:
-        return set()
-    values = x.values() if isinstance(x, dict) or hasattr(x, "keys") and hasattr(x, "values") else \
-        x if isinstance(x, (list, tuple)) else ()
-    out = set()
-    with contextlib.suppress(Exception):
-        for v in values:
-            out |= _tensor_ids(v, depth + 1)
-    return out
-
-
 def _held(exc):  # the tensors the traceback's frames hold (their locals, a level or two into containers)
     out, tb = set(), exc.__traceback__
     while tb is not None:
         with contextlib.suppress(Exception):
             for v in tb.tb_frame.f_locals.values():
-                out |= _tensor_ids(v, 2)
+                out |= tensor_ids(v, 2)
         tb = tb.tb_next
     return out
 

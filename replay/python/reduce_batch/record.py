@@ -152,15 +152,15 @@ class Yielded:
     @classmethod
     def of(cls, batch):
         """(sample ids, meta) of a batch a DataLoader yielded lately, by a tensor both hold; else (None, None)."""
-        held = _tensor_ids(batch)
+        held = tensor_ids(batch)
         for data, ids, wrapped, position in reversed(cls.recent):
-            if held & _tensor_ids(data):
+            if held & tensor_ids(data):
                 where = dict({"position": position - 1}, **({"wrapped": wrapped} if wrapped else {}))
                 return [str(i) for i in ids], {"sample_ids": "dataset index", "batch_position": json.dumps(where)}
         return None, None
 
 
-def _tensor_ids(x, depth=0):
+def tensor_ids(x, depth=0):  # the ids of the tensors a batch holds (its containers, a few levels down)
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
         return {id(x)}
@@ -169,7 +169,7 @@ def _tensor_ids(x, depth=0):
     out = set()
     with contextlib.suppress(Exception):
         for v in values:
-            out |= _tensor_ids(v, depth + 1)
+            out |= tensor_ids(v, depth + 1)
     return out
 
 
