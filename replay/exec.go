@@ -249,7 +249,7 @@ func (e *execBackend) Replay(ctx context.Context, v *fixtures.View) (Verdict, er
 		Env:     e.env,
 		Dir:     e.dir,
 		Streams: map[string]func(io.Writer) error{e.file: data},
-		Foreign: true,
+		Foreign: e.hook == "", // a recorded command's exit 86 is reduce's startup hook's (reduce_batch.command)
 	})
 	return verdictOf(ctx, KindExec, e.device, res, start)
 }

@@ -636,7 +636,7 @@ func (t *torchBackend) zygoteOnce(ctx context.Context, slot int, data zygoteInpu
 
 	handed = true
 	res := t.runner.supervise(ctx, supervised{proc: zygoteChild{c: call, leader: pid}, name: "torch child",
-		start: sent, timeout: t.runner.timeout(&Command{}), foreign: t.program != nil, out: out, dir: dir})
+		start: sent, timeout: t.runner.timeout(&Command{}), foreign: t.program != nil && t.program.handover == nil, out: out, dir: dir})
 	if errors.Is(res.Err, errZygoteDied) && !res.TimedOut && !res.Canceled {
 		return died(res)
 	}

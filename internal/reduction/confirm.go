@@ -103,6 +103,9 @@ func (r *run) confirm(ctx context.Context) error {
 	case signature.FamilyTimeout:
 		what = "it timed out (try a longer --timeout)"
 	case signature.FamilyInfra:
+		if line := harnessLine(lastStderr); line != "" { // the recording cannot be replayed, and says why: bad input
+			return errorf(ErrUsage, "%s cannot be replayed: %s", r.o.Source, line)
+		}
 		return fmt.Errorf("%s: the replay itself broke: %s", r.o.Source, lastStderr)
 	}
 	if !allSame(seen) {
@@ -200,4 +203,20 @@ func (r *run) confirmReplays(ctx context.Context, orig *candidate, n int) []tria
 	}
 	wg.Wait()
 	return out
+}
+
+// harnessLine is the line in which reduce's Python side said why it could
+// not run a replay of the recording (a HarnessError: a step's module that
+// cannot be imported, a class that cannot be rebuilt, a recorded command
+// that never reached its batch), or "" where it said none (a crash of
+// reduce's own).
+func harnessLine(stderr string) string {
+	for _, l := range strings.Split(stderr, "\n") {
+		for _, p := range []string{"reduce_batch: harness: ", "reduce: harness: "} {
+			if i := strings.Index(l, p); i >= 0 && !strings.Contains(l, "cannot open its output") && !strings.Contains(l, "cannot initialize device") {
+				return strings.TrimSpace(l[i+len(p):]) // (those two are the machine's, not the recording's)
+			}
+		}
+	}
+	return ""
 }

@@ -297,4 +297,5 @@ def test_replay_writes_into_its_scratch_directory(tmp_path):
         here = scratch / "root" / os.path.relpath(os.path.realpath(tmp_path), os.sep)
         assert (here / "log.txt").read_text() == "this run" and not (here / "log.txt").is_symlink()
         assert (here / "ckpt" / "last.txt").read_text() == "this run"
-    assert "harness: the program raised RuntimeError before torch.utils.data.dataset.TensorDataset:8" in r.stderr
+    assert "harness: the program raised RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x2 and 1x1) before " \
+        "torch.utils.data.dataset.TensorDataset:8 gave its first batch" in r.stderr, r.stderr

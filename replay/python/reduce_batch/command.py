@@ -770,8 +770,10 @@ def _never_handed():
 
     def check(exc=None):
         if _S.handed is None:
-            _say(f"harness: the program {'raised ' + type(exc).__name__ if exc else 'ended'} before {what} gave its "
-                 "first batch: no candidate ran (has the program changed since the recording?)")
+            raised = f"raised {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}" if exc \
+                else "ended"
+            _say(f"harness: the program {raised.rstrip(': ')} before {what} gave its first batch: no candidate ran "
+                 "(has the program changed since the recording?)")
             with contextlib.suppress(Exception):
                 sys.stdout.flush()
                 sys.stderr.flush()
