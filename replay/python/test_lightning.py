@@ -316,3 +316,25 @@ def test_cli_hparams_rebuild(capsys):
     assert info["hparams"] == {"hidden": 4}
     assert "cannot be rebuilt" not in capsys.readouterr().err
     assert CliModule(**hook_lightning._own_hparams(module.hparams)).hidden == 4
+
+
+def test_lightning_cli_callback(tmp_path, lightning_packages):
+    """The callback as a class, given on LightningCLI's command line (jsonargparse builds it from its typed
+    __init__): the failing batch is recorded with its dataset indices, and its module rebuilds from
+    the hyperparameters LightningCLI saved."""
+    pytest.importorskip("jsonargparse")
+    cls = rb.hooks.LightningCallback
+    assert issubclass(cls, tuple(m.Callback for m in PACKAGES.values()))
+    script = os.path.join(HERE, "..", "..", "cmd", "reduce", "testdata", "record", "lightning_cli.py")
+    p = subprocess.run([sys.executable, script, "fit", "--trainer.max_epochs=1", "--trainer.accelerator=cpu",
+                        "--trainer.logger=false", "--trainer.enable_checkpointing=false",
+                        "--trainer.enable_progress_bar=false", "--trainer.callbacks+=reduce_batch.hooks.LightningCallback",
+                        "--trainer.callbacks.path=crash.bin"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=HERE), check=False)
+    assert p.returncode == 1 and "saved the failing batch to crash.bin" in p.stderr, p.stderr[-3000:]
+    b = rb.load(str(tmp_path / "crash.bin"))
+    assert "123" in b.sample_ids and b.meta["sample_ids"] == "dataset index"
+    assert "_instantiator" not in b.state["lightning"]["hparams"]
+    batch, fn = reduce_batch.steps.load_candidate(str(tmp_path / "crash.bin"))
+    with pytest.raises(IndexError, match="Target 3 is out of bounds"):
+        fn(batch)

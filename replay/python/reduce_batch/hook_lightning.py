@@ -56,6 +56,22 @@ def lightning_callback(path="crash.bin", state=True, **save_kwargs):
     return cls(path, state, save_kwargs)
 
 
+def __getattr__(name):
+    """LightningCallback: lightning_callback's Callback as a class, for LightningCLI's command line or config
+    (--trainer.callbacks+=reduce_batch.hooks.LightningCallback --trainer.callbacks.path=crash.bin)."""
+    if name != "LightningCallback":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _lightning_classes:
+        made = type(lightning_callback())
+
+        def __init__(self, path: str = "crash.bin", state: bool = True):
+            made.__init__(self, path, state, {})
+
+        _lightning_classes[name] = type(name, (made,), {"__init__": __init__, "__module__": __name__,
+                                                        "__qualname__": name})
+    return _lightning_classes[name]
+
+
 class _LightningRecorder:
     """The hooks of lightning_callback's Callback."""
 

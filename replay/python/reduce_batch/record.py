@@ -126,7 +126,9 @@ class Yielded:
             self.__dict__["_reduce_yielded_q"] = []
             return reset(self, *args, **kwargs)
 
-        def _next_index(self):
+        def _next_index(self):  # a pass's first (a single-process iterator has no _reset at its start)
+            if not getattr(self, "_send_idx", 0) and not getattr(self, "_num_yielded", 1):
+                self.__dict__.setdefault("_reduce_yielded_q", [])
             index = next_index(self)
             if "_reduce_yielded_q" in self.__dict__:
                 self._reduce_yielded_q.append(index)
