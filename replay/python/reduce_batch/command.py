@@ -238,9 +238,14 @@ def _patch_loader(dl):
     dl.DataLoader.__init_subclass__ = classmethod(__init_subclass__)
 
 
-def _patch_iter(cls):  # a DataLoader subclass's own __iter__ (accelerate's): its yields are the program's batches
+def _patch_iter(cls):
+    """A DataLoader subclass's own __iter__ that is a generator (accelerate's, which moves each batch to the device
+    and fetches one ahead): its yields are the program's batches. One that returns an iterator object of its own
+    (torchdata's) is left as it is: its iterator's batches are noted as the program's."""
+    import inspect
+
     own = cls.__dict__.get("__iter__")
-    if own is None or getattr(own, "_reduce_patched", False):
+    if own is None or getattr(own, "_reduce_patched", False) or not inspect.isgeneratorfunction(own):
         return
 
     def __iter__(self):
