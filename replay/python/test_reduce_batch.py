@@ -28,7 +28,7 @@ DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.i
           torch.float16, torch.bfloat16, torch.float32, torch.float64]
 BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 PINNED = {"recorded_at": "2025-01-02T03:04:05Z", "host": "test", "torch": "x", "python": "y",
-          "device": "cpu"}
+          "device": "cpu", "argv": "[\"train.py\"]"}
 
 
 def itemsize(dtype):
