@@ -126,7 +126,7 @@ _S = _State()
 class _Pass:  # one loader's pass (an epoch) or the --batch-fn function's returns
     def __init__(self, key, epoch, grad, start):
         self.key, self.epoch, self.grad, self.start = key, epoch, grad, start
-        self.ring = collections.deque(maxlen=_RING)  # (position, batch, ids, wrapped ids, serial)
+        self.ring = collections.deque(maxlen=_RING)  # (position, batch, dataset, sampler index, serial)
         self.count = 0
 
 
@@ -436,28 +436,27 @@ def _grad():
 
 
 def _yielded(key, dataset, data, index, position, it):
-    """A batch the loader (or the batch function) yielded: kept (by reference) with its ids; under a DataLoader
-    subclass's own __iter__ queued until that yields."""
-    ids, wrapped = _ids(dataset, index)
+    """A batch the loader (or the batch function) yielded: kept (by reference) with its sampler's index (made into
+    ids only when a crash is recorded, _ids); under a DataLoader subclass's own __iter__ queued until that yields."""
     with _S.lock:
         if position is None:  # the batch function: one pass, counted here
             p = _S.passes.get((key, _grad()))
             position = (p.count if p is not None else 0) + 1
-        item = (key, data, ids, wrapped, position, _grad())
+        item = (key, data, dataset, index, position, _grad())
         if _S.depth > 0:
             _S.pending.append(item)
         else:
             _keep(*item)
 
 
-def _keep(key, data, ids, wrapped, position, grad):
+def _keep(key, data, dataset, index, position, grad):
     with _S.lock:
         p = _S.passes.get((key, grad))  # a loader's batches under no_grad (an evaluation) are a pass apart
         if p is None or position <= p.count:  # a new pass: an epoch
             p = _Pass(key, 0 if p is None else p.epoch + 1, grad, _S.backwards)
             _S.passes[(key, grad)] = p
         p.count, _S.serial = position, _S.serial + 1
-        p.ring.append((position - 1, data, ids, wrapped, _S.serial))
+        p.ring.append((position - 1, data, dataset, index, _S.serial))
         _S.last = p
 
 
@@ -487,7 +486,7 @@ def _step_done():
 
 
 def _failing(exc):
-    """The batch whose step raised: (pass, (position, batch, ids, wrapped, serial)), or None.
+    """The batch whose step raised: (pass, (position, batch, dataset, sampler index, serial)), or None.
     - an evaluation's (a pass under no_grad) whose tensors the failing frames hold, where no training batch's are;
     - else the training pass's (under grad) at the position of the steps completed in it (the frames may hold the
       next batch already: a loop that fetches it before its backward);
@@ -564,7 +563,8 @@ def _record(exc):
                     "MODULE:FUNCTION -- ...")
     if _through_loader(exc):
         return _say("the error was raised by the DataLoader while it made a batch, not by a step: nothing recorded")
-    p, (position, batch, ids, wrapped, _) = found
+    p, (position, batch, dataset, index, _) = found
+    ids, wrapped = _ids(dataset, index)
     where = {"epoch": p.epoch, "position": position}
     if wrapped is not None:
         where["wrapped"] = wrapped
