@@ -254,7 +254,7 @@ os.makedirs("ckpt", exist_ok=True)
 with open(os.path.join("ckpt", "last.txt"), "w") as f:
     f.write("this run")
 if os.environ.get("OTHER_LOADER"):
-    loader = DataLoader(TensorDataset(torch.zeros(6, 2)), batch_size=2)  # another dataset than the recording's
+    loader = DataLoader(TensorDataset(torch.zeros(6, 1)), batch_size=2)  # another dataset than the recording's
 else:
     loader = DataLoader(TensorDataset(torch.arange(8.0).view(8, 1)), batch_size=4)
 w = torch.nn.Linear(1, 1)
@@ -297,5 +297,4 @@ def test_replay_writes_into_its_scratch_directory(tmp_path):
         here = scratch / "root" / os.path.relpath(os.path.realpath(tmp_path), os.sep)
         assert (here / "log.txt").read_text() == "this run" and not (here / "log.txt").is_symlink()
         assert (here / "ckpt" / "last.txt").read_text() == "this run"
-    assert "harness: the program raised RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x2 and 1x1) before " \
-        "torch.utils.data.dataset.TensorDataset:8 gave its first batch" in r.stderr, r.stderr
+    assert "harness: the program ended before torch.utils.data.dataset.TensorDataset:8 gave its first batch" in r.stderr

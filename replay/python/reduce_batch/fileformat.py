@@ -254,7 +254,7 @@ def _noted(lenient, notes, note, excs=Exception):  # lenient: an exception in th
 
 def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=None, error=None,
          meta=None, step=None, state=None, padded=None, lengths=None, provenance=True,
-         compression="none", tensors=None, _failed=False, _window=None):
+         compression="none", tensors=None, _failed=False, _window=None, _loader=None):
     """Write one batch to `path` atomically: `batch` as the loader yields it (tensors batched along axis 0 unless
     batch_dims says otherwise), with op and attrs or the step, state, error and meta: docs/RECORDING.md."""
     torch, lenient = torch_module(), bool(_failed)  # lenient (recording a crash): what cannot be encoded is noted
@@ -276,6 +276,8 @@ def save(path, batch=None, *, op=None, attrs=None, batch_dims=None, sample_ids=N
     if not flat:
         samples = fl.samples if samples is None else samples
         sample_ids = _ids_of(fl, samples, sample_ids)
+    if sample_ids is None and _loader is not None:  # none given or in the batch: the DataLoader's dataset indices
+        sample_ids, meta = _loader[0], dict(_loader[1], **dict(meta or {}))
     ids = None if sample_ids is None else [_clean_str(s if isinstance(s, str) else str(s)) for s in (
         sample_ids.tolist() if hasattr(sample_ids, "tolist") else sample_ids)]
     samples = len(ids) if samples is None and ids is not None else samples or 0

@@ -92,9 +92,9 @@ def hook_module(row):
     return importlib.import_module("reduce_batch." + row["module"])
 
 
-def __getattr__(name):  # a hook's function: reduce_batch.hooks.lightning_callback
+def __getattr__(name):  # a hook's function, or a class made on demand (its framework imported): the table's
     for row in () if name.startswith("__") else table():  # the import system's questions are not the table's
-        if name in row["exports"]:
+        if name in row["exports"] + row.get("classes", []):
             return getattr(hook_module(row), name)
     raise AttributeError(f"module 'reduce_batch.hooks' has no attribute {name!r}")
 

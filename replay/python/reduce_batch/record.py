@@ -80,10 +80,10 @@ class record_on_failure:
             batch = _called(self.batch)
         except Exception as e:  # noqa: BLE001  (the crash is recorded all the same)
             batch = warn(f"the batch callable raised {type(e).__name__}: {e}; recording the error alone") or {}
-        ids, meta = (None, None) if self.kwargs.get("sample_ids") is not None else Yielded.of(batch)
-        if ids:  # the batch a DataLoader yielded: its dataset indices (ids a user names win)
-            self.kwargs = dict(self.kwargs, sample_ids=ids, meta=dict(meta, **(self.kwargs.get("meta") or {})))
-        keep = {k: v for k, v in self.kwargs.items() if k in ("step", "sample_ids", "op", "attrs", "meta")}
+        ids, meta = Yielded.of(batch)
+        if ids:  # the batch a DataLoader yielded: its dataset indices, where no ids are given or in the batch
+            self.kwargs = dict(self.kwargs, _loader=(ids, meta))
+        keep = {k: v for k, v in self.kwargs.items() if k in ("step", "sample_ids", "op", "attrs", "meta", "_loader")}
         first, w = self.kwargs, self.window
         if w is not None and w.steps:  # with the steps since the older state copy, and that copy as the state
             start, state = w.copies[0]  # the older copy: the first step's holds one
