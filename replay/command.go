@@ -32,21 +32,6 @@ const (
 // first batch, where it starts serving candidates.
 var handoverStart = 10 * time.Minute
 
-// sitecustomize is reduce's startup hook: the package's command module,
-// then the sitecustomize it shadows (reduce_batch.command.SITECUSTOMIZE,
-// which the collector writes: TestSitecustomizeAgrees).
-var sitecustomize = []byte(`"""reduce's startup hook (reduce record, or a recorded command's replay): written by reduce, removed after it."""
-try:
-    from reduce_batch import command as _reduce_command
-except Exception as _e:  # noqa: BLE001
-    import sys
-
-    sys.stderr.write("reduce: the startup hook cannot import reduce_batch (%s: %s): this process is not hooked\n"
-                     % (type(_e).__name__, _e))
-else:
-    _reduce_command.startup(__file__)
-`)
-
 // HookDir writes the startup hook into a new directory under root (the
 // system's temporary directory for ""): sitecustomize.py and the package's
 // zip. pythonPath is the PYTHONPATH that puts both first, before what the
@@ -56,7 +41,10 @@ func HookDir(root, prior string) (dir, pythonPath string, err error) {
 	if dir, err = fixtures.MkdirOwned(root, "reduce-hook-"); err != nil {
 		return "", "", fmt.Errorf("replay: the startup hook: %w", err)
 	}
-	for name, data := range map[string][]byte{"sitecustomize.py": sitecustomize, ZipName: PackageZip()} {
+	// The package's sitecustomize.py, which the collector writes too
+	// (reduce_batch.command.fixture_run): the package's command module,
+	// then the sitecustomize it shadows.
+	for name, data := range map[string][]byte{"sitecustomize.py": packageFile("sitecustomize.py"), ZipName: PackageZip()} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			os.RemoveAll(dir)
 			return "", "", fmt.Errorf("replay: the startup hook: %w", err)

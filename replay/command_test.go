@@ -14,9 +14,9 @@ import (
 )
 
 // TestSitecustomizeAgrees: the startup hook reduce writes (HookDir) is the
-// text the collector writes for a recorded command's fixture
-// (reduce_batch.command.SITECUSTOMIZE), and the directory HookDir makes
-// runs it first, chained to the sitecustomize it shadows.
+// package's sitecustomize.py, which the collector writes for a recorded
+// command's fixture, and Python runs it first from the directory HookDir
+// makes, before what PYTHONPATH had.
 func TestSitecustomizeAgrees(t *testing.T) {
 	py := testenv.Python(t)
 	dir, path, err := HookDir(t.TempDir(), "/prior")
@@ -24,8 +24,8 @@ func TestSitecustomizeAgrees(t *testing.T) {
 	assert.Equal(t, dir+":"+filepath.Join(dir, ZipName)+":/prior", path)
 	got, err := os.ReadFile(filepath.Join(dir, "sitecustomize.py"))
 	require.NoError(t, err)
-	cmd := exec.Command(py, "-c", "import sys, sitecustomize; from reduce_batch import command; "+
-		"sys.stdout.write(command.SITECUSTOMIZE); assert sitecustomize.__file__.startswith(sys.argv[1]), sitecustomize.__file__", dir)
+	cmd := exec.Command(py, "-c", "import sys, pkgutil, sitecustomize; "+
+		"sys.stdout.buffer.write(pkgutil.get_data('reduce_batch', 'sitecustomize.py')); assert sitecustomize.__file__.startswith(sys.argv[1]), sitecustomize.__file__", dir)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+path)
 	out, err := cmd.Output()
 	require.NoError(t, err)

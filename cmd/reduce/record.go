@@ -20,7 +20,9 @@ func recordCommand() *cli.Command {
 			&cli.BoolFlag{Name: "state", Usage: "also record the weights and optimizer state the failing frames hold"},
 		},
 		Action: action(func(c *cli.Context) error {
-			r, err := replay.Record(c.Context, replay.RecordOptions{Out: c.String("o"), BatchFn: c.String("batch-fn"), State: c.Bool("state"), Argv: c.Args().Slice()})
+			r, err := replay.Record(c.Context, replay.RecordOptions{
+				Out: c.String("o"), BatchFn: c.String("batch-fn"), State: c.Bool("state"), Argv: c.Args().Slice(),
+			})
 			if err != nil {
 				return usageErr(err) // nothing ran
 			}

@@ -12,8 +12,10 @@ func recorderCommand() *cli.Command {
 		Usage:     "print the Python recorder module (" + replay.PythonModuleName + "), with --hooks the framework hooks (" + replay.HooksModuleName + "), with --zip the whole package",
 		UsageText: "reduce recorder > " + replay.PythonModuleName + "\nreduce recorder --hooks > " + replay.HooksModuleName + "\nreduce recorder --zip > " + replay.ZipName,
 		Description: "For a program that should not change, `reduce record -- python train.py` records it with no line of it changed.\n" +
-			"The module needs only the standard library and torch. In the training loop:\n\n   import reduce_batch\n" +
-			"   with reduce_batch.record_on_failure(\"crash.bin\", batch, step=train_step):\n       train_step(batch)\n\n" +
+			"The module needs only the standard library and torch. In the training loop:\n\n" +
+			"   import reduce_batch\n" +
+			"   with reduce_batch.record_on_failure(\"crash.bin\", batch, step=train_step):\n" +
+			"       train_step(batch)\n\n" +
 			"Keep the CPU tensors (before .to(device)): after a device-side assert the GPU copy cannot be read back.\n" +
 			"The hooks (PyTorch Lightning's callback) are a second file beside it, of the same version:\n\n" +
 			"   trainer = L.Trainer(callbacks=[reduce_hooks.lightning_callback(\"crash.bin\")])",

@@ -4,6 +4,7 @@ programs of our own in a fresh interpreter with reduce's sitecustomize first on 
 import contextlib
 import json
 import os
+import pkgutil
 import subprocess
 import sys
 import textwrap
@@ -59,11 +60,9 @@ print("done")
 
 def hooked(tmp_path, conf, env_name):
     """The environment reduce gives a command: its sitecustomize and the package first on PYTHONPATH."""
-    from reduce_batch import command
-
     hook = tmp_path / "hook"
     hook.mkdir(exist_ok=True)
-    (hook / "sitecustomize.py").write_text(command.SITECUSTOMIZE)
+    (hook / "sitecustomize.py").write_bytes(pkgutil.get_data("reduce_batch", "sitecustomize.py"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hook), HERE]), **{env_name: json.dumps(conf)})
     env.pop("REDUCE_REPLAY", None)
     return env
@@ -181,13 +180,12 @@ def test_startup_imports_no_torch():
     assert p.stdout.strip() == "False", p.stderr
 
 
-def test_sitecustomize_is_one_text():
-    """reduce (replay.HookDir) writes the same sitecustomize the collector does: Go's copy is checked against this
-    one by TestSitecustomizeAgrees; here, that it compiles and names the module's startup."""
-    from reduce_batch import command
-
-    compile(command.SITECUSTOMIZE, "sitecustomize.py", "exec")
-    assert "_reduce_command.startup(__file__)" in textwrap.dedent(command.SITECUSTOMIZE)
+def test_sitecustomize_chains_to_startup():
+    """The package's sitecustomize.py, which reduce (replay.HookDir) and the collector (fixture_run) write: it runs
+    the command module's startup; Go's copy is the embedded file itself (TestSitecustomizeAgrees)."""
+    text = pkgutil.get_data("reduce_batch", "sitecustomize.py").decode()
+    compile(text, "sitecustomize.py", "exec")
+    assert text.rstrip().endswith("_reduce_command.startup(__file__)")
 
 
 def test_step_module_reads_the_recorded_argv(tmp_path):

@@ -46,21 +46,8 @@ _RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK
              "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
              "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE")
 _MAX_ENTRIES = 10000  # of the directory a command starts in, recorded by name (more: all are linked in a replay)
-_RING = 8  # yields kept per loader pass: the failing step's batch is among the last few
+_RING = 4  # yields kept per loader pass (by reference): the failing step's batch is among the last few
 
-
-# reduce's sitecustomize.py, as reduce (replay.HookDir) and the collector (fixture_run) write it.
-SITECUSTOMIZE = '''"""reduce's startup hook (reduce record, or a recorded command's replay): written by reduce, removed after it."""
-try:
-    from reduce_batch import command as _reduce_command
-except Exception as _e:  # noqa: BLE001
-    import sys
-
-    sys.stderr.write("reduce: the startup hook cannot import reduce_batch (%s: %s): this process is not hooked\\n"
-                     % (type(_e).__name__, _e))
-else:
-    _reduce_command.startup(__file__)
-'''
 
 
 def startup(here):
@@ -76,8 +63,10 @@ def fixture_run(command, batch, scratch):
     """How the collector runs a batch of a recorded command's fixture in a child process: (argv, cwd, env), the
     startup hook written into `scratch` (removed by the caller), the candidate `batch` handed over as in a replay.
     The recorded directory (a home redacted as ~) and interpreter where they are here, else pytest's and this one."""
-    with open(os.path.join(scratch, "sitecustomize.py"), "w", encoding="utf-8") as f:
-        f.write(SITECUSTOMIZE)
+    import pkgutil
+
+    with open(os.path.join(scratch, "sitecustomize.py"), "wb") as f:  # the package's, as reduce writes it (HookDir)
+        f.write(pkgutil.get_data(__package__, "sitecustomize.py"))
     cwd = os.path.expanduser(command.get("cwd") or "")
     exe = os.path.expanduser(command.get("executable") or "")
     cwd, exe = cwd if os.path.isdir(cwd) else os.getcwd(), exe if os.path.isfile(exe) else sys.executable

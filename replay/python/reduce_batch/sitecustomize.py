@@ -1,0 +1,10 @@
+"""reduce's startup hook (reduce record, or a recorded command's replay): written by reduce, removed after it."""
+try:
+    from reduce_batch import command as _reduce_command
+except Exception as _e:  # noqa: BLE001
+    import sys
+
+    sys.stderr.write("reduce: the startup hook cannot import reduce_batch (%s: %s): this process is not hooked\n"
+                     % (type(_e).__name__, _e))
+else:
+    _reduce_command.startup(__file__)
