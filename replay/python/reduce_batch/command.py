@@ -15,8 +15,9 @@ a loader that fetches one ahead, as Lightning's and accelerate's do, is right); 
 
 Replaying (REDUCE_HANDOVER): the first batch of the recorded loader (its dataset's type and length, and the grad mode it
 yielded in) or the first return of the recorded function for the same arguments is the candidate; later batches of
-it are the candidate again. The candidate passes when its step completed: a backward or an optimizer step returned
-after the handover, or the loader was asked twice more in the handover's grad mode; the process then exits 0 at once.
+it are the candidate again. The candidate passes when its step completed: an optimizer step returned after the
+handover, or the loader was asked again after a backward, or twice more in the handover's grad mode; the process then
+exits 0 at once.
 An exception is the candidate's failure, as the program prints it. With serve set, the process becomes the torch
 backend's fork server at the handover (worker._Zygote): each candidate is a child forked there."""
 
@@ -103,7 +104,6 @@ class _State:
         self.depth, self.pending = 0, collections.deque()  # inside a DataLoader subclass's own __iter__
         self.handed = None  # replay: the handover's grad mode, once it happened
         self.after = 0  # replay: fetches in the handover's grad mode since it
-        self.candidate = None
         self.entries = None  # the names in the directory the process started in, then
         self.iterating = 0  # os.environ is being iterated or copied
         self.backward_after = False  # replay: a backward returned after the handover
@@ -211,7 +211,7 @@ def _patch_loader(dl):
         queue = self.__dict__.get("_reduce_indices")
         index = queue.popleft() if queue else None
         if _S.mode == "record":
-            _yielded(_loader_key(self._dataset), self._dataset, data, index, getattr(self, "_num_yielded", 0), self)
+            _yielded(_loader_key(self._dataset), self._dataset, data, index, getattr(self, "_num_yielded", 0))
         return data
 
     It._next_index, It.__next__, It._reset, It._reduce_patched = _next_index, __next__, _reset, True
@@ -372,7 +372,7 @@ def _patch_batch_fn(namespace):
         if _S.mode == "replay":
             return _handover(lambda: fn(*args, **kwargs), None, key)
         data = fn(*args, **kwargs)
-        _yielded(key, None, data, None, None, None)
+        _yielded(key, None, data, None, None)
         return data
 
     wrapped._reduce_patched, wrapped.__wrapped__ = True, fn
@@ -424,7 +424,7 @@ def _grad():
     return bool(torch is None or torch.is_grad_enabled())
 
 
-def _yielded(key, dataset, data, index, position, it):
+def _yielded(key, dataset, data, index, position):
     """A batch the loader (or the batch function) yielded: kept (by reference) with its sampler's index (made into
     ids only when a crash is recorded, _ids); under a DataLoader subclass's own __iter__ queued until that yields."""
     with _S.lock:
@@ -796,8 +796,7 @@ def _handover(real, it, key=None):
         _S.handed = grad
         if _S.conf.get("serve"):
             _serve()  # returns in each forked child, with its candidate's path set
-        _S.candidate = _load_candidate(state=True)
-        return _S.candidate
+        return _load_candidate(state=True)
     _S.after += 1
     if _S.after >= 2 or _S.backward_after:
         _passed()
