@@ -1,4 +1,4 @@
-"""reduce's startup hook (reduce record, or a recorded command's replay): written by reduce, removed after it."""
+"""reduce_batch: the startup hook of `reduce record` and of a recorded command's replay (written by reduce)."""
 try:
     from reduce_batch import command as _reduce_command
 except Exception as _e:  # noqa: BLE001
